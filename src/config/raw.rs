@@ -1,0 +1,478 @@
+//! The file as written: serde types that accept anything well-typed, plus the parsing step
+//! that turns TOML text into them while collecting syntax errors, type errors and unknown keys.
+//!
+//! Required fields are `Option` here so that a missing one is reported by validation
+//! together with every other problem instead of stopping deserialization.
+
+use std::fmt;
+
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use super::error::Collector;
+
+/// Top level of the file.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawConfig {
+    pub server: Option<RawServer>,
+    pub targets: Option<Vec<RawTarget>>,
+    pub routes: Option<Vec<RawRoute>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawServer {
+    pub listen: Option<String>,
+    pub workers: Option<i64>,
+    pub pin_workers: Option<bool>,
+    pub driver: Option<String>,
+    pub shutdown_grace: Option<toml::Value>,
+    pub limits: Option<RawLimits>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawLimits {
+    pub max_head_bytes: Option<i64>,
+    pub max_headers: Option<i64>,
+    pub max_uri_bytes: Option<i64>,
+    pub max_body_bytes: Option<i64>,
+    pub head_timeout: Option<toml::Value>,
+    pub body_timeout: Option<toml::Value>,
+    pub keepalive_timeout: Option<toml::Value>,
+    pub write_timeout: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawTarget {
+    pub name: Option<String>,
+    pub url: Option<String>,
+    pub weight: Option<f64>,
+    pub models: Option<Vec<String>>,
+    pub max_concurrent: Option<i64>,
+    pub tier: Option<i64>,
+    pub price: Option<RawPrice>,
+    pub headers: Option<OrderedStrings>,
+    pub upstream_models: Option<OrderedStrings>,
+    pub timeouts: Option<RawTimeouts>,
+    pub pool: Option<RawPool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawPrice {
+    pub input: Option<f64>,
+    pub output: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawTimeouts {
+    pub connect: Option<toml::Value>,
+    pub first_byte: Option<toml::Value>,
+    pub idle: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawPool {
+    pub max_idle: Option<i64>,
+    pub idle_timeout: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawRoute {
+    pub name: Option<String>,
+    pub targets: Option<Vec<String>>,
+    /// A string (the strategy name) or a table (`name` plus the strategy's options).
+    pub strategy: Option<toml::Value>,
+    pub forward_client_auth: Option<bool>,
+    pub retries: Option<i64>,
+    #[serde(rename = "match")]
+    pub matcher: Option<RawMatch>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawMatch {
+    pub paths: Option<Vec<String>>,
+    pub models: Option<Vec<String>>,
+    pub header: Option<RawHeaderMatch>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawHeaderMatch {
+    pub name: Option<String>,
+    pub value: Option<String>,
+}
+
+/// A TOML table of string values, in file order.
+#[derive(Debug, Default)]
+pub(crate) struct OrderedStrings(pub Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for OrderedStrings {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OrderedStrings;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, String>()? {
+                    out.push((k, v));
+                }
+                Ok(OrderedStrings(out))
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
+}
+
+/// Valid keys of each table, for unknown-key suggestions. Keep in sync with the structs above
+/// (the `known_keys_match_structs` test checks it).
+pub(crate) const TOP_KEYS: &[&str] = &["server", "targets", "routes"];
+pub(crate) const SERVER_KEYS: &[&str] = &[
+    "listen",
+    "workers",
+    "pin_workers",
+    "driver",
+    "shutdown_grace",
+    "limits",
+];
+pub(crate) const LIMITS_KEYS: &[&str] = &[
+    "max_head_bytes",
+    "max_headers",
+    "max_uri_bytes",
+    "max_body_bytes",
+    "head_timeout",
+    "body_timeout",
+    "keepalive_timeout",
+    "write_timeout",
+];
+pub(crate) const TARGET_KEYS: &[&str] = &[
+    "name",
+    "url",
+    "weight",
+    "models",
+    "max_concurrent",
+    "tier",
+    "price",
+    "headers",
+    "upstream_models",
+    "timeouts",
+    "pool",
+];
+pub(crate) const PRICE_KEYS: &[&str] = &["input", "output"];
+pub(crate) const TIMEOUTS_KEYS: &[&str] = &["connect", "first_byte", "idle"];
+pub(crate) const POOL_KEYS: &[&str] = &["max_idle", "idle_timeout"];
+pub(crate) const ROUTE_KEYS: &[&str] = &[
+    "name",
+    "targets",
+    "strategy",
+    "forward_client_auth",
+    "retries",
+    "match",
+];
+pub(crate) const MATCH_KEYS: &[&str] = &["paths", "models", "header"];
+pub(crate) const HEADER_MATCH_KEYS: &[&str] = &["name", "value"];
+
+/// One step of a key path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+fn path_segments(path: &serde_ignored::Path<'_>, out: &mut Vec<Seg>) {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => {}
+        Path::Seq { parent, index } => {
+            path_segments(parent, out);
+            out.push(Seg::Index(*index));
+        }
+        Path::Map { parent, key } => {
+            path_segments(parent, out);
+            out.push(Seg::Key(key.clone()));
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => path_segments(parent, out),
+    }
+}
+
+/// Renders segments as `targets[1].timeouts.connect`.
+fn render(segs: &[Seg]) -> String {
+    let mut s = String::new();
+    for seg in segs {
+        match seg {
+            Seg::Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                if is_bare_key(k) {
+                    s.push_str(k);
+                } else {
+                    s.push_str(&format!("{k:?}"));
+                }
+            }
+            Seg::Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
+
+fn is_bare_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The table an unknown key sits in: its display name and its valid keys.
+fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
+    let names: Vec<&str> = parent
+        .iter()
+        .filter_map(|s| match s {
+            Seg::Key(k) => Some(k.as_str()),
+            Seg::Index(_) => None,
+        })
+        .collect();
+    Some(match names.as_slice() {
+        [] => ("the top level", TOP_KEYS),
+        ["server"] => ("[server]", SERVER_KEYS),
+        ["server", "limits"] => ("[server.limits]", LIMITS_KEYS),
+        ["targets"] => ("[[targets]]", TARGET_KEYS),
+        ["targets", "price"] => ("targets.price", PRICE_KEYS),
+        ["targets", "timeouts"] => ("[targets.timeouts]", TIMEOUTS_KEYS),
+        ["targets", "pool"] => ("[targets.pool]", POOL_KEYS),
+        ["routes"] => ("[[routes]]", ROUTE_KEYS),
+        ["routes", "match"] => ("[routes.match]", MATCH_KEYS),
+        ["routes", "match", "header"] => ("routes.match.header", HEADER_MATCH_KEYS),
+        _ => return None,
+    })
+}
+
+/// Levenshtein distance over chars, case-insensitive.
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.to_lowercase().chars().collect();
+    let b: Vec<char> = b.to_lowercase().chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let subst = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// The candidate closest to `word` (first one on ties).
+pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .copied()
+        .min_by_key(|c| edit_distance(word, c))
+}
+
+fn report_unknown(errs: &mut Collector, segs: &[Seg]) {
+    let key = render(segs);
+    let (last, parent) = match segs.split_last() {
+        Some((Seg::Key(k), parent)) => (k.as_str(), parent),
+        _ => {
+            errs.push(key, "unexpected value", "remove it");
+            return;
+        }
+    };
+    match table_of(parent) {
+        Some((table, valid)) => {
+            let best = closest(last, valid).unwrap_or_default();
+            errs.push(
+                key,
+                format!("unknown key `{last}` in {table}"),
+                format!(
+                    "did you mean `{best}`? rename it to `{best}` or remove it (valid keys: {})",
+                    valid.join(", ")
+                ),
+            );
+        }
+        None => errs.push(
+            key,
+            format!("unknown key `{last}`"),
+            "remove it".to_string(),
+        ),
+    }
+}
+
+/// 1-based line and column (in chars) of a byte offset.
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let mut offset = offset;
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let col = before[line_start..].chars().count() + 1;
+    (line, col)
+}
+
+/// Deepest key path in `root` whose value (or key) contains `span`.
+fn key_at(root: &DeTable<'_>, span: &std::ops::Range<usize>) -> Vec<Seg> {
+    let mut out = Vec::new();
+    find_in_table(root, span, &mut out);
+    out
+}
+
+fn contains(outer: &std::ops::Range<usize>, inner: &std::ops::Range<usize>) -> bool {
+    outer.start <= inner.start && inner.end <= outer.end.max(outer.start + 1)
+}
+
+fn find_in_table(t: &DeTable<'_>, span: &std::ops::Range<usize>, out: &mut Vec<Seg>) -> bool {
+    for (k, v) in t.iter() {
+        let in_value = contains(&v.span(), span);
+        let in_key = contains(&k.span(), span);
+        if in_value || in_key {
+            out.push(Seg::Key(k.get_ref().to_string()));
+            if in_value {
+                find_in_value(v, span, out);
+            }
+            return true;
+        }
+    }
+    // Tables defined with headers (`[server]`, `[[targets]]`) may span more than their
+    // values; look inside nested tables and arrays even when the outer span does not match.
+    for (k, v) in t.iter() {
+        let mut sub = vec![Seg::Key(k.get_ref().to_string())];
+        if find_in_value(v, span, &mut sub) && sub.len() > 1 {
+            out.extend(sub);
+            return true;
+        }
+    }
+    false
+}
+
+fn find_in_value(
+    v: &Spanned<DeValue<'_>>,
+    span: &std::ops::Range<usize>,
+    out: &mut Vec<Seg>,
+) -> bool {
+    match v.get_ref() {
+        DeValue::Table(t) => find_in_table(t, span, out),
+        DeValue::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                let mut sub = vec![Seg::Index(i)];
+                let inner = find_in_value(item, span, &mut sub);
+                if inner || contains(&item.span(), span) {
+                    out.extend(sub);
+                    return true;
+                }
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
+/// Rewrites serde's type vocabulary into TOML terms (and hides internal type names).
+fn humanize(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(pos) = rest.find("struct Raw") {
+        out.push_str(&rest[..pos]);
+        out.push_str("a table");
+        let after = &rest[pos + "struct Raw".len()..];
+        let end = after
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(after.len());
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out.replace("a sequence", "an array")
+        .replace("a map", "a table")
+        .replace("expected i64", "expected an integer")
+        .replace("expected f64", "expected a number")
+        .replace("expected a boolean", "expected a boolean (true or false)")
+}
+
+fn toml_error(
+    errs: &mut Collector,
+    text: &str,
+    root: Option<&DeTable<'_>>,
+    e: &toml::de::Error,
+    syntax: bool,
+) {
+    let message = humanize(e.message().trim()).replace('\n', "; ");
+    let expected = message
+        .strip_prefix("invalid type: ")
+        .and_then(|m| m.split_once(", expected "))
+        .map(|(_, exp)| exp.to_string());
+    match e.span() {
+        Some(span) => {
+            let (line, col) = line_col(text, span.start);
+            let segs = root.map(|r| key_at(r, &span)).unwrap_or_default();
+            let key = if segs.is_empty() {
+                "(document)".to_string()
+            } else {
+                render(&segs)
+            };
+            let fix = match (&expected, syntax) {
+                (Some(exp), _) => format!("write {exp} at line {line}, column {col}"),
+                (None, true) => format!("fix the TOML syntax at line {line}, column {col}"),
+                (None, false) => format!("correct the value at line {line}, column {col}"),
+            };
+            errs.push(key, format!("line {line}, column {col}: {message}"), fix);
+        }
+        None => errs.push(
+            "(document)",
+            message,
+            "correct the file so it matches the format documented in config/vllm-fleet.toml",
+        ),
+    }
+}
+
+/// Parses `text` into a [`RawConfig`], pushing syntax errors, type errors and unknown keys into
+/// `errs`. Returns `None` when the text could not be deserialized at all.
+pub(crate) fn parse(text: &str, errs: &mut Collector) -> Option<RawConfig> {
+    let (root, syntax_errors) = DeTable::parse_recoverable(text);
+    if !syntax_errors.is_empty() {
+        let mut syntax_errors = syntax_errors;
+        syntax_errors.sort_by_key(|e| e.span().map_or(usize::MAX, |s| s.start));
+        for e in &syntax_errors {
+            toml_error(errs, text, Some(root.get_ref()), e, true);
+        }
+        return None;
+    }
+    let lookup = root.get_ref().clone();
+    let de = toml::de::Deserializer::from(root);
+    let mut unknown: Vec<Vec<Seg>> = Vec::new();
+    let result: Result<RawConfig, _> = serde_ignored::deserialize(de, |path| {
+        let mut segs = Vec::new();
+        path_segments(&path, &mut segs);
+        unknown.push(segs);
+    });
+    for segs in &unknown {
+        report_unknown(errs, segs);
+    }
+    match result {
+        Ok(raw) => Some(raw),
+        Err(e) => {
+            toml_error(errs, text, Some(&lookup), &e, false);
+            None
+        }
+    }
+}
+
+/// Renders a key path relative to a prefix, for validation messages.
+pub(crate) fn join(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() {
+        key.to_string()
+    } else if key.starts_with('[') {
+        format!("{prefix}{key}")
+    } else if is_bare_key(key) {
+        format!("{prefix}.{key}")
+    } else {
+        format!("{prefix}.{key:?}")
+    }
+}

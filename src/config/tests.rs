@@ -1,0 +1,1014 @@
+//! Unit tests for the configuration loader.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use super::raw;
+use super::*;
+
+const FLEET: &str = include_str!("../../config/vllm-fleet.toml");
+const MANAGED: &str = include_str!("../../config/managed-api.toml");
+
+/// Resolves a few fixed names; everything else fails like an unknown host.
+fn fake_resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    let ip = match host {
+        "api.openai.com" => Ipv4Addr::new(192, 0, 2, 10),
+        "engine.internal" => Ipv4Addr::new(192, 0, 2, 20),
+        "localhost" => Ipv4Addr::LOCALHOST,
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "failed to lookup address information",
+            ))
+        }
+    };
+    Ok(vec![SocketAddr::new(IpAddr::V4(ip), port)])
+}
+
+fn fake_env(name: &str) -> Option<String> {
+    let vars: HashMap<&str, &str> = [
+        ("OPENAI_API_KEY", "sk-test-123"),
+        ("TOKEN", "abc"),
+        ("TENANT", "blue"),
+        ("EVIL", "x\r\nInjected: yes"),
+        ("EMPTY", ""),
+    ]
+    .into_iter()
+    .collect();
+    vars.get(name).map(|s| s.to_string())
+}
+
+fn load(text: &str) -> Result<Config, ConfigErrors> {
+    load_with(text, "test.toml", &fake_resolve, &fake_env)
+}
+
+fn errors(text: &str) -> Vec<ConfigError> {
+    match load(text) {
+        Ok(c) => panic!("expected errors, got a config: {c:#?}"),
+        Err(e) => {
+            assert!(!e.errors.is_empty());
+            e.errors
+        }
+    }
+}
+
+/// The error at `key`, panicking with all errors if there is none.
+fn error_at<'a>(errs: &'a [ConfigError], key: &str) -> &'a ConfigError {
+    errs.iter().find(|e| e.key == key).unwrap_or_else(|| {
+        panic!(
+            "no error at `{key}`; errors:\n{}",
+            ConfigErrors {
+                errors: errs.to_vec()
+            }
+        )
+    })
+}
+
+const ONE_TARGET: &str = "[[targets]]\nname = \"a\"\nurl = \"http://10.0.0.1:8000\"\n";
+
+// ------------------------------------------------------------------ examples
+
+#[test]
+fn vllm_fleet_example_loads() {
+    let c = load(FLEET).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.targets.len(), 3);
+    assert_eq!(c.routes.len(), 2);
+    assert_eq!(c.server.listen, "0.0.0.0:8080".parse().unwrap());
+    assert_eq!(c.routes[0].name, "chat");
+    assert_eq!(c.routes[0].targets, vec![0, 1, 2]);
+    assert_eq!(c.routes[0].strategy.name, "round_robin");
+    assert_eq!(c.routes[0].matcher.paths, vec!["/v1/chat/completions"]);
+    assert_eq!(c.routes[1].matcher.paths, vec!["/v1/completions"]);
+    assert_eq!(c.targets[2].weight, 2.0);
+    assert_eq!(c.targets[0].addr, "10.0.0.11:8000".parse().unwrap());
+    assert_eq!(c.targets[0].max_concurrent, Some(64));
+}
+
+#[test]
+fn vllm_fleet_example_loads_from_file_with_system_resolver() {
+    // Only IP literals: no DNS needed.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/vllm-fleet.toml");
+    let c = load_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.source, path);
+    assert_eq!(c.targets.len(), 3);
+}
+
+#[test]
+fn managed_api_example_loads() {
+    let c = load(MANAGED).unwrap_or_else(|e| panic!("{e}"));
+    let t = &c.targets[0];
+    assert!(t.tls);
+    assert_eq!(t.addr, "192.0.2.10:443".parse().unwrap());
+    assert_eq!(t.server_name, "api.openai.com");
+    assert_eq!(t.host_header, "api.openai.com");
+    assert_eq!(t.base_path, "/v1");
+    assert_eq!(
+        t.headers,
+        vec![(
+            "authorization".to_string(),
+            "Bearer sk-test-123".to_string()
+        )]
+    );
+    assert_eq!(t.upstream_models["gpt-4o-mini"], "gpt-4o-mini-2024-07-18");
+    assert_eq!(
+        t.price,
+        Some(Price {
+            input_per_mtok: 0.15,
+            output_per_mtok: 0.60
+        })
+    );
+    assert_eq!(t.timeouts.connect, Duration::from_secs(5));
+    assert!(!c.routes[0].forward_client_auth);
+}
+
+#[test]
+fn managed_api_example_without_key_names_the_variable() {
+    let errs = load_with(MANAGED, "managed.toml", &fake_resolve, &|_| None).unwrap_err();
+    let e = error_at(&errs.errors, "targets[0].headers.Authorization");
+    assert!(e.message.contains("OPENAI_API_KEY"), "{e}");
+    assert!(e.fix.contains("export OPENAI_API_KEY"), "{e}");
+}
+
+// ------------------------------------------------------------------ defaults
+
+#[test]
+fn defaults_and_implicit_route() {
+    let text = format!("{ONE_TARGET}[[targets]]\nname = \"b\"\nurl = \"http://10.0.0.2\"\n");
+    let c = load(&text).unwrap();
+    assert_eq!(c.source, std::path::PathBuf::from("test.toml"));
+    let s = &c.server;
+    assert_eq!(s.listen, "127.0.0.1:8080".parse().unwrap());
+    assert!(s.workers >= 1);
+    assert_eq!(
+        s.workers,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    assert!(s.pin_workers);
+    assert_eq!(s.driver, DriverChoice::Auto);
+    assert_eq!(s.shutdown_grace, Duration::from_secs(30));
+    let l = &s.limits;
+    assert_eq!(l.max_head_bytes, 32768);
+    assert_eq!(l.max_headers, 100);
+    assert_eq!(l.max_uri_bytes, 8192);
+    assert_eq!(l.max_body_bytes, 8 * 1024 * 1024);
+    assert_eq!(l.head_timeout, Duration::from_secs(10));
+    assert_eq!(l.body_timeout, Duration::from_secs(30));
+    assert_eq!(l.keepalive_timeout, Duration::from_secs(60));
+    assert_eq!(l.write_timeout, Duration::from_secs(30));
+
+    let t = &c.targets[1];
+    assert_eq!(t.weight, 1.0);
+    assert_eq!(t.tier, 0);
+    assert!(t.models.is_empty() && t.headers.is_empty() && t.upstream_models.is_empty());
+    assert_eq!(t.max_concurrent, None);
+    assert_eq!(t.price, None);
+    assert_eq!(t.timeouts.connect, Duration::from_secs(3));
+    assert_eq!(t.timeouts.first_byte, Duration::from_secs(120));
+    assert_eq!(t.timeouts.idle, Duration::from_secs(60));
+    assert_eq!(t.pool.max_idle, 64);
+    assert_eq!(t.pool.idle_timeout, Duration::from_secs(60));
+    assert_eq!(t.addr, "10.0.0.2:80".parse().unwrap());
+    assert!(!t.tls);
+
+    assert_eq!(c.routes.len(), 1);
+    let r = &c.routes[0];
+    assert_eq!(r.name, "default");
+    assert_eq!(r.targets, vec![0, 1]);
+    assert_eq!(r.strategy.name, "round_robin");
+    assert!(r.strategy.options.is_empty());
+    assert!(!r.forward_client_auth);
+    assert_eq!(r.retries, 1);
+    assert!(r.matcher.paths.is_empty() && r.matcher.models.is_empty());
+    assert!(r.matcher.header.is_none());
+}
+
+#[test]
+fn explicit_route_defaults() {
+    let text = format!("{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n");
+    let c = load(&text).unwrap();
+    let r = &c.routes[0];
+    assert_eq!(r.strategy.name, "round_robin");
+    assert_eq!(r.retries, 1);
+    assert!(!r.forward_client_auth);
+}
+
+#[test]
+fn non_positive_weight_becomes_one() {
+    for w in ["0", "-3.5", "0.0", "nan"] {
+        let text = format!("{ONE_TARGET}weight = {w}\n");
+        let c = load(&text).unwrap_or_else(|e| panic!("{w}: {e}"));
+        assert_eq!(c.targets[0].weight, 1.0, "{w}");
+    }
+    let c = load(&format!("{ONE_TARGET}weight = 3\n")).unwrap();
+    assert_eq!(c.targets[0].weight, 3.0);
+    let errs = errors(&format!("{ONE_TARGET}weight = inf\n"));
+    error_at(&errs, "targets[0].weight");
+}
+
+#[test]
+fn server_values() {
+    let text = format!(
+        "[server]\nlisten = \"localhost:9000\"\nworkers = 3\npin_workers = false\n\
+         driver = \"epoll\"\nshutdown_grace = \"0s\"\n[server.limits]\nmax_body_bytes = 1024\n\
+         head_timeout = \"250ms\"\n{ONE_TARGET}"
+    );
+    let c = load(&text).unwrap();
+    assert_eq!(c.server.listen, "127.0.0.1:9000".parse().unwrap());
+    assert_eq!(c.server.workers, 3);
+    assert!(!c.server.pin_workers);
+    assert_eq!(c.server.driver, DriverChoice::Epoll);
+    assert_eq!(c.server.shutdown_grace, Duration::ZERO);
+    assert_eq!(c.server.limits.max_body_bytes, 1024);
+    assert_eq!(c.server.limits.head_timeout, Duration::from_millis(250));
+    let c = load(&format!("[server]\ndriver = \"io_uring\"\n{ONE_TARGET}")).unwrap();
+    assert_eq!(c.server.driver, DriverChoice::IoUring);
+}
+
+#[test]
+fn server_errors() {
+    let text = format!(
+        "[server]\nlisten = \"nowhere\"\nworkers = -1\ndriver = \"iouring\"\n\
+         [server.limits]\nmax_headers = 0\nmax_body_bytes = -5\n{ONE_TARGET}"
+    );
+    let errs = errors(&text);
+    error_at(&errs, "server.listen");
+    error_at(&errs, "server.workers");
+    let d = error_at(&errs, "server.driver");
+    assert!(d.fix.contains("io_uring"), "{d}");
+    error_at(&errs, "server.limits.max_headers");
+    error_at(&errs, "server.limits.max_body_bytes");
+    assert_eq!(errs.len(), 5);
+}
+
+// ------------------------------------------------------------------ URLs
+
+fn target_with_url(url: &str) -> Result<Config, ConfigErrors> {
+    load(&format!("[[targets]]\nname = \"t\"\nurl = \"{url}\"\n"))
+}
+
+#[test]
+fn url_parts() {
+    let t = &target_with_url("https://engine.internal:8443/base/")
+        .unwrap()
+        .targets[0];
+    assert!(t.tls);
+    assert_eq!(t.addr, "192.0.2.20:8443".parse().unwrap());
+    assert_eq!(t.host_header, "engine.internal:8443");
+    assert_eq!(t.server_name, "engine.internal");
+    assert_eq!(t.base_path, "/base");
+    assert_eq!(t.url, "https://engine.internal:8443/base/");
+
+    let t = &target_with_url("http://engine.internal:80/")
+        .unwrap()
+        .targets[0];
+    assert_eq!(t.host_header, "engine.internal");
+    assert_eq!(t.base_path, "");
+    assert_eq!(t.addr.port(), 80);
+
+    let t = &target_with_url("https://engine.internal").unwrap().targets[0];
+    assert_eq!(t.addr.port(), 443);
+    assert_eq!(t.host_header, "engine.internal");
+
+    let t = &target_with_url("http://[::1]:9000/v1").unwrap().targets[0];
+    assert_eq!(t.addr, "[::1]:9000".parse().unwrap());
+    assert_eq!(t.host_header, "[::1]:9000");
+    assert_eq!(t.server_name, "::1");
+    assert_eq!(t.base_path, "/v1");
+}
+
+#[test]
+fn url_errors() {
+    for (url, needle) in [
+        ("ftp://10.0.0.1/", "scheme `ftp`"),
+        ("http://10.0.0.1/?x=1", "query"),
+        ("http://10.0.0.1/#frag", "fragment"),
+        ("http://user:pw@10.0.0.1/", "credentials"),
+        ("10.0.0.1:8000", "scheme"),
+        ("http://exa mple.com/", "not a valid URL"),
+        ("", "empty"),
+        ("http://no-such-host.invalid:8000", "no-such-host.invalid"),
+    ] {
+        let errs = target_with_url(url).unwrap_err();
+        let e = error_at(&errs.errors, "targets[0].url");
+        assert!(e.message.contains(needle), "{url}: {e}");
+        assert!(!e.fix.is_empty());
+    }
+}
+
+#[test]
+fn resolution_failure_names_key_and_host() {
+    let errs = target_with_url("http://no-such-host.invalid:8000").unwrap_err();
+    let e = &errs.errors[0];
+    assert_eq!(e.key, "targets[0].url");
+    assert!(e
+        .message
+        .contains("cannot resolve host `no-such-host.invalid`"));
+}
+
+// ------------------------------------------------------------------ durations
+
+#[test]
+fn duration_errors() {
+    let text = format!(
+        "[server]\nshutdown_grace = \"soon\"\n[server.limits]\nhead_timeout = \"0s\"\n\
+         body_timeout = 30\nwrite_timeout = true\n{ONE_TARGET}\
+         [targets.timeouts]\nconnect = \"0ms\"\nfirst_byte = \"2m\"\nidle = \"10 parsecs\"\n\
+         [targets.pool]\nidle_timeout = \"0s\"\n"
+    );
+    let errs = errors(&text);
+    assert!(error_at(&errs, "server.shutdown_grace")
+        .message
+        .contains("not a duration"));
+    assert!(error_at(&errs, "server.limits.head_timeout")
+        .message
+        .contains("zero"));
+    assert!(error_at(&errs, "server.limits.body_timeout")
+        .fix
+        .contains("\"30s\""));
+    error_at(&errs, "server.limits.write_timeout");
+    error_at(&errs, "targets[0].timeouts.connect");
+    error_at(&errs, "targets[0].timeouts.idle");
+    error_at(&errs, "targets[0].pool.idle_timeout");
+    assert_eq!(errs.len(), 7, "{}", ConfigErrors { errors: errs });
+}
+
+#[test]
+fn durations_parse() {
+    let c = load(&format!(
+        "{ONE_TARGET}[targets.timeouts]\nconnect = \"250ms\"\nfirst_byte = \"2m\"\nidle = \"1h 30m\"\n"
+    ))
+    .unwrap();
+    let t = &c.targets[0].timeouts;
+    assert_eq!(t.connect, Duration::from_millis(250));
+    assert_eq!(t.first_byte, Duration::from_secs(120));
+    assert_eq!(t.idle, Duration::from_secs(5400));
+}
+
+// ------------------------------------------------------------------ unknown keys
+
+#[test]
+fn unknown_keys_everywhere_with_suggestions() {
+    let text = "\
+servr = 1
+[server]
+listn = \"127.0.0.1:1\"
+[server.limits]
+max_body_byte = 10
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+price = { input = 1.0, output = 2.0, ouput = 3.0 }
+[targets.timeouts]
+conect = \"1s\"
+[targets.pool]
+max_idel = 3
+[[targets]]
+name = \"b\"
+url = \"http://10.0.0.2\"
+wieght = 2.0
+[[routes]]
+name = \"r\"
+targets = [\"a\"]
+retry = 2
+[routes.match]
+pathz = [\"/v1/completions\"]
+header = { name = \"x\", value = \"y\", vlaue = \"z\" }
+";
+    let errs = errors(text);
+    let expect = [
+        ("servr", "server"),
+        ("server.listn", "listen"),
+        ("server.limits.max_body_byte", "max_body_bytes"),
+        ("targets[0].price.ouput", "output"),
+        ("targets[0].timeouts.conect", "connect"),
+        ("targets[0].pool.max_idel", "max_idle"),
+        ("targets[1].wieght", "weight"),
+        ("routes[0].retry", "retries"),
+        ("routes[0].match.pathz", "paths"),
+        ("routes[0].match.header.vlaue", "value"),
+    ];
+    for (key, suggestion) in expect {
+        let e = error_at(&errs, key);
+        assert!(e.message.contains("unknown key"), "{e}");
+        assert!(
+            e.fix.contains(&format!("did you mean `{suggestion}`?")),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        errs.len(),
+        expect.len(),
+        "{}",
+        ConfigErrors { errors: errs }
+    );
+}
+
+#[test]
+fn misspelled_table_is_an_unknown_key() {
+    let errs = errors(&format!("[server.limts]\nmax_headers = 5\n{ONE_TARGET}"));
+    let e = error_at(&errs, "server.limts");
+    assert!(e.fix.contains("`limits`"), "{e}");
+}
+
+#[test]
+fn known_keys_match_structs() {
+    // Every key listed as valid is accepted by the serde types (no unknown-key error).
+    let tables: [(&str, &[&str]); 10] = [
+        ("", raw::TOP_KEYS),
+        ("[server]\n", raw::SERVER_KEYS),
+        ("[server.limits]\n", raw::LIMITS_KEYS),
+        ("[[targets]]\n", raw::TARGET_KEYS),
+        ("[[targets]]\n[targets.price]\n", raw::PRICE_KEYS),
+        ("[[targets]]\n[targets.timeouts]\n", raw::TIMEOUTS_KEYS),
+        ("[[targets]]\n[targets.pool]\n", raw::POOL_KEYS),
+        ("[[routes]]\n", raw::ROUTE_KEYS),
+        ("[[routes]]\n[routes.match]\n", raw::MATCH_KEYS),
+        (
+            "[[routes]]\n[routes.match.header]\n",
+            raw::HEADER_MATCH_KEYS,
+        ),
+    ];
+    for (header, keys) in tables {
+        for key in keys {
+            let text = format!("{header}{key} = 1\n");
+            if let Err(errs) = load(&text) {
+                for e in &errs {
+                    assert!(!e.message.contains("unknown key"), "{text}: {e}");
+                }
+            }
+        }
+        // And an unlisted key is reported.
+        let text = format!("{header}zzz_unlisted = 1\n");
+        let errs = load(&text).unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.message.contains("unknown key `zzz_unlisted`")),
+            "{text}: {errs}"
+        );
+    }
+}
+
+#[test]
+fn strategy_options_are_not_unknown_keys() {
+    let text = format!(
+        "{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n[routes.strategy]\n\
+         name = \"round_robin\"\nzzz_not_an_option = 3\n"
+    );
+    let errs = errors(&text);
+    assert_eq!(
+        errs.len(),
+        1,
+        "{}",
+        ConfigErrors {
+            errors: errs.clone()
+        }
+    );
+    let e = error_at(&errs, "routes[0].strategy.zzz_not_an_option");
+    assert!(!e.message.contains("unknown key"));
+}
+
+// ------------------------------------------------------------------ serde / TOML errors
+
+#[test]
+fn type_error_has_line_column_and_key() {
+    let text = format!("{ONE_TARGET}[[targets]]\nname = \"b\"\nurl = 5\n");
+    let errs = errors(&text);
+    assert_eq!(
+        errs.len(),
+        1,
+        "{}",
+        ConfigErrors {
+            errors: errs.clone()
+        }
+    );
+    let e = &errs[0];
+    assert_eq!(e.key, "targets[1].url");
+    assert!(e.message.starts_with("line 6, column 7: "), "{e}");
+    assert!(e.message.contains("string"), "{e}");
+}
+
+#[test]
+fn type_error_in_server() {
+    let errs = errors(&format!("[server]\nworkers = \"four\"\n{ONE_TARGET}"));
+    let e = &errs[0];
+    assert_eq!(e.key, "server.workers");
+    assert!(e.message.starts_with("line 2, column 11"), "{e}");
+}
+
+#[test]
+fn unknown_keys_reported_alongside_type_error() {
+    let errs = errors(&format!(
+        "[server]\nlistn = \"x\"\nworkers = \"four\"\n{ONE_TARGET}"
+    ));
+    error_at(&errs, "server.listn");
+    error_at(&errs, "server.workers");
+}
+
+#[test]
+fn syntax_errors_have_line_and_column() {
+    let errs = errors("[[targets]]\nname = \"a\nurl = \"http://10.0.0.1\"\n");
+    let e = &errs[0];
+    assert!(e.message.starts_with("line 2, column"), "{e}");
+    assert!(e.fix.contains("line 2"), "{e}");
+    // Each error renders on exactly one line.
+    let all = ConfigErrors { errors: errs }.to_string();
+    assert_eq!(all.lines().count(), all.matches("(fix: ").count());
+}
+
+#[test]
+fn duplicate_key_is_a_syntax_error() {
+    let errs = errors("[[targets]]\nname = \"a\"\nname = \"b\"\nurl = \"http://10.0.0.1\"\n");
+    assert!(errs[0].message.starts_with("line 3"), "{}", errs[0]);
+}
+
+// ------------------------------------------------------------------ names and references
+
+#[test]
+fn no_targets_is_an_error() {
+    let errs = errors("[server]\nworkers = 1\n");
+    error_at(&errs, "targets");
+    let errs = errors("targets = []\n");
+    error_at(&errs, "targets");
+}
+
+#[test]
+fn empty_routes_array_is_an_error() {
+    let errs = errors(&format!("routes = []\n{ONE_TARGET}"));
+    error_at(&errs, "routes");
+}
+
+#[test]
+fn names_required_unique_and_well_formed() {
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.2\"
+[[targets]]
+name = \"\"
+url = \"http://10.0.0.3\"
+[[targets]]
+name = \"bad name!\"
+url = \"http://10.0.0.4\"
+[[targets]]
+url = \"http://10.0.0.5\"
+[[targets]]
+name = \"nourl\"
+[[routes]]
+name = \"r\"
+targets = [\"a\"]
+[[routes]]
+name = \"r\"
+targets = [\"a\"]
+[[routes]]
+name = \"\"
+targets = [\"a\"]
+[[routes]]
+targets = [\"a\"]
+";
+    let errs = errors(text);
+    assert!(error_at(&errs, "targets[1].name")
+        .message
+        .contains("already used by targets[0]"));
+    assert!(error_at(&errs, "targets[2].name").message.contains("empty"));
+    assert!(error_at(&errs, "targets[3].name")
+        .fix
+        .contains("`bad-name-`"));
+    error_at(&errs, "targets[4].name");
+    error_at(&errs, "targets[5].url");
+    assert!(error_at(&errs, "routes[1].name")
+        .message
+        .contains("already used by routes[0]"));
+    error_at(&errs, "routes[2].name");
+    error_at(&errs, "routes[3].name");
+    assert_eq!(errs.len(), 8, "{}", ConfigErrors { errors: errs });
+}
+
+#[test]
+fn dangling_route_target_names_it_and_lists_known() {
+    let text = format!(
+        "{ONE_TARGET}[[targets]]\nname = \"bee\"\nurl = \"http://10.0.0.2\"\n\
+         [[routes]]\nname = \"r\"\ntargets = [\"a\", \"be\", \"a\"]\n\
+         [[routes]]\nname = \"s\"\ntargets = []\n[[routes]]\nname = \"t\"\n"
+    );
+    let errs = errors(&text);
+    let e = error_at(&errs, "routes[0].targets[1]");
+    assert!(e.message.contains("`be`"), "{e}");
+    assert!(e.fix.contains("a, bee"), "{e}");
+    assert!(e.fix.contains("did you mean `bee`?"), "{e}");
+    assert!(error_at(&errs, "routes[0].targets[2]")
+        .message
+        .contains("twice"));
+    error_at(&errs, "routes[1].targets");
+    error_at(&errs, "routes[2].targets");
+    assert_eq!(errs.len(), 4);
+}
+
+#[test]
+fn route_to_invalid_target_is_not_dangling() {
+    // The target has a bad URL; the route naming it must not add a second, misleading error.
+    let text = "[[targets]]\nname = \"a\"\nurl = \"ftp://x\"\n[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n";
+    let errs = errors(text);
+    assert_eq!(
+        errs.len(),
+        1,
+        "{}",
+        ConfigErrors {
+            errors: errs.clone()
+        }
+    );
+    assert_eq!(errs[0].key, "targets[0].url");
+}
+
+// ------------------------------------------------------------------ match rules
+
+#[test]
+fn match_rules() {
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+models = [\"m1\", \"m2\"]
+[[targets]]
+name = \"b\"
+url = \"http://10.0.0.2\"
+models = [\"m3\"]
+[[routes]]
+name = \"r\"
+targets = [\"a\", \"b\"]
+forward_client_auth = true
+retries = 0
+[routes.match]
+paths = [\"/v1/embeddings\", \"/v1/messages\"]
+models = [\"m1\", \"m3\"]
+header = { name = \"X-Tenant\", value = \"blue\" }
+";
+    let c = load(text).unwrap();
+    let r = &c.routes[0];
+    assert!(r.forward_client_auth);
+    assert_eq!(r.retries, 0);
+    assert_eq!(r.matcher.paths, vec!["/v1/embeddings", "/v1/messages"]);
+    assert_eq!(r.matcher.models, vec!["m1", "m3"]);
+    assert_eq!(
+        r.matcher.header,
+        Some(("x-tenant".to_string(), "blue".to_string()))
+    );
+}
+
+#[test]
+fn match_errors() {
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+models = [\"m1\"]
+[[targets]]
+name = \"any\"
+url = \"http://10.0.0.2\"
+[[routes]]
+name = \"r\"
+targets = [\"a\"]
+[routes.match]
+paths = [\"/v1/chat/completion\", \"/v1/completions\"]
+models = [\"m1\", \"m9\", \"\"]
+header = { name = \"bad header\", value = \"\" }
+[[routes]]
+name = \"s\"
+targets = [\"a\", \"any\"]
+match = { models = [\"m9\"] }
+";
+    let errs = errors(text);
+    let e = error_at(&errs, "routes[0].match.paths[0]");
+    assert!(
+        e.fix.contains("did you mean `/v1/chat/completions`?"),
+        "{e}"
+    );
+    let e = error_at(&errs, "routes[0].match.models[1]");
+    assert!(
+        e.message.contains("`m9`") && e.message.contains("m1"),
+        "{e}"
+    );
+    error_at(&errs, "routes[0].match.models[2]");
+    error_at(&errs, "routes[0].match.header.name");
+    error_at(&errs, "routes[0].match.header.value");
+    // Route `s` has a target without a model list, so m9 may be served: no error.
+    assert_eq!(errs.len(), 5, "{}", ConfigErrors { errors: errs });
+}
+
+#[test]
+fn retries_bounds() {
+    for (r, ok) in [("0", true), ("10", true), ("11", false), ("-1", false)] {
+        let text =
+            format!("{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\nretries = {r}\n");
+        match load(&text) {
+            Ok(c) => assert!(ok, "{r}: {c:?}"),
+            Err(errs) => {
+                assert!(!ok, "{r}: {errs}");
+                error_at(&errs.errors, "routes[0].retries");
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ strategies
+
+#[test]
+fn strategy_forms() {
+    let text = format!(
+        "{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\nstrategy = \"round_robin\"\n\
+         [[routes]]\nname = \"s\"\ntargets = [\"a\"]\nstrategy = {{ name = \"round_robin\" }}\n"
+    );
+    let c = load(&text).unwrap();
+    assert_eq!(c.routes[0].strategy.name, "round_robin");
+    assert!(c.routes[0].strategy.options.is_empty());
+    assert_eq!(c.routes[1].strategy.name, "round_robin");
+    assert!(c.routes[1].strategy.options.is_empty());
+}
+
+#[test]
+fn strategy_errors() {
+    let text = format!(
+        "{ONE_TARGET}\
+         [[routes]]\nname = \"r0\"\ntargets = [\"a\"]\nstrategy = \"zzz_no_such_strategy\"\n\
+         [[routes]]\nname = \"r1\"\ntargets = [\"a\"]\nstrategy = {{ name = \"zzz_nope\" }}\n\
+         [[routes]]\nname = \"r2\"\ntargets = [\"a\"]\nstrategy = {{ threshold = 2 }}\n\
+         [[routes]]\nname = \"r3\"\ntargets = [\"a\"]\nstrategy = 7\n\
+         [[routes]]\nname = \"r4\"\ntargets = [\"a\"]\nstrategy = {{ name = 7 }}\n\
+         [[routes]]\nname = \"r5\"\ntargets = [\"a\"]\nstrategy = \"\"\n"
+    );
+    let errs = errors(&text);
+    assert!(error_at(&errs, "routes[0].strategy")
+        .message
+        .contains("`zzz_no_such_strategy`"));
+    assert!(error_at(&errs, "routes[1].strategy.name")
+        .message
+        .contains("`zzz_nope`"));
+    error_at(&errs, "routes[2].strategy.name");
+    error_at(&errs, "routes[3].strategy");
+    error_at(&errs, "routes[4].strategy.name");
+    error_at(&errs, "routes[5].strategy");
+    assert_eq!(errs.len(), 6, "{}", ConfigErrors { errors: errs });
+}
+
+// ------------------------------------------------------------------ headers and env
+
+fn target_with_headers(headers: &str) -> Result<Config, ConfigErrors> {
+    load(&format!("{ONE_TARGET}headers = {{ {headers} }}\n"))
+}
+
+#[test]
+fn env_expansion() {
+    let c = target_with_headers(
+        r#""Authorization" = "Bearer ${TOKEN}", "X-Combo" = "${TENANT}-${TOKEN}$HOME${EMPTY}", "x-plain" = "a$b""#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.targets[0].headers,
+        vec![
+            ("authorization".to_string(), "Bearer abc".to_string()),
+            ("x-combo".to_string(), "blue-abc$HOME".to_string()),
+            ("x-plain".to_string(), "a$b".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn env_expansion_errors_name_every_missing_variable() {
+    let errs = target_with_headers(
+        r#"a = "${NOPE_1}", b = "${NOPE_2} and ${TOKEN}", c = "${oops", d = "${1X}""#,
+    )
+    .unwrap_err();
+    let a = error_at(&errs.errors, "targets[0].headers.a");
+    assert!(a.message.contains("`NOPE_1` is not set"), "{a}");
+    let b = error_at(&errs.errors, "targets[0].headers.b");
+    assert!(b.message.contains("NOPE_2"), "{b}");
+    error_at(&errs.errors, "targets[0].headers.c");
+    error_at(&errs.errors, "targets[0].headers.d");
+    assert_eq!(errs.len(), 4);
+}
+
+#[test]
+fn env_expansion_with_process_environment() {
+    // load_str uses the real environment; PATH is set in any test environment.
+    let path = std::env::var("PATH").expect("PATH is set");
+    let c = load_str(
+        &format!("{ONE_TARGET}headers = {{ x-path = \"${{PATH}}\" }}\n"),
+        "env.toml",
+    )
+    .unwrap();
+    assert_eq!(c.targets[0].headers[0].1, path);
+    let errs = load_str(
+        &format!("{ONE_TARGET}headers = {{ x = \"${{ROLTER_TEST_SURELY_UNSET_VAR}}\" }}\n"),
+        "env.toml",
+    )
+    .unwrap_err();
+    assert!(errs.errors[0]
+        .message
+        .contains("ROLTER_TEST_SURELY_UNSET_VAR"));
+    assert_eq!(errs.errors[0].file, "env.toml");
+}
+
+#[test]
+fn header_values_reject_cr_lf_nul() {
+    let errs = target_with_headers(
+        r#"a = "x\r\ny: z", b = "line\nfeed", c = "nul\u0000", d = "${EVIL}", e = "ok""#,
+    )
+    .unwrap_err();
+    assert!(error_at(&errs.errors, "targets[0].headers.a")
+        .message
+        .contains("carriage return"));
+    assert!(error_at(&errs.errors, "targets[0].headers.b")
+        .message
+        .contains("line feed"));
+    assert!(error_at(&errs.errors, "targets[0].headers.c")
+        .message
+        .contains("NUL"));
+    error_at(&errs.errors, "targets[0].headers.d");
+    assert_eq!(errs.len(), 4, "{errs}");
+}
+
+#[test]
+fn header_names_checked() {
+    let errs = target_with_headers(
+        r#""Bad Name" = "1", "Connection" = "close", "Transfer-Encoding" = "chunked", host = "x", "X-A" = "1", "x-a" = "2", "" = "3""#,
+    )
+    .unwrap_err();
+    error_at(&errs.errors, "targets[0].headers.\"Bad Name\"");
+    error_at(&errs.errors, "targets[0].headers.Connection");
+    error_at(&errs.errors, "targets[0].headers.Transfer-Encoding");
+    error_at(&errs.errors, "targets[0].headers.host");
+    assert!(error_at(&errs.errors, "targets[0].headers.x-a")
+        .message
+        .contains("twice"));
+    error_at(&errs.errors, "targets[0].headers.\"\"");
+    assert_eq!(errs.len(), 6, "{errs}");
+}
+
+// ------------------------------------------------------------------ other target fields
+
+#[test]
+fn target_field_errors() {
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+models = [\"m1\", \"m1\", \"\"]
+max_concurrent = 0
+tier = -1
+price = { input = -1.0 }
+upstream_models = { m2 = \"x\", m1 = \"\" }
+[targets.pool]
+max_idle = -2
+[[targets]]
+name = \"b\"
+url = \"http://10.0.0.2\"
+upstream_models = { anything = \"provider-name\" }
+";
+    let errs = errors(text);
+    for key in [
+        "targets[0].models[1]",
+        "targets[0].models[2]",
+        "targets[0].max_concurrent",
+        "targets[0].tier",
+        "targets[0].price.input",
+        "targets[0].price.output",
+        "targets[0].pool.max_idle",
+    ] {
+        error_at(&errs, key);
+    }
+    // models is invalid, so upstream_models cannot be checked against it; fix models and retry.
+    let text = text.replace("[\"m1\", \"m1\", \"\"]", "[\"m1\"]");
+    let errs = errors(&text);
+    let e = error_at(&errs, "targets[0].upstream_models.m2");
+    assert!(e.fix.contains("add \"m2\" to `models`"), "{e}");
+    error_at(&errs, "targets[0].upstream_models.m1");
+    // Target b has no models list: any mapping is fine.
+    assert!(!errs.iter().any(|e| e.key.starts_with("targets[1]")));
+}
+
+#[test]
+fn target_values() {
+    let c = load(&format!(
+        "{ONE_TARGET}models = [\"m\"]\nmax_concurrent = 8\ntier = 2\nprice = {{ input = 0, output = 1.5 }}\n\
+         upstream_models = {{ m = \"org/m\" }}\n[targets.pool]\nmax_idle = 0\n"
+    ))
+    .unwrap();
+    let t = &c.targets[0];
+    assert_eq!(t.models, vec!["m"]);
+    assert_eq!(t.max_concurrent, Some(8));
+    assert_eq!(t.tier, 2);
+    assert_eq!(
+        t.price,
+        Some(Price {
+            input_per_mtok: 0.0,
+            output_per_mtok: 1.5
+        })
+    );
+    assert_eq!(t.upstream_models["m"], "org/m");
+    assert_eq!(t.pool.max_idle, 0);
+}
+
+// ------------------------------------------------------------------ reporting
+
+#[test]
+fn many_errors_reported_at_once() {
+    let text = "\
+[server]
+workers = -4
+drivr = \"epoll\"
+[[targets]]
+name = \"a\"
+url = \"gopher://x\"
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.2\"
+headers = { x = \"${NOT_SET_ANYWHERE}\" }
+[targets.timeouts]
+connect = \"0s\"
+[[routes]]
+name = \"r\"
+targets = [\"zzz\"]
+retries = 50
+";
+    let errs = load(text).unwrap_err();
+    let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
+    for key in [
+        "server.drivr",
+        "server.workers",
+        "targets[0].url",
+        "targets[1].headers.x",
+        "targets[1].timeouts.connect",
+        "targets[1].name",
+        "routes[0].targets[0]",
+        "routes[0].retries",
+    ] {
+        assert!(keys.contains(&key), "missing {key} in {keys:?}");
+    }
+    assert_eq!(errs.len(), 8, "{errs}");
+    let shown = errs.to_string();
+    assert_eq!(shown.lines().count(), 8);
+    for line in shown.lines() {
+        assert!(line.starts_with("test.toml: "), "{line}");
+        assert!(line.ends_with(')') && line.contains(" (fix: "), "{line}");
+    }
+}
+
+#[test]
+fn error_display_format() {
+    let e = ConfigError {
+        file: "f.toml".into(),
+        key: "targets[1].url".into(),
+        message: "bad".into(),
+        fix: "do better".into(),
+    };
+    assert_eq!(
+        e.to_string(),
+        "f.toml: targets[1].url: bad (fix: do better)"
+    );
+    let all = ConfigErrors {
+        errors: vec![e.clone(), e],
+    };
+    assert_eq!(all.to_string().lines().count(), 2);
+    let _: &dyn std::error::Error = &all;
+}
+
+#[test]
+fn load_file_missing_file() {
+    let errs = load_file(std::path::Path::new("/nonexistent/rolter.toml")).unwrap_err();
+    assert_eq!(errs.errors[0].file, "/nonexistent/rolter.toml");
+    assert!(errs.errors[0].message.contains("cannot read"));
+}
+
+#[test]
+fn every_error_has_a_fix() {
+    let texts = [
+        FLEET.replace("round_robin", "bogus"),
+        "x = [".to_string(),
+        "[[targets]]\nname = 1\n".to_string(),
+    ];
+    for t in &texts {
+        for e in &load(t).unwrap_err() {
+            assert!(!e.message.is_empty() && !e.fix.is_empty(), "{e}");
+            assert!(!e.key.is_empty(), "{e}");
+        }
+    }
+}
+
+#[test]
+fn config_is_plain_data() {
+    fn assert_plain<T: Clone + Send + Sync + 'static>() {}
+    assert_plain::<Config>();
+    assert_plain::<ConfigErrors>();
+}
+
+#[test]
+fn edit_distance_basics() {
+    assert_eq!(raw::edit_distance("listen", "listen"), 0);
+    assert_eq!(raw::edit_distance("listn", "listen"), 1);
+    assert_eq!(raw::edit_distance("Weight", "wieght"), 2);
+    assert_eq!(raw::closest("conect", raw::TIMEOUTS_KEYS), Some("connect"));
+}

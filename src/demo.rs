@@ -1,0 +1,84 @@
+//! `rolter demo`: three mock engines of different speeds, started in-process, with the
+//! gateway in front of them on a built-in configuration.
+//!
+//! Owns only the demo fleet's shape; the gateway it starts is the real one.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rolter_mock::{MockConfig, MockHandle};
+
+use crate::config::{self, Config};
+use crate::runtime::Gateway;
+
+/// The model name the demo fleet serves.
+pub const DEMO_MODEL: &str = "demo-model";
+
+/// A running demo: the mock engines and the gateway.
+pub struct Demo {
+    pub gateway: Gateway,
+    pub engines: Vec<(String, MockHandle)>,
+}
+
+/// The three demo engines: name, time to first token, inter-token latency.
+const ENGINES: &[(&str, u64, u64)] = &[("fast", 40, 20), ("medium", 90, 40), ("slow", 200, 80)];
+
+/// Starts the mock fleet and the gateway on `listen`.
+pub fn start(listen: SocketAddr, workers: usize) -> io::Result<Demo> {
+    let mut engines = Vec::new();
+    for &(name, ttft, itl) in ENGINES {
+        let handle = rolter_mock::spawn(MockConfig {
+            name: name.to_string(),
+            models: vec![DEMO_MODEL.to_string()],
+            ttft: Duration::from_millis(ttft),
+            itl: Duration::from_millis(itl),
+            tokens: 24,
+            ..MockConfig::default()
+        })?;
+        engines.push((name.to_string(), handle));
+    }
+    let config = demo_config(listen, workers, &engines)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    let gateway = Gateway::start(config)?;
+    Ok(Demo { gateway, engines })
+}
+
+fn demo_config(
+    listen: SocketAddr,
+    workers: usize,
+    engines: &[(String, MockHandle)],
+) -> Result<Config, config::ConfigErrors> {
+    let mut text = format!("[server]\nlisten = \"{listen}\"\nworkers = {workers}\n\n");
+    for (name, h) in engines {
+        text.push_str(&format!(
+            "[[targets]]\nname = \"{name}\"\nurl = \"http://{}\"\nmodels = [\"{DEMO_MODEL}\"]\n\n",
+            h.addr()
+        ));
+    }
+    text.push_str("[[routes]]\nname = \"demo\"\ntargets = [");
+    let names: Vec<String> = engines.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+    text.push_str(&names.join(", "));
+    text.push_str("]\nstrategy = \"round_robin\"\n");
+    config::load_str(&text, "<demo>")
+}
+
+/// The banner `rolter demo` prints.
+pub fn banner(demo: &Demo) -> String {
+    let addr = demo.gateway.local_addr();
+    let mut s = format!(
+        "rolter demo: gateway on http://{addr} ({} driver) in front of {} mock engines:\n",
+        demo.gateway.driver().label(),
+        demo.engines.len()
+    );
+    for ((name, h), (_, ttft, itl)) in demo.engines.iter().zip(ENGINES) {
+        s.push_str(&format!(
+            "  {name:<7} http://{}  (first token {ttft} ms, then one every {itl} ms)\n",
+            h.addr()
+        ));
+    }
+    s.push_str(&format!(
+        "\nStream a completion (tokens arrive one by one):\n  curl -N http://{addr}/v1/chat/completions \\\n    -H 'content-type: application/json' \\\n    -d '{{\"model\":\"{DEMO_MODEL}\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}]}}'\n\nList models:  curl http://{addr}/v1/models\nStop with Ctrl-C.\n"
+    ));
+    s
+}

@@ -1,0 +1,456 @@
+//! Request-head parsing with limits and the framing rules a front-door proxy must enforce.
+//!
+//! `httparse` does the tokenising; this module adds what it leaves out (bare-LF rejection,
+//! Content-Length / Transfer-Encoding / Host / Expect semantics, size limits) and records
+//! header positions as offsets so the caller keeps ownership of its read buffer. It must not
+//! allocate per request beyond the caller's reused span vector.
+
+use std::ops::Range;
+
+use http::Method;
+
+use super::{header_tokens, parse_content_length, trim_ows};
+
+/// The most header fields `parse` can ever accept, whatever the configured limit.
+pub const MAX_HEADERS_CAP: usize = 256;
+
+/// Limits applied while parsing a head.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadLimits {
+    pub max_head_bytes: usize,
+    pub max_headers: usize,
+    pub max_uri_bytes: usize,
+}
+
+/// Position of one header field inside the head buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderSpan {
+    pub name: (u32, u32),
+    pub value: (u32, u32),
+}
+
+impl HeaderSpan {
+    #[inline]
+    pub fn name<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        &buf[self.name.0 as usize..self.name.1 as usize]
+    }
+    #[inline]
+    pub fn value<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        &buf[self.value.0 as usize..self.value.1 as usize]
+    }
+    #[inline]
+    pub fn is(&self, buf: &[u8], lower_name: &str) -> bool {
+        self.name(buf).eq_ignore_ascii_case(lower_name.as_bytes())
+    }
+}
+
+/// How the request body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// A parsed, validated request head. Ranges index the buffer given to [`parse`].
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    /// Length of the head including the blank line.
+    pub len: usize,
+    pub method: Method,
+    /// Origin-form path, without the query (absolute-form authority removed).
+    pub path: Range<usize>,
+    /// Query including the leading `?`, or empty.
+    pub query: Range<usize>,
+    /// HTTP/1.0 request.
+    pub http10: bool,
+    pub framing: BodyFraming,
+    /// `Expect: 100-continue` on an HTTP/1.1 request.
+    pub expect_continue: bool,
+    /// The client asked to close after this exchange (or speaks HTTP/1.0).
+    pub close: bool,
+}
+
+impl RequestHead {
+    pub fn path<'b>(&self, buf: &'b [u8]) -> &'b str {
+        // Validated as ASCII by httparse.
+        std::str::from_utf8(&buf[self.path.clone()]).unwrap_or("/")
+    }
+}
+
+/// Why a head was rejected. Every variant closes the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    BadRequest(&'static str),
+    UriTooLong,
+    HeaderTooLarge,
+    TooManyHeaders,
+    /// A transfer coding other than chunked.
+    NotImplemented,
+    ExpectationFailed,
+    UnsupportedMediaType,
+    PayloadTooLarge,
+}
+
+impl HeadError {
+    pub fn status(self) -> u16 {
+        match self {
+            HeadError::BadRequest(_) => 400,
+            HeadError::UriTooLong => 414,
+            HeadError::HeaderTooLarge | HeadError::TooManyHeaders => 431,
+            HeadError::NotImplemented => 501,
+            HeadError::ExpectationFailed => 417,
+            HeadError::UnsupportedMediaType => 415,
+            HeadError::PayloadTooLarge => 413,
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            HeadError::BadRequest(m) => m,
+            HeadError::UriTooLong => "request target too long",
+            HeadError::HeaderTooLarge => "request header section too large",
+            HeadError::TooManyHeaders => "too many request header fields",
+            HeadError::NotImplemented => {
+                "transfer coding not implemented; only chunked is accepted"
+            }
+            HeadError::ExpectationFailed => "only `Expect: 100-continue` is supported",
+            HeadError::UnsupportedMediaType => "request Content-Encoding is not supported",
+            HeadError::PayloadTooLarge => "request body exceeds the configured limit",
+        }
+    }
+}
+
+/// Locates the end of the head (index just past `\r\n\r\n`) while rejecting a bare LF or a
+/// CR not followed by LF anywhere before it. `Ok(None)`: incomplete.
+fn find_head_end(buf: &[u8]) -> Result<Option<usize>, HeadError> {
+    let mut i = 0;
+    while let Some(off) = memchr2(b'\r', b'\n', &buf[i..]) {
+        let p = i + off;
+        if buf[p] == b'\n' {
+            return Err(HeadError::BadRequest("bare LF in request head"));
+        }
+        // CR: must be followed by LF.
+        match buf.get(p + 1) {
+            None => return Ok(None),
+            Some(b'\n') => {}
+            Some(_) => return Err(HeadError::BadRequest("bare CR in request head")),
+        }
+        if buf.get(p + 2) == Some(&b'\r') {
+            match buf.get(p + 3) {
+                None => return Ok(None),
+                Some(b'\n') => return Ok(Some(p + 4)),
+                Some(_) => return Err(HeadError::BadRequest("bare CR in request head")),
+            }
+        }
+        i = p + 2;
+    }
+    Ok(None)
+}
+
+#[inline]
+fn memchr2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|&c| c == a || c == b)
+}
+
+/// Parses and validates a request head at the start of `buf`.
+///
+/// Returns `Ok(None)` when more bytes are needed (and the limits still allow them).
+/// `spans` is cleared and filled with the header positions.
+pub fn parse(
+    buf: &[u8],
+    limits: &HeadLimits,
+    spans: &mut Vec<HeaderSpan>,
+) -> Result<Option<RequestHead>, HeadError> {
+    spans.clear();
+    let end = match find_head_end(buf)? {
+        Some(end) => end,
+        None => {
+            if buf.len() >= limits.max_head_bytes {
+                return Err(oversize_error(buf, limits));
+            }
+            return Ok(None);
+        }
+    };
+    if end > limits.max_head_bytes {
+        return Err(oversize_error(&buf[..end], limits));
+    }
+
+    let cap = limits.max_headers.min(MAX_HEADERS_CAP);
+    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    let mut req = httparse::Request::new(&mut storage[..cap]);
+    let status = match req.parse(&buf[..end]) {
+        Ok(s) => s,
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(httparse::Error::Version) => {
+            return Err(HeadError::BadRequest("unsupported HTTP version"))
+        }
+        Err(httparse::Error::Token) => return Err(HeadError::BadRequest("malformed request line")),
+        Err(_) => return Err(HeadError::BadRequest("malformed request head")),
+    };
+    let len = match status {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return Err(HeadError::BadRequest("malformed request head")),
+    };
+    let base = buf.as_ptr() as usize;
+    let off = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+
+    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
+        .map_err(|_| HeadError::BadRequest("malformed method"))?;
+    let http10 = req.version == Some(0);
+    let target = req.path.unwrap_or("");
+    if target.len() > limits.max_uri_bytes {
+        return Err(HeadError::UriTooLong);
+    }
+    let target_start = off(target.as_bytes()) as usize;
+    // Origin form, or absolute form whose authority is ignored: upstreams come only from
+    // the configuration, never from the request.
+    let origin_start = if target.starts_with('/') {
+        target_start
+    } else if let Some(rest) = strip_scheme(target) {
+        match rest.find('/') {
+            Some(slash) => target_start + (target.len() - rest.len()) + slash,
+            None => return Err(HeadError::BadRequest("absolute-form target without a path")),
+        }
+    } else {
+        return Err(HeadError::BadRequest(
+            "request target must be origin or absolute form",
+        ));
+    };
+    let target_end = target_start + target.len();
+    let q = buf[origin_start..target_end]
+        .iter()
+        .position(|&b| b == b'?')
+        .map(|p| origin_start + p)
+        .unwrap_or(target_end);
+
+    let mut content_length: Option<u64> = None;
+    let mut cl_count = 0u32;
+    let mut te_count = 0u32;
+    let mut chunked = false;
+    let mut host_count = 0u32;
+    let mut expect_continue = false;
+    let mut close = http10;
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        let value = h.value;
+        spans.push(HeaderSpan {
+            name: (off(name), off(name) + name.len() as u32),
+            value: (off(value), off(value) + value.len() as u32),
+        });
+        if name.eq_ignore_ascii_case(b"content-length") {
+            cl_count += 1;
+            content_length = Some(
+                parse_content_length(value)
+                    .ok_or(HeadError::BadRequest("invalid Content-Length"))?,
+            );
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            te_count += 1;
+            let v = trim_ows(value);
+            if v.eq_ignore_ascii_case(b"chunked") {
+                chunked = true;
+            } else if v.is_empty() || v.contains(&b',') || !v.iter().all(|&b| is_tchar(b)) {
+                return Err(HeadError::BadRequest("invalid Transfer-Encoding"));
+            } else {
+                return Err(HeadError::NotImplemented);
+            }
+        } else if name.eq_ignore_ascii_case(b"host") {
+            host_count += 1;
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            if http10 {
+                continue;
+            }
+            if trim_ows(value).eq_ignore_ascii_case(b"100-continue") {
+                expect_continue = true;
+            } else {
+                return Err(HeadError::ExpectationFailed);
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for t in header_tokens(value) {
+                if t.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case(b"content-encoding") {
+            if !trim_ows(value).eq_ignore_ascii_case(b"identity") {
+                return Err(HeadError::UnsupportedMediaType);
+            }
+        }
+    }
+    if cl_count > 1 {
+        return Err(HeadError::BadRequest("multiple Content-Length fields"));
+    }
+    if te_count > 1 {
+        return Err(HeadError::BadRequest("multiple Transfer-Encoding fields"));
+    }
+    if te_count > 0 && http10 {
+        return Err(HeadError::BadRequest(
+            "Transfer-Encoding in an HTTP/1.0 request",
+        ));
+    }
+    if te_count > 0 && cl_count > 0 {
+        return Err(HeadError::BadRequest(
+            "both Content-Length and Transfer-Encoding",
+        ));
+    }
+    if host_count > 1 || (!http10 && host_count == 0) {
+        return Err(HeadError::BadRequest("exactly one Host field is required"));
+    }
+    let framing = if chunked {
+        BodyFraming::Chunked
+    } else {
+        match content_length {
+            Some(0) | None => BodyFraming::None,
+            Some(n) => BodyFraming::Length(n),
+        }
+    };
+    Ok(Some(RequestHead {
+        len,
+        method,
+        path: origin_start..q,
+        query: q..target_end,
+        http10,
+        framing,
+        expect_continue,
+        close,
+    }))
+}
+
+fn strip_scheme(t: &str) -> Option<&str> {
+    let b = t.as_bytes();
+    if b.len() >= 7 && b[..7].eq_ignore_ascii_case(b"http://") {
+        Some(&t[7..])
+    } else if b.len() >= 8 && b[..8].eq_ignore_ascii_case(b"https://") {
+        Some(&t[8..])
+    } else {
+        None
+    }
+}
+
+/// Picks 414 when the request line alone is over the URI limit, else 431.
+fn oversize_error(buf: &[u8], limits: &HeadLimits) -> HeadError {
+    let line_end = buf.iter().position(|&b| b == b'\r').unwrap_or(buf.len());
+    if line_end > limits.max_uri_bytes {
+        HeadError::UriTooLong
+    } else {
+        HeadError::HeaderTooLarge
+    }
+}
+
+/// RFC 9110 token character.
+#[inline]
+pub fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: HeadLimits = HeadLimits {
+        max_head_bytes: 32 * 1024,
+        max_headers: 100,
+        max_uri_bytes: 8192,
+    };
+
+    fn p(s: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+        let mut spans = Vec::new();
+        parse(s, &L, &mut spans)
+    }
+
+    #[test]
+    fn parses_a_simple_post() {
+        let raw =
+            b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello";
+        let mut spans = Vec::new();
+        let h = parse(raw, &L, &mut spans).unwrap().unwrap();
+        assert_eq!(h.method, Method::POST);
+        assert_eq!(h.path(raw), "/v1/chat/completions");
+        assert_eq!(&raw[h.query.clone()], b"?x=1");
+        assert_eq!(h.framing, BodyFraming::Length(5));
+        assert_eq!(&raw[h.len..], b"hello");
+        assert_eq!(spans.len(), 2);
+        assert!(spans[1].is(raw, "content-length"));
+    }
+
+    #[test]
+    fn incomplete_is_none() {
+        assert!(p(b"GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+        assert!(p(b"GET / HTTP/1.1\r\nHost: a\r\n\r").unwrap().is_none());
+    }
+
+    #[test]
+    fn rejects_bare_lf_and_cr() {
+        assert!(matches!(
+            p(b"GET /health HTTP/1.1\nHost: a\n\n"),
+            Err(HeadError::BadRequest(_))
+        ));
+        assert!(matches!(
+            p(b"GET / HTTP/1.1\r\nX: a\rContent-Length: 5\r\n\r\n"),
+            Err(HeadError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn absolute_form_drops_authority() {
+        let raw = b"POST http://169.254.169.254/v1/models HTTP/1.1\r\nHost: a\r\n\r\n";
+        let h = p(raw).unwrap().unwrap();
+        assert_eq!(h.path(raw), "/v1/models");
+    }
+
+    #[test]
+    fn framing_conflicts() {
+        let cases: &[&[u8]] = &[
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,chunked\r\n\r\n",
+            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            b"POST / HTTP/1.1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        ];
+        for c in cases {
+            assert!(
+                matches!(p(c), Err(HeadError::BadRequest(_))),
+                "{}",
+                String::from_utf8_lossy(c)
+            );
+        }
+        assert_eq!(
+            p(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n").unwrap_err(),
+            HeadError::NotImplemented
+        );
+    }
+
+    #[test]
+    fn limits() {
+        let long_uri = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(16 * 1024));
+        assert_eq!(p(long_uri.as_bytes()).unwrap_err(), HeadError::UriTooLong);
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+            "a".repeat(64 * 1024)
+        );
+        assert_eq!(p(big.as_bytes()).unwrap_err(), HeadError::HeaderTooLarge);
+        let mut many = String::from("GET / HTTP/1.1\r\nHost: a\r\n");
+        for i in 0..500 {
+            many.push_str(&format!("X-{i}: v\r\n"));
+        }
+        many.push_str("\r\n");
+        assert_eq!(p(many.as_bytes()).unwrap_err(), HeadError::TooManyHeaders);
+    }
+
+    #[test]
+    fn expect_handling() {
+        let h =
+            p(b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert!(h.expect_continue);
+        assert_eq!(
+            p(b"POST / HTTP/1.1\r\nHost: a\r\nExpect: foo\r\n\r\n").unwrap_err(),
+            HeadError::ExpectationFailed
+        );
+    }
+}

@@ -1,0 +1,29 @@
+//! Rolter: a thread-per-core io_uring gateway for OpenAI-compatible inference engines.
+//!
+//! Crate map (a request's way through, top to bottom):
+//!
+//! - [`runtime`]: worker threads, one pinned per core, each with its own monoio runtime
+//!   (io_uring or epoll) and SO_REUSEPORT listener; start, drain, stop.
+//! - [`proxy`]: the per-request pipeline on a worker: the client connection loop
+//!   ([`proxy::conn`]), routing and target choice with retries ([`proxy::forward`]), and
+//!   the streaming relay ([`proxy::relay`]).
+//! - [`http`]: the HTTP/1.1 codec: request heads with limits and framing rules, strict
+//!   chunked decoding, response serialisation.
+//! - [`upstream`]: the thin upstream client: connect, per-core keep-alive pool, response heads.
+//! - [`openai`]: the API surface: proxied paths, request facts, `/v1/models`.
+//! - [`strategy`]: the strategy interface, registry and the strategies themselves.
+//! - [`config`]: TOML → validated [`config::Config`], every error reported at once.
+//! - [`error`]: errors typed by side and retryability, rendered in OpenAI's shape.
+//! - [`demo`]: `rolter demo`, the gateway in front of built-in mock engines.
+
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod http;
+pub mod openai;
+pub mod proxy;
+pub mod runtime;
+pub mod strategy;
+pub mod upstream;
+
+pub use runtime::Gateway;

@@ -1,0 +1,163 @@
+//! The `rolter` command: run, check, demo, strategies.
+//!
+//! Exit codes: 0 success, 1 runtime failure (cannot bind, cannot start), 2 configuration
+//! error (reported before any port is bound).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use rolter::config;
+use rolter::runtime::Gateway;
+use rolter::strategy::registry;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "rolter",
+    version,
+    about = "A thread-per-core gateway for OpenAI-compatible inference engines"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve with a configuration file.
+    Run {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Validate a configuration file, print every error, exit non-zero if any.
+    Check {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Start three built-in mock engines and the gateway in front of them.
+    Demo {
+        /// Gateway listen address.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Worker threads (0 = one per core).
+        #[arg(long, default_value_t = 0)]
+        workers: usize,
+    },
+    /// List every strategy with its aliases, traits and options.
+    Strategies,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ROLTER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Blocks until SIGINT or SIGTERM.
+fn wait_for_signal() {
+    let (tx, rx) = mpsc::channel();
+    let mut first = true;
+    if let Err(e) = ctrlc::set_handler(move || {
+        if first {
+            first = false;
+            let _ = tx.send(());
+        } else {
+            std::process::exit(130);
+        }
+    }) {
+        tracing::warn!("cannot install the signal handler: {e}");
+    }
+    let _ = rx.recv();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => match config::load_file(&config) {
+            Ok(c) => {
+                println!(
+                    "{}: OK ({} targets, {} routes)",
+                    config.display(),
+                    c.targets.len(),
+                    c.routes.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                eprintln!("{} error(s) in {}", errors.errors.len(), config.display());
+                ExitCode::from(2)
+            }
+        },
+        Command::Run { config } => {
+            init_logging();
+            let cfg = match config::load_file(&config) {
+                Ok(c) => c,
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    eprintln!(
+                        "{} error(s) in {}; nothing was started",
+                        errors.errors.len(),
+                        config.display()
+                    );
+                    return ExitCode::from(2);
+                }
+            };
+            let grace = cfg.server.shutdown_grace;
+            let gateway = match Gateway::start(cfg) {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::error!("cannot start: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            wait_for_signal();
+            tracing::info!(
+                grace_ms = grace.as_millis() as u64,
+                "stopping: draining in-flight requests"
+            );
+            gateway.shutdown(grace);
+            ExitCode::SUCCESS
+        }
+        Command::Demo { listen, workers } => {
+            init_logging();
+            let demo = match rolter::demo::start(listen, workers) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!("cannot start the demo: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            println!("{}", rolter::demo::banner(&demo));
+            wait_for_signal();
+            demo.gateway.shutdown(Duration::from_secs(5));
+            ExitCode::SUCCESS
+        }
+        Command::Strategies => {
+            for s in registry::all() {
+                println!("{}", s.name);
+                if !s.aliases.is_empty() {
+                    println!("  aliases: {}", s.aliases.join(", "));
+                }
+                let traits: Vec<&str> = s.traits.iter().map(|t| t.label()).collect();
+                println!("  traits:  {}", traits.join(", "));
+                println!("  {}", s.summary);
+                for o in s.options {
+                    println!("  option {} (default {}): {}", o.key, o.default, o.help);
+                }
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! Forwarding one request: routing by path, model and header, asking the route's strategy
+//! for a target among the candidates, writing the upstream request, and retrying on
+//! another target while that is still safe.
+//!
+//! Owns the upstream request's bytes: client auth, hop-by-hop and Connection-named
+//! headers are removed, configured target headers are added, `X-Forwarded-For` is
+//! replaced, and the body gets a fresh Content-Length. It must not relay response bytes
+//! itself (that is `relay`).
+
+use std::pin::pin;
+use std::time::Instant as StdInstant;
+
+use monoio::io::CancelableAsyncReadRent;
+
+use super::conn::{respond, ClientIo};
+use super::race::Watch;
+use super::relay::{exchange, Outcome};
+use super::state::{InFlight, WorkerState};
+use crate::config::{Route, Target};
+use crate::error::{GatewayError, Retry};
+use crate::http::head::{HeaderSpan, RequestHead};
+use crate::http::response::{write_content_length, write_header};
+use crate::http::{header_tokens, is_hop_by_hop};
+use crate::openai::facts::{self, RequestFacts};
+use crate::strategy::{AsyncInputs, Candidate, PickRequest};
+
+/// What happens to the client connection after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    KeepAlive,
+    Close,
+}
+
+/// A parsed request, borrowed from the connection's buffers.
+pub struct Request<'a> {
+    pub head: &'a RequestHead,
+    pub buf: &'a [u8],
+    pub spans: &'a [HeaderSpan],
+    pub body: &'a [u8],
+    pub peer_ip: &'a str,
+    /// The connection closes after this exchange.
+    pub close: bool,
+}
+
+impl Request<'_> {
+    pub fn header(&self, lower_name: &str) -> Option<&[u8]> {
+        self.spans
+            .iter()
+            .find(|s| s.is(self.buf, lower_name))
+            .map(|s| s.value(self.buf))
+    }
+}
+
+/// Buffers reused across the requests of one client connection.
+pub struct IoBufs {
+    /// Bytes for the client.
+    pub out: Vec<u8>,
+    /// The upstream request.
+    pub up: Vec<u8>,
+    /// Upstream reads.
+    pub ubuf: Vec<u8>,
+    /// Forwardable response headers, scratch.
+    pub hdrs: Vec<u8>,
+    /// The disconnect watch's read buffer.
+    pub watch: Vec<u8>,
+    /// The watch read pipelined bytes that belong after the current request.
+    pub watch_has_data: bool,
+}
+
+impl IoBufs {
+    pub fn new() -> Self {
+        IoBufs {
+            out: Vec::with_capacity(16 * 1024),
+            up: Vec::with_capacity(8 * 1024),
+            ubuf: Vec::with_capacity(16 * 1024),
+            hdrs: Vec::with_capacity(1024),
+            watch: Vec::with_capacity(4 * 1024),
+            watch_has_data: false,
+        }
+    }
+}
+
+impl Default for IoBufs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Most attempts one request can make (first try plus the largest `retries`).
+const MAX_ATTEMPTS: usize = 11;
+
+/// Routes, picks and proxies one request, retrying elsewhere while allowed.
+pub async fn forward(
+    state: &WorkerState,
+    io: &mut ClientIo,
+    req: &Request<'_>,
+    bufs: &mut IoBufs,
+) -> Fate {
+    let write_timeout = state.config.server.limits.write_timeout;
+    let facts = match facts::extract(req.body) {
+        Ok(f) => f,
+        Err(e) => return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await,
+    };
+    if facts.model.is_empty() {
+        let e =
+            GatewayError::client(400, "missing_model", "`model` is required").with_param("model");
+        return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
+    }
+    let path = req.head.path(req.buf);
+    let route_idx = match match_route(
+        &state.config.routes,
+        &state.config.targets,
+        path,
+        &facts.model,
+        req,
+    ) {
+        Some(i) => i,
+        None => {
+            let e = model_not_found(&facts.model);
+            return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
+        }
+    };
+    let route = &state.config.routes[route_idx];
+    let (session_key, explicit_session) = match req.header("x-session-id") {
+        Some(v) if !v.is_empty() => (xxhash_rust::xxh3::xxh3_64(v), true),
+        _ => (xxhash_rust::xxh3::xxh3_64(facts.prompt), false),
+    };
+    let inputs = AsyncInputs::default();
+    let preq = PickRequest {
+        model: &facts.model,
+        session_key,
+        explicit_session,
+        prompt: facts.prompt,
+        prompt_tokens: facts.prompt_tokens,
+        max_tokens: facts.max_tokens,
+        inputs: &inputs,
+    };
+
+    // Keep one read armed on the client for the whole exchange: EOF there aborts it.
+    let canceller = monoio::io::Canceller::new();
+    bufs.watch.clear();
+    let watch_buf = std::mem::take(&mut bufs.watch);
+    let watch_fut = pin!(io.rd.cancelable_read(watch_buf, canceller.handle()));
+    let mut watch = Watch::new(watch_fut);
+
+    let mut tried = [usize::MAX; MAX_ATTEMPTS];
+    let mut attempts = 0usize;
+    let mut last_err: Option<GatewayError> = None;
+    let fate = loop {
+        let picked = pick_target(state, route_idx, route, &preq, &tried[..attempts]);
+        let (tid, others) = match picked {
+            Ok(v) => v,
+            Err(e) => {
+                let e = last_err.take().unwrap_or(e);
+                break respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
+            }
+        };
+        let target = &state.config.targets[tid];
+        let retries_left = (route.retries as usize)
+            .saturating_sub(attempts)
+            .min(others);
+        build_upstream_request(&mut bufs.up, req, &facts, route, target);
+        let outcome = {
+            let _in_flight = InFlight::enter(&state.in_flight[tid]);
+            exchange(
+                state,
+                tid,
+                &mut io.wr,
+                &mut watch,
+                bufs,
+                req.head.http10,
+                retries_left > 0,
+            )
+            .await
+        };
+        tried[attempts] = tid;
+        attempts += 1;
+        match outcome {
+            Outcome::Relayed { close } => break if close { Fate::Close } else { Fate::KeepAlive },
+            Outcome::ClientGone => break Fate::Close,
+            Outcome::Failed(e) => {
+                if e.retry == Retry::Allowed && retries_left > 0 && attempts < MAX_ATTEMPTS {
+                    last_err = Some(e);
+                    continue;
+                }
+                break respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
+            }
+        }
+    };
+    watch.settle(canceller).await;
+    let gone = watch.gone;
+    if let Some(buf) = watch.take_buf() {
+        bufs.watch = buf;
+        bufs.watch_has_data = !bufs.watch.is_empty() && !gone;
+    } else {
+        bufs.watch = Vec::with_capacity(4 * 1024);
+    }
+    if gone {
+        Fate::Close
+    } else {
+        fate
+    }
+}
+
+fn model_not_found(model: &str) -> GatewayError {
+    GatewayError::client(
+        404,
+        "model_not_found",
+        format!("The model `{model}` does not exist or is not served by this gateway."),
+    )
+    .with_param("model")
+}
+
+#[inline]
+fn serves(target: &Target, model: &str) -> bool {
+    target.models.is_empty() || target.models.iter().any(|m| m == model)
+}
+
+/// The first route whose rules all hold and one of whose targets serves the model.
+pub fn match_route(
+    routes: &[Route],
+    targets: &[Target],
+    path: &str,
+    model: &str,
+    req: &Request<'_>,
+) -> Option<usize> {
+    routes.iter().position(|r| {
+        let m = &r.matcher;
+        (m.paths.is_empty() || m.paths.iter().any(|p| p == path))
+            && (m.models.is_empty() || m.models.iter().any(|x| x == model))
+            && m.header
+                .as_ref()
+                .is_none_or(|(n, v)| req.header(n) == Some(v.as_bytes()))
+            && r.targets.iter().any(|&t| serves(&targets[t], model))
+    })
+}
+
+/// Builds the candidate set and asks the route's strategy. Returns the chosen target and how
+/// many other candidates remain for a retry.
+fn pick_target(
+    state: &WorkerState,
+    route_idx: usize,
+    route: &Route,
+    preq: &PickRequest<'_>,
+    tried: &[usize],
+) -> Result<(usize, usize), GatewayError> {
+    let mut cands = state.candidates.borrow_mut();
+    cands.clear();
+    let mut full = 0;
+    for &t in &route.targets {
+        let target = &state.config.targets[t];
+        if !serves(target, preq.model) || tried.contains(&t) {
+            continue;
+        }
+        let load = state.in_flight[t].get();
+        if target.max_concurrent.is_some_and(|m| load >= u64::from(m)) {
+            full += 1;
+            continue;
+        }
+        cands.push(Candidate {
+            target: t,
+            weight: target.weight,
+            load,
+            tier: target.tier,
+        });
+    }
+    if cands.is_empty() {
+        let msg = if full > 0 {
+            "every target for this model is at its max_concurrent limit"
+        } else {
+            "no target is available for this model"
+        };
+        return Err(GatewayError::internal(503, "no_available_target", msg).with_retry_after(1));
+    }
+    let now = StdInstant::now();
+    let pick = state.routes[route_idx]
+        .strategy
+        .borrow_mut()
+        .pick(preq, &cands, now);
+    match pick {
+        Some(p) if p.index < cands.len() => Ok((cands[p.index].target, cands.len() - 1)),
+        _ => Err(GatewayError::internal(
+            503,
+            "no_available_target",
+            "the route's strategy found no acceptable target",
+        )
+        .with_retry_after(1)),
+    }
+}
+
+/// Is this client header withheld from the upstream?
+fn withheld(name: &[u8], req: &Request<'_>, route: &Route, target: &Target) -> bool {
+    let Ok(name_str) = std::str::from_utf8(name) else {
+        return true;
+    };
+    if is_hop_by_hop(name_str)
+        || name.eq_ignore_ascii_case(b"host")
+        || name.eq_ignore_ascii_case(b"expect")
+        || name.eq_ignore_ascii_case(b"x-forwarded-for")
+        || name.eq_ignore_ascii_case(b"content-encoding")
+    {
+        return true;
+    }
+    if !route.forward_client_auth
+        && (name.eq_ignore_ascii_case(b"authorization") || name.eq_ignore_ascii_case(b"x-api-key"))
+    {
+        return true;
+    }
+    if target
+        .headers
+        .iter()
+        .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+    {
+        return true;
+    }
+    // Any header the client named in Connection is hop-by-hop for this hop.
+    req.spans
+        .iter()
+        .filter(|s| s.is(req.buf, "connection"))
+        .any(|s| header_tokens(s.value(req.buf)).any(|t| t.eq_ignore_ascii_case(name)))
+}
+
+/// Writes the upstream request: a fresh head and framing, then the body (with the model name
+/// swapped for the target's upstream name when one is configured).
+pub fn build_upstream_request(
+    out: &mut Vec<u8>,
+    req: &Request<'_>,
+    facts: &RequestFacts<'_>,
+    route: &Route,
+    target: &Target,
+) {
+    out.clear();
+    out.extend_from_slice(req.head.method.as_str().as_bytes());
+    out.push(b' ');
+    // Like an SDK's base URL: a target URL with a path (".../v1") replaces the request's
+    // leading "/v1"; without one the path goes through unchanged.
+    let path = &req.buf[req.head.path.clone()];
+    if target.base_path.is_empty() {
+        out.extend_from_slice(path);
+    } else {
+        out.extend_from_slice(target.base_path.as_bytes());
+        out.extend_from_slice(path.strip_prefix(b"/v1").unwrap_or(path));
+    }
+    out.extend_from_slice(&req.buf[req.head.query.clone()]);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    write_header(out, b"host", target.host_header.as_bytes());
+    let mut has_request_id = false;
+    for s in req.spans {
+        let name = s.name(req.buf);
+        if withheld(name, req, route, target) {
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"x-request-id") {
+            has_request_id = true;
+        }
+        write_header(out, name, s.value(req.buf));
+    }
+    for (n, v) in &target.headers {
+        write_header(out, n.as_bytes(), v.as_bytes());
+    }
+    write_header(out, b"x-forwarded-for", req.peer_ip.as_bytes());
+    if !has_request_id {
+        // Filled by the caller's state in `forward`; a stable id per attempt is not needed.
+        let mut id = [0u8; 24];
+        let n = request_id(&mut id);
+        write_header(out, b"x-request-id", &id[..n]);
+    }
+    let upstream_model = target
+        .upstream_models
+        .get(facts.model.as_ref())
+        .filter(|_| facts.model_span.is_some());
+    match (upstream_model, &facts.model_span) {
+        (Some(m), Some(span)) => {
+            let quoted = serde_json::to_string(m).unwrap_or_default();
+            let len = req.body.len() - span.len() + quoted.len();
+            write_content_length(out, len as u64);
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(&req.body[..span.start]);
+            out.extend_from_slice(quoted.as_bytes());
+            out.extend_from_slice(&req.body[span.end..]);
+        }
+        _ => {
+            write_content_length(out, req.body.len() as u64);
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(req.body);
+        }
+    }
+}
+
+thread_local! {
+    static REQUEST_SEQ: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// A request id unique within the process: a per-thread random prefix and a counter, hex.
+fn request_id(out: &mut [u8; 24]) -> usize {
+    REQUEST_SEQ.with(|c| {
+        let (mut prefix, n) = c.get();
+        if prefix == 0 {
+            prefix = fastrand::u64(1..u64::from(u32::MAX));
+        }
+        c.set((prefix, n + 1));
+        let v = (prefix << 32) ^ n;
+        let hex = b"0123456789abcdef";
+        for (i, slot) in out.iter_mut().take(16).enumerate() {
+            *slot = hex[((v >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        16
+    })
+}

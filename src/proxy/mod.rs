@@ -1,0 +1,11 @@
+//! The request pipeline: the client connection loop, routing and target choice, and the
+//! streaming relay to and from the upstream.
+//!
+//! Owns everything that happens per request on a worker core. It must not block, take a
+//! lock, or log per request at default levels; anything slow belongs to the control thread.
+
+pub mod conn;
+pub mod forward;
+pub mod race;
+pub mod relay;
+pub mod state;

@@ -1,0 +1,465 @@
+//! One upstream exchange: take a pooled connection or connect, write the request, read the
+//! response head, and stream the body to the client as it arrives.
+//!
+//! Every upstream read is raced against the client-disconnect watch and a deadline (the
+//! first-byte timeout until the head arrives, the idle timeout after). Each upstream read
+//! becomes one client write, so an SSE event is never held back. A client that goes away
+//! drops the upstream connection at once (the engine sees the close and aborts). A failure
+//! after bytes reached the client ends the stream with an SSE error event and no terminal
+//! chunk, never a clean end. Only a cleanly finished exchange returns its connection to the
+//! pool. This module must not retry: it reports whether a retry is safe.
+
+use std::future::Future;
+
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedWriteHalf};
+use monoio::net::TcpStream;
+use monoio::time::Instant;
+use monoio::BufResult;
+
+use super::forward::IoBufs;
+use super::race::{race, Race, Watch};
+use super::state::WorkerState;
+use crate::error::{GatewayError, Retry};
+use crate::http::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
+use crate::http::response::{write_content_length, write_header, write_status_line};
+use crate::upstream::connect::connect;
+use crate::upstream::response::{self, RespFraming, ResponseHead};
+
+/// How an exchange ended.
+pub enum Outcome {
+    /// The response went to the client (completely, or cut off with an error signalled).
+    Relayed { close: bool },
+    /// The client went away; the upstream connection was dropped.
+    ClientGone,
+    /// Nothing reached the client; the caller answers or retries.
+    Failed(GatewayError),
+}
+
+/// Statuses that may be retried on another target when nothing was sent yet.
+fn retryable_status(status: u16) -> bool {
+    matches!(status, 429 | 502 | 503 | 504)
+}
+
+/// Runs one exchange with target `tid`. `bufs.up` holds the request bytes.
+pub async fn exchange<W>(
+    state: &WorkerState,
+    tid: usize,
+    wr: &mut OwnedWriteHalf<TcpStream>,
+    watch: &mut Watch<'_, W>,
+    bufs: &mut IoBufs,
+    client_http10: bool,
+    may_retry: bool,
+) -> Outcome
+where
+    W: Future<Output = BufResult<usize, Vec<u8>>>,
+{
+    let target = &state.config.targets[tid];
+    let t = &target.timeouts;
+    let mut fresh_only = false;
+    'connection: loop {
+        let now = Instant::now();
+        let pooled = if fresh_only {
+            None
+        } else {
+            state.pool.take(tid, now.into_std())
+        };
+        let reused = pooled.is_some();
+        let mut up = match pooled {
+            Some(s) => s,
+            None => {
+                // connect() enforces its own timeout; the outer deadline only backs it up.
+                let deadline = now + t.connect + std::time::Duration::from_secs(1);
+                match race(connect(target.addr, t.connect), watch, deadline).await {
+                    Race::Done(Ok(s)) => s,
+                    Race::Done(Err(e)) => {
+                        let timed_out = e.kind() == std::io::ErrorKind::TimedOut;
+                        return Outcome::Failed(GatewayError::upstream(
+                            if timed_out { 504 } else { 502 },
+                            Retry::Allowed,
+                            if timed_out {
+                                "upstream_connect_timeout"
+                            } else {
+                                "upstream_connect_failed"
+                            },
+                            format!("could not connect to target `{}`: {e}", target.name),
+                        ));
+                    }
+                    Race::ClientGone => return Outcome::ClientGone,
+                    Race::TimedOut => {
+                        return Outcome::Failed(GatewayError::upstream(
+                            504,
+                            Retry::Allowed,
+                            "upstream_connect_timeout",
+                            format!("connecting to target `{}` timed out", target.name),
+                        ))
+                    }
+                }
+            }
+        };
+
+        // Write the request.
+        let req = std::mem::take(&mut bufs.up);
+        let deadline = Instant::now() + t.first_byte;
+        match race(up.write_all(req), watch, deadline).await {
+            Race::Done((Ok(_), req)) => bufs.up = req,
+            Race::Done((Err(e), req)) => {
+                bufs.up = req;
+                if reused {
+                    fresh_only = true;
+                    continue 'connection;
+                }
+                return Outcome::Failed(GatewayError::upstream(
+                    502,
+                    Retry::Allowed,
+                    "upstream_write_failed",
+                    format!(
+                        "sending the request to target `{}` failed: {e}",
+                        target.name
+                    ),
+                ));
+            }
+            Race::ClientGone => return Outcome::ClientGone,
+            Race::TimedOut => return Outcome::Failed(first_byte_timeout(&target.name)),
+        }
+
+        // Read the response head.
+        bufs.ubuf.clear();
+        let head: ResponseHead = loop {
+            bufs.ubuf.reserve(16 * 1024);
+            let ub = std::mem::take(&mut bufs.ubuf);
+            match race(up.read(ub), watch, deadline).await {
+                Race::Done((Ok(n), ub)) if n > 0 => bufs.ubuf = ub,
+                Race::Done((res, ub)) => {
+                    bufs.ubuf = ub;
+                    if reused && bufs.ubuf.is_empty() {
+                        // The pooled connection died under us before any response byte:
+                        // the request never reached an engine. Try once on a fresh one.
+                        fresh_only = true;
+                        continue 'connection;
+                    }
+                    let why = match res {
+                        Err(e) => e.to_string(),
+                        Ok(_) => "connection closed".to_string(),
+                    };
+                    return Outcome::Failed(GatewayError::upstream(
+                        502,
+                        Retry::Forbidden,
+                        "upstream_closed",
+                        format!("target `{}` closed before answering: {why}", target.name),
+                    ));
+                }
+                Race::ClientGone => return Outcome::ClientGone,
+                Race::TimedOut => return Outcome::Failed(first_byte_timeout(&target.name)),
+            }
+            bufs.hdrs.clear();
+            match response::parse(&bufs.ubuf, false, &mut bufs.hdrs) {
+                Ok(Some(h)) if (100..200).contains(&h.status) && h.status != 101 => {
+                    bufs.ubuf.drain(..h.len);
+                    // Another head may already be buffered.
+                    bufs.hdrs.clear();
+                    if let Ok(Some(h2)) = response::parse(&bufs.ubuf, false, &mut bufs.hdrs) {
+                        if !(100..200).contains(&h2.status) {
+                            break h2;
+                        }
+                    }
+                }
+                Ok(Some(h)) if h.status == 101 => {
+                    return Outcome::Failed(bad_response(&target.name))
+                }
+                Ok(Some(h)) => break h,
+                Ok(None) => {}
+                Err(_) => return Outcome::Failed(bad_response(&target.name)),
+            }
+        };
+
+        if may_retry && retryable_status(head.status) {
+            let mut e = GatewayError::upstream(
+                head.status,
+                Retry::Allowed,
+                "upstream_unavailable",
+                format!("target `{}` answered {}", target.name, head.status),
+            );
+            e.retry_after = head.retry_after;
+            return Outcome::Failed(e);
+        }
+        return relay_body(state, tid, up, head, wr, watch, bufs, client_http10).await;
+    }
+}
+
+fn first_byte_timeout(name: &str) -> GatewayError {
+    GatewayError::upstream(
+        504,
+        Retry::Forbidden,
+        "upstream_timeout",
+        format!("target `{name}` did not answer within its first_byte timeout"),
+    )
+}
+
+fn bad_response(name: &str) -> GatewayError {
+    GatewayError::upstream(
+        502,
+        Retry::Forbidden,
+        "upstream_bad_response",
+        format!("target `{name}` sent a malformed response head"),
+    )
+}
+
+/// Body progress for one response.
+enum BodyState {
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    UntilClose,
+    Empty,
+}
+
+/// Appends body bytes from `data` to `out` in the client's framing. Returns whether the body
+/// is complete and whether bytes beyond its end were seen (the connection is then unusable).
+fn feed_body(
+    body: &mut BodyState,
+    data: &[u8],
+    out: &mut Vec<u8>,
+    client_chunked: bool,
+) -> Result<(bool, bool), ()> {
+    let emit = |out: &mut Vec<u8>, d: &[u8]| {
+        if client_chunked {
+            encode_chunk(out, d);
+        } else {
+            out.extend_from_slice(d);
+        }
+    };
+    match body {
+        BodyState::Empty => Ok((true, !data.is_empty())),
+        BodyState::Length(remaining) => {
+            let take = (*remaining).min(data.len() as u64) as usize;
+            out.extend_from_slice(&data[..take]);
+            *remaining -= take as u64;
+            Ok((*remaining == 0, take < data.len()))
+        }
+        BodyState::Chunked(dec) => {
+            let n = dec.feed(data, |d| emit(out, d)).map_err(|_| ())?;
+            Ok((dec.is_done(), n < data.len()))
+        }
+        BodyState::UntilClose => {
+            emit(out, data);
+            Ok((false, false))
+        }
+    }
+}
+
+/// Streams the response to the client.
+#[allow(clippy::too_many_arguments)]
+async fn relay_body<W>(
+    state: &WorkerState,
+    tid: usize,
+    mut up: TcpStream,
+    head: ResponseHead,
+    wr: &mut OwnedWriteHalf<TcpStream>,
+    watch: &mut Watch<'_, W>,
+    bufs: &mut IoBufs,
+    client_http10: bool,
+) -> Outcome
+where
+    W: Future<Output = BufResult<usize, Vec<u8>>>,
+{
+    let target = &state.config.targets[tid];
+    let write_timeout = state.config.server.limits.write_timeout;
+    let idle = target.timeouts.idle;
+    let client_chunked =
+        !client_http10 && matches!(head.framing, RespFraming::Chunked | RespFraming::Close);
+
+    let out = &mut bufs.out;
+    out.clear();
+    write_status_line(out, head.status);
+    out.extend_from_slice(&bufs.hdrs);
+    write_header(out, b"x-rolter-target", target.name.as_bytes());
+    let mut body = match head.framing {
+        RespFraming::Length(n) => {
+            write_content_length(out, n);
+            if n == 0 {
+                BodyState::Empty
+            } else {
+                BodyState::Length(n)
+            }
+        }
+        RespFraming::Chunked => {
+            if client_chunked {
+                write_header(out, b"transfer-encoding", b"chunked");
+            }
+            BodyState::Chunked(ChunkedDecoder::new())
+        }
+        RespFraming::Close => {
+            if client_chunked {
+                write_header(out, b"transfer-encoding", b"chunked");
+            }
+            BodyState::UntilClose
+        }
+        RespFraming::Empty => {
+            if head.status != 204 && head.status != 304 {
+                write_content_length(out, 0);
+            }
+            BodyState::Empty
+        }
+    };
+    // An HTTP/1.0 client learns the end of an unframed body from the close.
+    let close_client = client_http10;
+    if close_client {
+        write_header(out, b"connection", b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+
+    let mut tail = SseTail::default();
+    let first = &bufs.ubuf[head.len..];
+    let mark = out.len();
+    let (mut done, mut overrun) = match feed_body(&mut body, first, out, client_chunked) {
+        Ok(v) => v,
+        Err(()) => {
+            return fail_midstream(
+                wr,
+                out,
+                &head,
+                client_chunked,
+                &target.name,
+                &tail,
+                write_timeout,
+            )
+            .await
+        }
+    };
+    tail.note(&out[mark..]);
+    loop {
+        if done && client_chunked {
+            out.extend_from_slice(LAST_CHUNK);
+        }
+        if !out.is_empty() {
+            let buf = std::mem::take(out);
+            let deadline = Instant::now() + write_timeout;
+            match race(wr.write_all(buf), watch, deadline).await {
+                Race::Done((Ok(_), buf)) => *out = buf,
+                // The client is gone or stopped reading: drop the upstream so the engine aborts.
+                _ => return Outcome::ClientGone,
+            }
+        }
+        if done {
+            break;
+        }
+        out.clear();
+        bufs.ubuf.clear();
+        bufs.ubuf.reserve(16 * 1024);
+        let ub = std::mem::take(&mut bufs.ubuf);
+        let deadline = Instant::now() + idle;
+        match race(up.read(ub), watch, deadline).await {
+            Race::Done((Ok(n), ub)) if n > 0 => {
+                bufs.ubuf = ub;
+                let mark = out.len();
+                match feed_body(&mut body, &bufs.ubuf, out, client_chunked) {
+                    Ok((d, o)) => {
+                        done = d;
+                        overrun |= o;
+                    }
+                    Err(()) => {
+                        return fail_midstream(
+                            wr,
+                            out,
+                            &head,
+                            client_chunked,
+                            &target.name,
+                            &tail,
+                            write_timeout,
+                        )
+                        .await
+                    }
+                }
+                tail.note(&out[mark..]);
+            }
+            Race::Done((_, ub)) => {
+                bufs.ubuf = ub;
+                if matches!(body, BodyState::UntilClose) {
+                    // A close-delimited body ends cleanly at EOF.
+                    done = true;
+                    continue;
+                }
+                return fail_midstream(
+                    wr,
+                    out,
+                    &head,
+                    client_chunked,
+                    &target.name,
+                    &tail,
+                    write_timeout,
+                )
+                .await;
+            }
+            Race::ClientGone => return Outcome::ClientGone,
+            Race::TimedOut => {
+                return fail_midstream(
+                    wr,
+                    out,
+                    &head,
+                    client_chunked,
+                    &target.name,
+                    &tail,
+                    write_timeout,
+                )
+                .await
+            }
+        }
+    }
+    if head.keep_alive && !overrun && !matches!(body, BodyState::UntilClose) {
+        state.pool.put(tid, up, Instant::now().into_std());
+    }
+    Outcome::Relayed {
+        close: close_client,
+    }
+}
+
+/// Tracks whether the bytes sent so far end on an SSE event boundary.
+#[derive(Default)]
+struct SseTail {
+    last: [u8; 2],
+}
+
+impl SseTail {
+    fn note(&mut self, sent: &[u8]) {
+        match sent.len() {
+            0 => {}
+            1 => self.last = [self.last[1], sent[0]],
+            n => self.last = [sent[n - 2], sent[n - 1]],
+        }
+    }
+}
+
+/// Ends a response whose upstream failed after bytes reached the client: an SSE error event
+/// for event streams, then a close without the terminal chunk, so no client mistakes the
+/// cut-off for a complete answer.
+async fn fail_midstream(
+    wr: &mut OwnedWriteHalf<TcpStream>,
+    out: &mut Vec<u8>,
+    head: &ResponseHead,
+    client_chunked: bool,
+    target: &str,
+    _tail: &SseTail,
+    write_timeout: std::time::Duration,
+) -> Outcome {
+    out.clear();
+    if head.is_sse {
+        let mut event = Vec::with_capacity(256);
+        event.extend_from_slice(b"\n\ndata: ");
+        let err = serde_json::json!({"error": {
+            "message": format!("the upstream target `{target}` failed mid-stream; the answer is incomplete"),
+            "type": "upstream_error",
+            "param": null,
+            "code": "upstream_stream_interrupted",
+        }});
+        event.extend_from_slice(&serde_json::to_vec(&err).unwrap_or_default());
+        event.extend_from_slice(b"\n\n");
+        if client_chunked {
+            encode_chunk(out, &event);
+        } else {
+            out.extend_from_slice(&event);
+        }
+        let buf = std::mem::take(out);
+        let _ = monoio::time::timeout(write_timeout, wr.write_all(buf)).await;
+    }
+    let _ = monoio::time::timeout(write_timeout, wr.shutdown()).await;
+    Outcome::Relayed { close: true }
+}

@@ -1,0 +1,107 @@
+//! Per-core worker state: the configuration snapshot, each route's strategy instance,
+//! the upstream pool, in-flight counts and reusable scratch space.
+//!
+//! Lives in an `Rc` on one worker thread and is never shared with another core. It must
+//! not hold anything `Send`-only or locked.
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::http::head::HeadLimits;
+use crate::openai::models;
+use crate::strategy::registry::{self, BuildContext};
+use crate::strategy::{Candidate, Strategy};
+use crate::upstream::pool::{Pool, PoolLimits};
+
+/// One route's per-core strategy instance.
+pub struct RouteState {
+    pub strategy: RefCell<Box<dyn Strategy>>,
+}
+
+pub struct WorkerState {
+    pub id: usize,
+    pub config: Arc<Config>,
+    pub routes: Vec<RouteState>,
+    pub pool: Pool,
+    /// Requests this core is proxying, per target.
+    pub in_flight: Vec<Cell<u64>>,
+    /// Pre-built `GET /v1/models` body.
+    pub models_body: Vec<u8>,
+    pub head_limits: HeadLimits,
+    /// Scratch candidate list, reused by every pick.
+    pub candidates: RefCell<Vec<Candidate>>,
+    /// Set when the gateway is stopping: finish the current exchange, then close.
+    pub draining: Cell<bool>,
+    /// Open client connections on this core.
+    pub connections: Cell<usize>,
+    /// Requests between a complete head and the end of their response, on this core.
+    pub active_requests: Cell<usize>,
+}
+
+impl WorkerState {
+    pub fn new(id: usize, config: Arc<Config>) -> Self {
+        let seed = fastrand::u64(..) ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let ctx = BuildContext {
+            target_count: config.targets.len(),
+            seed,
+        };
+        let routes = config
+            .routes
+            .iter()
+            .map(|r| RouteState {
+                strategy: RefCell::new(registry::build(&r.strategy, &ctx)),
+            })
+            .collect();
+        let pool = Pool::new(
+            config
+                .targets
+                .iter()
+                .map(|t| PoolLimits {
+                    max_idle: t.pool.max_idle,
+                    idle_timeout: t.pool.idle_timeout,
+                })
+                .collect(),
+        );
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let limits = &config.server.limits;
+        WorkerState {
+            id,
+            routes,
+            pool,
+            in_flight: config.targets.iter().map(|_| Cell::new(0)).collect(),
+            models_body: models::list_body(&config, created),
+            head_limits: HeadLimits {
+                max_head_bytes: limits.max_head_bytes,
+                max_headers: limits.max_headers,
+                max_uri_bytes: limits.max_uri_bytes,
+            },
+            candidates: RefCell::new(Vec::with_capacity(config.targets.len())),
+            draining: Cell::new(false),
+            connections: Cell::new(0),
+            active_requests: Cell::new(0),
+            config,
+        }
+    }
+}
+
+/// Decrements a target's in-flight count when dropped.
+pub struct InFlight<'a> {
+    cell: &'a Cell<u64>,
+}
+
+impl<'a> InFlight<'a> {
+    pub fn enter(cell: &'a Cell<u64>) -> Self {
+        cell.set(cell.get() + 1);
+        InFlight { cell }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.cell.set(self.cell.get().saturating_sub(1));
+    }
+}

@@ -1,0 +1,123 @@
+//! The gateway handle: binds the listeners, starts the workers, and stops them.
+//!
+//! `Gateway::start` returns once every worker is listening, so callers (the CLI, tests,
+//! the demo) can connect at once; it takes a validated configuration and never parses one.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::driver::{self, ActiveDriver};
+use super::listener;
+use super::worker::{self, Control};
+use crate::config::Config;
+
+pub struct Gateway {
+    addr: SocketAddr,
+    driver: ActiveDriver,
+    control: Arc<Control>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Binds the client listener and starts `config.server.workers` pinned workers.
+    pub fn start(config: Config) -> io::Result<Gateway> {
+        let driver = driver::resolve(config.server.driver)?;
+        let count = config.server.workers.max(1);
+        let listeners = listener::bind_all(config.server.listen, count)?;
+        let addr = listeners[0].local_addr()?;
+        let config = Arc::new(config);
+        let control = Arc::new(Control {
+            drain: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let cores = if config.server.pin_workers {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
+        let mut workers = Vec::with_capacity(count);
+        for (id, l) in listeners.into_iter().enumerate() {
+            let config = config.clone();
+            let control = control.clone();
+            let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
+            let ready = ready_tx.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("rolter-w{id}"))
+                .spawn(move || {
+                    if let Some(core) = core {
+                        core_affinity::set_for_current(core);
+                    }
+                    let started = ready.clone();
+                    let result = driver::block_on(driver, async move {
+                        let _ = started.send(Ok(()));
+                        worker::run(id, config, l, control).await;
+                    });
+                    if let Err(e) = result {
+                        let _ = ready.send(Err(e));
+                    }
+                })?;
+            workers.push(handle);
+        }
+        drop(ready_tx);
+        for _ in 0..count {
+            match ready_rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(io::Error::other("a worker failed to start its runtime"));
+                }
+            }
+        }
+        tracing::info!(
+            %addr,
+            workers = count,
+            driver = driver.label(),
+            pinned = !cores.is_empty(),
+            "rolter listening"
+        );
+        Ok(Gateway {
+            addr,
+            driver,
+            control,
+            workers,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn driver(&self) -> ActiveDriver {
+        self.driver
+    }
+
+    /// Stops accepting, lets in-flight requests finish for up to `grace`, then stops.
+    pub fn shutdown(mut self, grace: Duration) {
+        self.stop_workers(grace);
+    }
+
+    fn stop_workers(&mut self, grace: Duration) {
+        self.control.drain.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + grace;
+        while self.workers.iter().any(|w| !w.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.control.stop.store(true, Ordering::Relaxed);
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if !self.workers.is_empty() {
+            self.stop_workers(Duration::ZERO);
+        }
+    }
+}

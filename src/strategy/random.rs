@@ -1,0 +1,77 @@
+//! `random`: a uniform choice among the candidates, from a per-core generator.
+//!
+//! Owns only its random number generator.
+
+use std::time::Instant;
+
+use super::{Candidate, Pick, PickRequest, Strategy};
+
+pub struct Random {
+    rng: fastrand::Rng,
+}
+
+impl Random {
+    pub fn new(seed: u64) -> Self {
+        Random {
+            rng: fastrand::Rng::with_seed(seed),
+        }
+    }
+}
+
+impl Strategy for Random {
+    fn name(&self) -> &'static str {
+        "random"
+    }
+
+    fn pick(
+        &mut self,
+        _req: &PickRequest<'_>,
+        candidates: &[Candidate],
+        _now: Instant,
+    ) -> Option<Pick> {
+        if candidates.is_empty() {
+            return None;
+        }
+        Some(Pick::at(self.rng.usize(..candidates.len())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::AsyncInputs;
+
+    #[test]
+    fn uniform_over_candidates() {
+        let inputs = AsyncInputs::default();
+        let req = PickRequest {
+            model: "m",
+            session_key: 0,
+            explicit_session: false,
+            prompt: b"",
+            prompt_tokens: 0,
+            max_tokens: None,
+            inputs: &inputs,
+        };
+        let c: Vec<Candidate> = (0..4)
+            .map(|i| Candidate {
+                target: i,
+                weight: 1.0,
+                load: 0,
+                tier: 0,
+            })
+            .collect();
+        let mut r = Random::new(7);
+        let mut counts = [0u32; 4];
+        let now = Instant::now();
+        for _ in 0..40_000 {
+            counts[r.pick(&req, &c, now).unwrap().index] += 1;
+        }
+        // Each share within 5 % of 10,000 (about 10 standard deviations).
+        for n in counts {
+            assert!((9_500..=10_500).contains(&n), "{counts:?}");
+        }
+        assert_eq!(r.pick(&req, &[], now), None);
+        assert_eq!(r.pick(&req, &c[2..3], now).unwrap().index, 0);
+    }
+}

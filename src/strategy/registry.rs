@@ -1,0 +1,261 @@
+//! The strategy registry: canonical names, aliases, advertised traits, options with their
+//! types and defaults, and construction of per-core instances.
+//!
+//! Owns the mapping from configuration to strategy objects. It must not hold per-request
+//! state; `validate_spec` runs at configuration load, `build` once per route per worker.
+
+use super::random::Random;
+use super::round_robin::RoundRobin;
+use super::Strategy;
+use crate::config::StrategySpec;
+
+/// What a strategy advertises about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trait {
+    /// Honours target weights.
+    Weighted,
+    /// Keeps state between picks.
+    Stateful,
+    /// Reads the live load view.
+    LoadAware,
+    /// Needs an asynchronous input before it can pick.
+    AsyncInput,
+    /// Consults health beyond the candidate filter.
+    HealthAware,
+    /// Always one winner per pick.
+    SingleWinner,
+}
+
+impl Trait {
+    pub fn label(self) -> &'static str {
+        match self {
+            Trait::Weighted => "weighted",
+            Trait::Stateful => "stateful",
+            Trait::LoadAware => "load-aware",
+            Trait::AsyncInput => "async-input",
+            Trait::HealthAware => "health-aware",
+            Trait::SingleWinner => "single-winner",
+        }
+    }
+}
+
+/// The type an option's value must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionKind {
+    Bool,
+    Integer,
+    Float,
+    Duration,
+    String,
+}
+
+/// One option a strategy accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionSpec {
+    pub key: &'static str,
+    pub kind: OptionKind,
+    pub default: &'static str,
+    pub help: &'static str,
+    /// Extra check on a well-typed value; returns a message on failure.
+    pub check: Option<fn(&toml::Value) -> Result<(), String>>,
+}
+
+/// Everything the registry knows about one strategy.
+pub struct StrategyInfo {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub summary: &'static str,
+    pub traits: &'static [Trait],
+    pub options: &'static [OptionSpec],
+    build: fn(&toml::Table, &BuildContext) -> Box<dyn Strategy>,
+}
+
+/// What a strategy instance is built for.
+pub struct BuildContext {
+    /// Number of targets in the whole configuration (strategies index state by target id).
+    pub target_count: usize,
+    /// Seed for per-core randomness.
+    pub seed: u64,
+}
+
+fn reject_atomic(v: &toml::Value) -> Result<(), String> {
+    if v.as_bool() == Some(true) {
+        Err(
+            "`atomic = true` needs the shared state store, which this version does not \
+             provide; remove the option or set it to false (each core then keeps its own cursor)"
+                .into(),
+        )
+    } else {
+        Ok(())
+    }
+}
+
+static STRATEGIES: &[StrategyInfo] = &[
+    StrategyInfo {
+        name: "round_robin",
+        aliases: &[
+            "smooth_weighted_round_robin",
+            "weighted",
+            "weighted_round_robin",
+        ],
+        summary: "Rotation through the candidates; smooth weighted round-robin when weights differ",
+        traits: &[Trait::Weighted, Trait::Stateful, Trait::SingleWinner],
+        options: &[OptionSpec {
+            key: "atomic",
+            kind: OptionKind::Bool,
+            default: "false",
+            help: "keep one cursor for every gateway replica in the shared state store",
+            check: Some(reject_atomic),
+        }],
+        build: |_, ctx| Box::new(RoundRobin::new(ctx.target_count)),
+    },
+    StrategyInfo {
+        name: "random",
+        aliases: &[],
+        summary: "Uniform random choice among the candidates",
+        traits: &[Trait::SingleWinner],
+        options: &[],
+        build: |_, ctx| Box::new(Random::new(ctx.seed)),
+    },
+];
+
+/// Every registered strategy.
+pub fn all() -> &'static [StrategyInfo] {
+    STRATEGIES
+}
+
+/// Finds a strategy by canonical name or alias.
+pub fn lookup(name: &str) -> Option<&'static StrategyInfo> {
+    STRATEGIES
+        .iter()
+        .find(|s| s.name == name || s.aliases.contains(&name))
+}
+
+fn valid_names() -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for s in STRATEGIES {
+        names.push(s.name);
+        names.extend_from_slice(s.aliases);
+    }
+    names.join(", ")
+}
+
+fn kind_matches(kind: OptionKind, v: &toml::Value) -> bool {
+    match kind {
+        OptionKind::Bool => v.is_bool(),
+        OptionKind::Integer => v.is_integer(),
+        OptionKind::Float => v.is_float() || v.is_integer(),
+        OptionKind::Duration => v
+            .as_str()
+            .map(|s| humantime::parse_duration(s).is_ok())
+            .unwrap_or(false),
+        OptionKind::String => v.is_str(),
+    }
+}
+
+fn kind_label(kind: OptionKind) -> &'static str {
+    match kind {
+        OptionKind::Bool => "a boolean",
+        OptionKind::Integer => "an integer",
+        OptionKind::Float => "a number",
+        OptionKind::Duration => "a duration such as \"500ms\" or \"10s\"",
+        OptionKind::String => "a string",
+    }
+}
+
+/// Resolves a strategy name or alias and checks its options. `Err` lists (option key,
+/// message) pairs, or `("name", …)` for an unknown name.
+pub fn validate_spec(
+    name: &str,
+    options: &toml::Table,
+) -> Result<&'static str, Vec<(String, String)>> {
+    let Some(info) = lookup(name) else {
+        return Err(vec![(
+            "name".to_string(),
+            format!("unknown strategy `{name}`; valid names: {}", valid_names()),
+        )]);
+    };
+    let mut errors = Vec::new();
+    for (key, value) in options {
+        match info.options.iter().find(|o| o.key == key) {
+            None => {
+                let valid: Vec<&str> = info.options.iter().map(|o| o.key).collect();
+                errors.push((
+                    key.clone(),
+                    if valid.is_empty() {
+                        format!("strategy `{}` takes no options; remove `{key}`", info.name)
+                    } else {
+                        format!(
+                            "unknown option `{key}` for strategy `{}`; valid options: {}",
+                            info.name,
+                            valid.join(", ")
+                        )
+                    },
+                ));
+            }
+            Some(spec) => {
+                if !kind_matches(spec.kind, value) {
+                    errors.push((key.clone(), format!("must be {}", kind_label(spec.kind))));
+                } else if let Some(check) = spec.check {
+                    if let Err(m) = check(value) {
+                        errors.push((key.clone(), m));
+                    }
+                }
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(info.name)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Builds one per-core instance of a validated strategy.
+pub fn build(spec: &StrategySpec, ctx: &BuildContext) -> Box<dyn Strategy> {
+    let info = lookup(spec.name).expect("strategy validated at configuration load");
+    (info.build)(&spec.options, ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_resolve() {
+        for (alias, canonical) in [
+            ("weighted", "round_robin"),
+            ("weighted_round_robin", "round_robin"),
+            ("smooth_weighted_round_robin", "round_robin"),
+            ("round_robin", "round_robin"),
+            ("random", "random"),
+        ] {
+            assert_eq!(validate_spec(alias, &toml::Table::new()), Ok(canonical));
+        }
+    }
+
+    #[test]
+    fn unknown_name_lists_valid_names() {
+        let err = validate_spec("fastestt", &toml::Table::new()).unwrap_err();
+        assert_eq!(err[0].0, "name");
+        assert!(err[0].1.contains("round_robin") && err[0].1.contains("random"));
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let mut t = toml::Table::new();
+        t.insert("atomic".into(), toml::Value::Boolean(true));
+        t.insert("bogus".into(), toml::Value::Integer(1));
+        let err = validate_spec("round_robin", &t).unwrap_err();
+        assert_eq!(err.len(), 2);
+        let mut t = toml::Table::new();
+        t.insert("atomic".into(), toml::Value::String("no".into()));
+        assert!(validate_spec("round_robin", &t).unwrap_err()[0]
+            .1
+            .contains("boolean"));
+        let mut t = toml::Table::new();
+        t.insert("atomic".into(), toml::Value::Boolean(false));
+        assert_eq!(validate_spec("round_robin", &t), Ok("round_robin"));
+        assert!(validate_spec("random", &t).is_err());
+    }
+}

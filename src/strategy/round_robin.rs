@@ -1,0 +1,139 @@
+//! `round_robin` / `smooth_weighted_round_robin`: nginx's smooth weighted round-robin.
+//!
+//! Every pick adds each candidate's weight to its current weight, picks the largest and
+//! subtracts the total, so weights 5:1:1 give `a a b a c a a` and equal weights give plain
+//! rotation in candidate order. The cursor is per core. Owns only its current weights.
+
+use std::time::Instant;
+
+use super::{Candidate, Pick, PickRequest, Strategy};
+
+pub struct RoundRobin {
+    /// Current weight per target id (targets not in the route stay at zero).
+    current: Vec<f64>,
+}
+
+impl RoundRobin {
+    pub fn new(target_count: usize) -> Self {
+        RoundRobin {
+            current: vec![0.0; target_count],
+        }
+    }
+}
+
+impl Strategy for RoundRobin {
+    fn name(&self) -> &'static str {
+        "round_robin"
+    }
+
+    fn pick(
+        &mut self,
+        _req: &PickRequest<'_>,
+        candidates: &[Candidate],
+        _now: Instant,
+    ) -> Option<Pick> {
+        match candidates.len() {
+            0 => return None,
+            1 => return Some(Pick::at(0)),
+            _ => {}
+        }
+        let mut total = 0.0;
+        let mut best = 0;
+        let mut best_w = f64::NEG_INFINITY;
+        for (i, c) in candidates.iter().enumerate() {
+            if c.target >= self.current.len() {
+                self.current.resize(c.target + 1, 0.0);
+            }
+            let cw = &mut self.current[c.target];
+            *cw += c.weight;
+            total += c.weight;
+            if *cw > best_w {
+                best_w = *cw;
+                best = i;
+            }
+        }
+        self.current[candidates[best].target] -= total;
+        Some(Pick::at(best))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::AsyncInputs;
+
+    pub(crate) fn req(inputs: &AsyncInputs) -> PickRequest<'_> {
+        PickRequest {
+            model: "m",
+            session_key: 0,
+            explicit_session: false,
+            prompt: b"",
+            prompt_tokens: 0,
+            max_tokens: None,
+            inputs,
+        }
+    }
+
+    fn cands(weights: &[f64]) -> Vec<Candidate> {
+        weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| Candidate {
+                target: i,
+                weight: w,
+                load: 0,
+                tier: 0,
+            })
+            .collect()
+    }
+
+    fn sequence(rr: &mut RoundRobin, c: &[Candidate], n: usize) -> String {
+        let inputs = AsyncInputs::default();
+        let now = Instant::now();
+        (0..n)
+            .map(|_| (b'a' + c[rr.pick(&req(&inputs), c, now).unwrap().index].target as u8) as char)
+            .collect()
+    }
+
+    #[test]
+    fn equal_weights_rotate_in_order() {
+        let c = cands(&[1.0, 1.0, 1.0]);
+        assert_eq!(sequence(&mut RoundRobin::new(3), &c, 7), "abcabca");
+    }
+
+    #[test]
+    fn smooth_weights_interleave() {
+        let c = cands(&[5.0, 1.0, 1.0]);
+        let s = sequence(&mut RoundRobin::new(3), &c, 7);
+        assert_eq!(s, "aabacaa");
+        let long = sequence(&mut RoundRobin::new(3), &c, 7000);
+        assert!(!long.contains("aaaaa"));
+        assert_eq!(long.matches('a').count(), 5000);
+        assert_eq!(long.matches('b').count(), 1000);
+    }
+
+    #[test]
+    fn three_to_one_split() {
+        let c = cands(&[3.0, 1.0]);
+        let s = sequence(&mut RoundRobin::new(2), &c, 400);
+        assert_eq!(s.matches('a').count(), 300);
+        assert!(!s.contains("aaaa"));
+    }
+
+    #[test]
+    fn zero_one_and_shrinking_candidate_sets() {
+        let inputs = AsyncInputs::default();
+        let now = Instant::now();
+        let mut rr = RoundRobin::new(3);
+        assert_eq!(rr.pick(&req(&inputs), &[], now), None);
+        let all = cands(&[1.0, 1.0, 1.0]);
+        assert_eq!(rr.pick(&req(&inputs), &all[1..2], now).unwrap().index, 0);
+        // With one target removed, the other two still alternate.
+        let two = [all[0], all[2]];
+        let s: Vec<usize> = (0..6)
+            .map(|_| two[rr.pick(&req(&inputs), &two, now).unwrap().index].target)
+            .collect();
+        assert_eq!(s.iter().filter(|&&t| t == 0).count(), 3);
+        assert!(s.windows(2).all(|w| w[0] != w[1]));
+    }
+}
