@@ -271,10 +271,10 @@ pub fn parse(
                     close = true;
                 }
             }
-        } else if name.eq_ignore_ascii_case(b"content-encoding") {
-            if !trim_ows(value).eq_ignore_ascii_case(b"identity") {
-                return Err(HeadError::UnsupportedMediaType);
-            }
+        } else if name.eq_ignore_ascii_case(b"content-encoding")
+            && !trim_ows(value).eq_ignore_ascii_case(b"identity")
+        {
+            return Err(HeadError::UnsupportedMediaType);
         }
     }
     if cl_count > 1 {

@@ -49,6 +49,9 @@ pub enum OptionKind {
     String,
 }
 
+/// A value check beyond the option's type.
+pub type OptionCheck = fn(&toml::Value) -> Result<(), String>;
+
 /// One option a strategy accepts.
 #[derive(Debug, Clone, Copy)]
 pub struct OptionSpec {
@@ -57,7 +60,7 @@ pub struct OptionSpec {
     pub default: &'static str,
     pub help: &'static str,
     /// Extra check on a well-typed value; returns a message on failure.
-    pub check: Option<fn(&toml::Value) -> Result<(), String>>,
+    pub check: Option<OptionCheck>,
 }
 
 /// Everything the registry knows about one strategy.

@@ -1,0 +1,102 @@
+//! Configuration types: [`MockConfig`], the I/O [`Driver`] choice and engine-wide [`Fault`]s.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Which monoio driver the worker threads run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Driver {
+    /// io_uring when the kernel allows it, epoll otherwise (monoio `FusionDriver`).
+    #[default]
+    Auto,
+    /// io_uring only (`IoUringDriver`); `spawn` fails when io_uring is unavailable.
+    IoUring,
+    /// epoll (`LegacyDriver`).
+    Epoll,
+}
+
+impl Driver {
+    /// Short name: `auto`, `io_uring` or `epoll`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Driver::Auto => "auto",
+            Driver::IoUring => "io_uring",
+            Driver::Epoll => "epoll",
+        }
+    }
+}
+
+impl std::str::FromStr for Driver {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" | "fusion" => Ok(Driver::Auto),
+            "io_uring" | "iouring" | "uring" => Ok(Driver::IoUring),
+            "epoll" | "legacy" => Ok(Driver::Epoll),
+            other => Err(format!("unknown driver {other:?} (auto, io_uring, epoll)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Configuration of one mock engine.
+#[derive(Clone, Debug)]
+pub struct MockConfig {
+    /// Engine id, sent as the response header `x-mock-engine: <name>`.
+    pub name: String,
+    /// Listen address (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Worker threads, each with its own monoio runtime and SO_REUSEPORT listener.
+    pub threads: usize,
+    /// Served model names; the first is the default. Any requested model is answered anyway.
+    pub models: Vec<String>,
+    /// Time from request (admission) to the first token.
+    pub ttft: Duration,
+    /// Inter-token latency.
+    pub itl: Duration,
+    /// Tokens per answer; `max_tokens`/`max_completion_tokens` in a request caps it.
+    pub tokens: u32,
+    /// Concurrency limit (0 = unlimited). Split across threads: each thread admits
+    /// `max_running / threads` requests (the remainder going to the first threads, at
+    /// least 1 each) and queues the rest FIFO.
+    pub max_running: usize,
+    /// I/O driver.
+    pub driver: Driver,
+    /// Keep every received request (see `MockHandle::requests`).
+    pub record_requests: bool,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        MockConfig {
+            name: "mock".to_string(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            threads: 1,
+            models: vec!["mock-model".to_string()],
+            ttft: Duration::ZERO,
+            itl: Duration::ZERO,
+            tokens: 16,
+            max_running: 0,
+            driver: Driver::Auto,
+            record_requests: false,
+        }
+    }
+}
+
+/// An engine-wide fault, applied to every inference request (chat, completions,
+/// embeddings, messages, responses) that does not carry its own `x-mock-*` fault header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Answer with this status and an OpenAI-shaped error body.
+    Status(u16),
+    /// Accept and read the request, never answer (until the client goes away).
+    Stall,
+    /// Reset the connection (RST) after N token events; 0 = before any response byte.
+    ResetAfter(u32),
+}

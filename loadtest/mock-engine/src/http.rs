@@ -1,0 +1,380 @@
+//! HTTP/1.1 request parsing (httparse; Content-Length and chunked bodies) and response
+//! head serialization.
+
+use std::io::Write as _;
+
+use crate::RecordedRequest;
+
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_BODY: usize = 64 * 1024 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    Chat,
+    Completions,
+    Embeddings,
+    Messages,
+    Responses,
+    Models,
+    Health,
+    Metrics,
+    MockStats,
+    MockFault,
+    NotFound,
+    MethodNotAllowed,
+}
+
+impl Route {
+    fn find(method: &str, path: &str) -> Route {
+        let path = path.split('?').next().unwrap_or("");
+        let (want_post, route) = match path {
+            "/v1/chat/completions" => (true, Route::Chat),
+            "/v1/completions" => (true, Route::Completions),
+            "/v1/embeddings" => (true, Route::Embeddings),
+            "/v1/messages" => (true, Route::Messages),
+            "/v1/responses" => (true, Route::Responses),
+            "/mock/fault" => (true, Route::MockFault),
+            "/v1/models" => (false, Route::Models),
+            "/health" => (false, Route::Health),
+            "/metrics" => (false, Route::Metrics),
+            "/mock/stats" => (false, Route::MockStats),
+            _ => return Route::NotFound,
+        };
+        let ok = if want_post {
+            method == "POST"
+        } else {
+            method == "GET"
+        };
+        if ok {
+            route
+        } else {
+            Route::MethodNotAllowed
+        }
+    }
+
+    pub fn is_inference(self) -> bool {
+        matches!(
+            self,
+            Route::Chat
+                | Route::Completions
+                | Route::Embeddings
+                | Route::Messages
+                | Route::Responses
+        )
+    }
+}
+
+/// Per-request behaviour overrides from `x-mock-*` headers.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Overrides {
+    pub ttft_ms: Option<u64>,
+    pub itl_ms: Option<u64>,
+    pub tokens: Option<u32>,
+    pub status: Option<u16>,
+    pub retry_after: Option<u64>,
+    pub reset_after: Option<u32>,
+    pub stall_after: Option<u32>,
+}
+
+#[derive(Debug)]
+pub(crate) enum Body {
+    Range(usize, usize),
+    Owned(Vec<u8>),
+}
+
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub route: Route,
+    pub http10: bool,
+    pub close: bool,
+    pub ov: Overrides,
+    pub request_id: Option<String>,
+    pub record: Option<RecordedRequest>,
+}
+
+// Returned by value once per request; boxing `Head` would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Parse {
+    /// A complete request; `usize` = bytes consumed from the buffer.
+    Done(Head, Body, usize),
+    /// Need more bytes; `true` when the client waits for `100 Continue`.
+    Partial(bool),
+    Error(u16, &'static str),
+}
+
+fn num<T: std::str::FromStr>(v: &[u8]) -> Option<T> {
+    std::str::from_utf8(v).ok()?.trim().parse().ok()
+}
+
+fn has_token(v: &[u8], token: &str) -> bool {
+    std::str::from_utf8(v)
+        .map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        .unwrap_or(false)
+}
+
+pub(crate) fn parse(buf: &[u8], record: bool) -> Parse {
+    let mut headers = [httparse::EMPTY_HEADER; 96];
+    let mut req = httparse::Request::new(&mut headers);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() > MAX_HEAD {
+                Parse::Error(431, "request header too large")
+            } else {
+                Parse::Partial(false)
+            };
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Parse::Error(431, "too many request headers")
+        }
+        Err(_) => return Parse::Error(400, "malformed HTTP request"),
+    };
+    let method = req.method.unwrap_or("");
+    let path = req.path.unwrap_or("");
+    let http10 = req.version == Some(0);
+    let mut close = http10;
+    let mut content_length: Option<usize> = None;
+    let mut chunked = false;
+    let mut expect_continue = false;
+    let mut ov = Overrides::default();
+    let mut request_id = None;
+    for h in req.headers.iter() {
+        let n = h.name;
+        let v = h.value;
+        if n.eq_ignore_ascii_case("content-length") {
+            match num::<usize>(v) {
+                Some(l) => content_length = Some(l),
+                None => return Parse::Error(400, "invalid content-length"),
+            }
+        } else if n.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = has_token(v, "chunked");
+        } else if n.eq_ignore_ascii_case("connection") {
+            if has_token(v, "close") {
+                close = true;
+            } else if http10 && has_token(v, "keep-alive") {
+                // Keep it simple: HTTP/1.0 always closes.
+                close = true;
+            }
+        } else if n.eq_ignore_ascii_case("expect") {
+            expect_continue = has_token(v, "100-continue");
+        } else if n.eq_ignore_ascii_case("x-request-id") {
+            request_id = Some(String::from_utf8_lossy(v).into_owned());
+        } else if n.len() > 7 && n[..7].eq_ignore_ascii_case("x-mock-") {
+            let k = &n[7..];
+            if k.eq_ignore_ascii_case("ttft-ms") {
+                ov.ttft_ms = num(v);
+            } else if k.eq_ignore_ascii_case("itl-ms") {
+                ov.itl_ms = num(v);
+            } else if k.eq_ignore_ascii_case("tokens") {
+                ov.tokens = num(v);
+            } else if k.eq_ignore_ascii_case("status") {
+                ov.status = num(v);
+            } else if k.eq_ignore_ascii_case("retry-after") {
+                ov.retry_after = num(v);
+            } else if k.eq_ignore_ascii_case("reset-after") {
+                ov.reset_after = num(v);
+            } else if k.eq_ignore_ascii_case("stall-after") {
+                ov.stall_after = num(v);
+            }
+        }
+    }
+    let (body, consumed) = if chunked {
+        match decode_chunked(&buf[head_len..]) {
+            Ok(Some((body, used))) => (Body::Owned(body), head_len + used),
+            Ok(None) => return Parse::Partial(expect_continue),
+            Err(msg) => return Parse::Error(400, msg),
+        }
+    } else {
+        let len = content_length.unwrap_or(0);
+        if len > MAX_BODY {
+            return Parse::Error(413, "request body too large");
+        }
+        if buf.len() - head_len < len {
+            return Parse::Partial(expect_continue);
+        }
+        (Body::Range(head_len, head_len + len), head_len + len)
+    };
+    let record = record.then(|| RecordedRequest {
+        method: method.to_string(),
+        path: path.to_string(),
+        headers: req
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_ascii_lowercase(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect(),
+        body: match &body {
+            Body::Range(a, b) => buf[*a..*b].to_vec(),
+            Body::Owned(v) => v.clone(),
+        },
+    });
+    let head = Head {
+        route: Route::find(method, path),
+        http10,
+        close,
+        ov,
+        request_id,
+        record,
+    };
+    Parse::Done(head, body, consumed)
+}
+
+/// Decodes a chunked body. `Ok(None)` = incomplete; on success returns the body and the
+/// bytes used (including trailers).
+fn decode_chunked(mut buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, &'static str> {
+    let total = buf.len();
+    let mut body = Vec::new();
+    loop {
+        let Some(eol) = find_crlf(buf) else {
+            return if buf.len() > 1024 {
+                Err("invalid chunk size line")
+            } else {
+                Ok(None)
+            };
+        };
+        let line = std::str::from_utf8(&buf[..eol]).map_err(|_| "invalid chunk size")?;
+        let hex = line.split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(hex, 16).map_err(|_| "invalid chunk size")?;
+        buf = &buf[eol + 2..];
+        if size == 0 {
+            // Trailers end with an empty line.
+            loop {
+                let Some(eol) = find_crlf(buf) else {
+                    return Ok(None);
+                };
+                buf = &buf[eol + 2..];
+                if eol == 0 {
+                    return Ok(Some((body, total - buf.len())));
+                }
+            }
+        }
+        if body.len() + size > MAX_BODY {
+            return Err("request body too large");
+        }
+        if buf.len() < size + 2 {
+            return Ok(None);
+        }
+        body.extend_from_slice(&buf[..size]);
+        if &buf[size..size + 2] != b"\r\n" {
+            return Err("invalid chunk terminator");
+        }
+        buf = &buf[size + 2..];
+    }
+}
+
+fn find_crlf(b: &[u8]) -> Option<usize> {
+    b.windows(2).position(|w| w == b"\r\n")
+}
+
+pub(crate) fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Unknown",
+    }
+}
+
+/// How the body length is conveyed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Length {
+    Fixed(usize),
+    Chunked,
+    /// HTTP/1.0 streaming: no length, the connection closes at the end.
+    Close,
+}
+
+/// Appends a response head to `out`.
+pub(crate) fn write_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_type: &str,
+    len: Length,
+    close: bool,
+    engine_header: &[u8],
+    retry_after: Option<u64>,
+) {
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\n",
+        reason(status)
+    );
+    match len {
+        Length::Fixed(n) => {
+            let _ = write!(out, "content-length: {n}\r\n");
+        }
+        Length::Chunked => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n")
+        }
+        Length::Close => out.extend_from_slice(b"cache-control: no-cache\r\n"),
+    }
+    if let Some(s) = retry_after {
+        let _ = write!(out, "retry-after: {s}\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(engine_header);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunked_body() {
+        let raw = b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n3;x=y\r\nefg\r\n0\r\n\r\nGET";
+        match parse(raw, true) {
+            Parse::Done(h, Body::Owned(b), used) => {
+                assert_eq!(b, b"abcdefg");
+                assert_eq!(&raw[used..], b"GET");
+                assert_eq!(h.route, Route::Completions);
+                assert_eq!(h.record.unwrap().body, b"abcdefg");
+            }
+            _ => panic!("bad parse"),
+        }
+        assert!(matches!(
+            parse(&raw[..raw.len() - 6], false),
+            Parse::Partial(_)
+        ));
+    }
+
+    #[test]
+    fn overrides_and_routes() {
+        let raw = b"GET /v1/models?x=1 HTTP/1.0\r\nX-Mock-TTFT-ms: 5\r\nx-request-id: abc\r\n\r\n";
+        match parse(raw, false) {
+            Parse::Done(h, Body::Range(a, b), used) => {
+                assert_eq!((a, b, used), (raw.len(), raw.len(), raw.len()));
+                assert_eq!(h.route, Route::Models);
+                assert!(h.http10 && h.close);
+                assert_eq!(h.ov.ttft_ms, Some(5));
+                assert_eq!(h.request_id.as_deref(), Some("abc"));
+            }
+            _ => panic!("bad parse"),
+        }
+        assert_eq!(
+            Route::find("GET", "/v1/chat/completions"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(Route::find("GET", "/nope"), Route::NotFound);
+    }
+}

@@ -1,0 +1,191 @@
+//! `rolter-mock`: a fast mock of vLLM's OpenAI-compatible HTTP surface for Rolter's tests,
+//! demo and load tests.
+//!
+//! [`spawn`] starts an engine on background threads (one monoio runtime and one
+//! SO_REUSEPORT listener per thread) and returns a [`MockHandle`] once it listens.
+//! Module map: [`config`] (configuration types), `server` (threads, runtimes, accept
+//! loop), `conn` (per-connection request loop, abort detection, timing, faults),
+//! `http` (HTTP/1.1 parsing and response heads), `api` (vLLM's JSON and SSE formats),
+//! `admission` (the `max_running` FIFO queue), [`stats`] (counters and `/metrics`).
+
+pub mod config;
+pub mod stats;
+
+mod admission;
+mod api;
+mod conn;
+mod http;
+mod server;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+
+pub use config::{Driver, Fault, MockConfig};
+pub use stats::StatsSnapshot;
+
+/// A request as received (kept when `MockConfig::record_requests` is set).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    /// Header names lowercased, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The body (de-chunked).
+    pub body: Vec<u8>,
+}
+
+impl RecordedRequest {
+    /// First header with this (lowercase) name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// State shared by all worker threads of one engine.
+pub(crate) struct Shared {
+    pub cfg: MockConfig,
+    pub engine_header: Vec<u8>,
+    pub default_model: String,
+    pub metrics_model: String,
+    pub models_body: Vec<u8>,
+    pub stats: Arc<stats::Stats>,
+    fault_set: AtomicBool,
+    fault: Mutex<Option<Fault>>,
+    pub recorded: Mutex<Vec<RecordedRequest>>,
+    pub aborted_ids: Mutex<Vec<String>>,
+    pub shutdown: AtomicBool,
+}
+
+impl Shared {
+    /// The engine-wide fault; a single atomic load when none is set.
+    pub fn fault(&self) -> Option<Fault> {
+        if !self.fault_set.load(Ordering::Acquire) {
+            return None;
+        }
+        self.fault.lock().unwrap().clone()
+    }
+
+    pub fn set_fault(&self, fault: Option<Fault>) {
+        let mut f = self.fault.lock().unwrap();
+        self.fault_set.store(fault.is_some(), Ordering::Release);
+        *f = fault;
+    }
+}
+
+/// Starts an engine; returns once every thread listens.
+pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
+    let mut cfg = cfg;
+    cfg.threads = cfg.threads.max(1);
+    if cfg.models.is_empty() {
+        cfg.models.push("mock-model".to_string());
+    }
+    let listeners = server::bind(cfg.listen, cfg.threads)?;
+    let addr = listeners[0].local_addr()?;
+    let default_model = cfg.models[0].clone();
+    let shared = Arc::new(Shared {
+        engine_header: format!("x-mock-engine: {}\r\n", cfg.name).into_bytes(),
+        metrics_model: default_model.replace('\\', "\\\\").replace('"', "\\\""),
+        default_model,
+        models_body: api::models_body(&cfg.models),
+        stats: Arc::new(stats::Stats::default()),
+        fault_set: AtomicBool::new(false),
+        fault: Mutex::new(None),
+        recorded: Mutex::new(Vec::new()),
+        aborted_ids: Mutex::new(Vec::new()),
+        shutdown: AtomicBool::new(false),
+        cfg,
+    });
+    let mut handle = MockHandle {
+        shared: shared.clone(),
+        threads: Vec::new(),
+        addr,
+        driver: Driver::Epoll,
+    };
+    let (tx, rx) = mpsc::channel();
+    let n = listeners.len();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let shared = shared.clone();
+        let tx = tx.clone();
+        let limit = server::thread_limit(shared.cfg.max_running, n, i);
+        let driver = shared.cfg.driver;
+        let t = std::thread::Builder::new()
+            .name(format!("rolter-mock-{}-{i}", shared.cfg.name))
+            .spawn(move || server::run_thread(l, shared, limit, driver, tx))?;
+        handle.threads.push(t);
+    }
+    for _ in 0..n {
+        match rx.recv() {
+            Ok(Ok(d)) => handle.driver = d,
+            Ok(Err(e)) => return Err(e), // handle drops: stops the other threads
+            Err(_) => return Err(std::io::Error::other("mock engine thread died")),
+        }
+    }
+    Ok(handle)
+}
+
+/// A running engine; stops its threads on [`MockHandle::shutdown`] or drop.
+pub struct MockHandle {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    addr: SocketAddr,
+    driver: Driver,
+}
+
+impl MockHandle {
+    /// The bound address (with the real port when 0 was asked).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The driver actually in use: `Driver::IoUring` or `Driver::Epoll`.
+    pub fn driver(&self) -> Driver {
+        self.driver
+    }
+
+    /// The engine's name.
+    pub fn name(&self) -> &str {
+        &self.shared.cfg.name
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    /// Requests received so far (empty unless `record_requests`).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.recorded.lock().unwrap().clone()
+    }
+
+    /// `x-request-id` of every aborted request ("" when it had none), in abort order.
+    pub fn aborted_ids(&self) -> Vec<String> {
+        self.shared.aborted_ids.lock().unwrap().clone()
+    }
+
+    /// Sets (or clears with `None`) the engine-wide fault.
+    pub fn set_fault(&self, fault: Option<Fault>) {
+        self.shared.set_fault(fault);
+    }
+
+    /// Stops the threads (open connections are closed) and joins them.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MockHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,95 @@
+//! `rolter-mock` binary: runs one mock engine until SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use rolter_mock::{Driver, MockConfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rolter-mock",
+    about = "A fast mock of vLLM's OpenAI-compatible server"
+)]
+struct Args {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:9001")]
+    listen: SocketAddr,
+    /// Engine name (sent as `x-mock-engine`).
+    #[arg(long, default_value = "mock")]
+    name: String,
+    /// Served model (repeatable; the first is the default).
+    #[arg(long = "model")]
+    models: Vec<String>,
+    /// Time to first token, milliseconds.
+    #[arg(long, default_value_t = 0)]
+    ttft_ms: u64,
+    /// Inter-token latency, milliseconds.
+    #[arg(long, default_value_t = 0)]
+    itl_ms: u64,
+    /// Tokens per answer.
+    #[arg(long, default_value_t = 16)]
+    tokens: u32,
+    /// Concurrency limit (0 = unlimited); extra requests queue FIFO.
+    #[arg(long, default_value_t = 0)]
+    max_running: usize,
+    /// Worker threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// I/O driver: auto, io_uring or epoll.
+    #[arg(long, default_value = "auto")]
+    driver: Driver,
+    /// Keep received requests in memory (tests only).
+    #[arg(long, hide = true)]
+    record_requests: bool,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn main() {
+    let args = Args::parse();
+    let mut models = args.models;
+    if models.is_empty() {
+        models.push("mock-model".to_string());
+    }
+    let cfg = MockConfig {
+        name: args.name,
+        listen: args.listen,
+        threads: args.threads,
+        models,
+        ttft: Duration::from_millis(args.ttft_ms),
+        itl: Duration::from_millis(args.itl_ms),
+        tokens: args.tokens,
+        max_running: args.max_running,
+        driver: args.driver,
+        record_requests: args.record_requests,
+    };
+    let handle = match rolter_mock::spawn(cfg) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("rolter-mock: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+    println!(
+        "rolter-mock {} listening on {} (driver: {})",
+        handle.name(),
+        handle.addr(),
+        handle.driver()
+    );
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    handle.shutdown();
+}

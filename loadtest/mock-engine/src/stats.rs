@@ -1,0 +1,141 @@
+//! Engine counters (atomics shared by all worker threads), their snapshot and the
+//! Prometheus rendering of `/metrics` in vLLM's names and label style.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use serde::Serialize;
+
+/// A point-in-time copy of the engine counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StatsSnapshot {
+    /// Inference requests received (chat, completions, embeddings, messages, responses).
+    pub requests: u64,
+    /// Inference requests whose answer was written completely (including injected error statuses).
+    pub completed: u64,
+    /// Inference requests whose client went away (or half-closed) before the answer was complete.
+    pub aborted: u64,
+    /// Requests currently admitted (from admission until the answer ends).
+    pub running: u64,
+    /// Requests currently queued behind `max_running`.
+    pub waiting: u64,
+    /// Tokens generated (streamed or returned), over all requests.
+    pub generation_tokens: u64,
+    /// Requests cut short by an injected reset or stall fault.
+    pub faulted: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub requests: AtomicU64,
+    pub completed: AtomicU64,
+    pub aborted: AtomicU64,
+    pub running: AtomicU64,
+    pub waiting: AtomicU64,
+    pub generation_tokens: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub faulted: AtomicU64,
+    pub finished_stop: AtomicU64,
+    pub finished_length: AtomicU64,
+    pub finished_abort: AtomicU64,
+}
+
+pub(crate) fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+pub(crate) fn dec(c: &AtomicU64) {
+    c.fetch_sub(1, Relaxed);
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            requests: self.requests.load(Relaxed),
+            completed: self.completed.load(Relaxed),
+            aborted: self.aborted.load(Relaxed),
+            running: self.running.load(Relaxed),
+            waiting: self.waiting.load(Relaxed),
+            generation_tokens: self.generation_tokens.load(Relaxed),
+            faulted: self.faulted.load(Relaxed),
+        }
+    }
+
+    /// Renders `/metrics`. `model` is the first served model name (already label-escaped).
+    pub fn render_metrics(&self, model: &str, max_running: usize) -> String {
+        let running = self.running.load(Relaxed);
+        let waiting = self.waiting.load(Relaxed);
+        let usage = if max_running > 0 {
+            (running as f64 / max_running as f64).min(1.0)
+        } else {
+            0.0
+        };
+        let labels = format!("engine=\"0\",model_name=\"{model}\"");
+        let mut out = String::with_capacity(2048);
+        let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value:?}\n"
+            );
+        };
+        metric(
+            "vllm:num_requests_running",
+            "gauge",
+            "Number of requests in model execution batches.",
+            running as f64,
+        );
+        metric(
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Number of requests waiting to be processed.",
+            waiting as f64,
+        );
+        metric(
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            usage,
+        );
+        metric(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            0.0,
+        );
+        metric(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            0.0,
+        );
+        metric(
+            "vllm:prompt_tokens_total",
+            "counter",
+            "Number of prefill tokens processed.",
+            self.prompt_tokens.load(Relaxed) as f64,
+        );
+        metric(
+            "vllm:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            self.generation_tokens.load(Relaxed) as f64,
+        );
+        let _ = write!(
+            out,
+            "# HELP vllm:request_success_total Count of successfully processed requests.\n\
+             # TYPE vllm:request_success_total counter\n"
+        );
+        for (reason, c) in [
+            ("abort", &self.finished_abort),
+            ("length", &self.finished_length),
+            ("stop", &self.finished_stop),
+        ] {
+            let _ = writeln!(
+                out,
+                "vllm:request_success_total{{engine=\"0\",finished_reason=\"{reason}\",model_name=\"{model}\"}} {:?}",
+                c.load(Relaxed) as f64
+            );
+        }
+        out
+    }
+}

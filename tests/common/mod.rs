@@ -1,0 +1,99 @@
+//! Shared integration-test harness: start mock engines and a real gateway on loopback,
+//! under either io driver, and talk to them with a blocking raw HTTP/1.1 client.
+#![allow(dead_code)]
+
+pub mod client;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use client::*;
+use rolter::config::{self, DriverChoice};
+use rolter::Gateway;
+use rolter_mock::{MockConfig, MockHandle};
+
+/// Both gateway drivers; I/O tests run under each.
+pub fn drivers() -> Vec<DriverChoice> {
+    vec![DriverChoice::IoUring, DriverChoice::Epoll]
+}
+
+pub fn driver_name(d: DriverChoice) -> &'static str {
+    match d {
+        DriverChoice::IoUring => "io_uring",
+        DriverChoice::Epoll => "epoll",
+        DriverChoice::Auto => "auto",
+    }
+}
+
+/// Starts a mock engine serving `model` with settings adjusted by `f`.
+pub fn mock(name: &str, f: impl FnOnce(&mut MockConfig)) -> MockHandle {
+    let mut cfg = MockConfig {
+        name: name.to_string(),
+        models: vec!["m".to_string()],
+        record_requests: true,
+        ..MockConfig::default()
+    };
+    f(&mut cfg);
+    rolter_mock::spawn(cfg).expect("spawn mock engine")
+}
+
+/// Short client-side limits so timeout tests finish quickly.
+pub const TEST_LIMITS: &str = r#"
+[server.limits]
+head_timeout = "1s"
+body_timeout = "1s"
+keepalive_timeout = "5s"
+write_timeout = "1s"
+max_body_bytes = 1048576
+"#;
+
+/// Starts a gateway on 127.0.0.1:0 with one worker and `driver`, from a configuration whose
+/// `[server]` section this function writes; `rest` holds targets, routes and extra tables.
+pub fn gateway(driver: DriverChoice, rest: &str) -> Gateway {
+    gateway_with(driver, 1, rest)
+}
+
+pub fn gateway_with(driver: DriverChoice, workers: usize, rest: &str) -> Gateway {
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nworkers = {workers}\npin_workers = false\ndriver = \"{}\"\nshutdown_grace = \"2s\"\n{TEST_LIMITS}\n{rest}",
+        driver_name(driver)
+    );
+    let cfg =
+        config::load_str(&text, "<test>").unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
+    Gateway::start(cfg).expect("start gateway")
+}
+
+/// A `[[targets]]` entry for a mock engine serving model "m".
+pub fn target(name: &str, addr: SocketAddr, extra: &str) -> String {
+    format!("[[targets]]\nname = \"{name}\"\nurl = \"http://{addr}\"\nmodels = [\"m\"]\n{extra}\n")
+}
+
+/// A gateway in front of the given mocks with one round-robin route and `route_extra`
+/// (TOML lines for the route table, e.g. `retries = 0`).
+pub fn gateway_for(driver: DriverChoice, mocks: &[&MockHandle], route_extra: &str) -> Gateway {
+    let mut rest = String::new();
+    let mut names = Vec::new();
+    for (i, m) in mocks.iter().enumerate() {
+        let name = format!("t{i}");
+        rest.push_str(&target(
+            &name,
+            m.addr(),
+            "[targets.timeouts]\nconnect = \"500ms\"\nfirst_byte = \"2s\"\nidle = \"1s\"",
+        ));
+        names.push(format!("\"{name}\""));
+    }
+    rest.push_str(&format!(
+        "[[routes]]\nname = \"r\"\ntargets = [{}]\nstrategy = \"round_robin\"\n{route_extra}\n",
+        names.join(", ")
+    ));
+    gateway(driver, &rest)
+}
+
+/// A chat completion body for model "m".
+pub fn chat_body(stream: bool) -> String {
+    format!(
+        r#"{{"model":"m","stream":{stream},"stream_options":{{"include_usage":true}},"messages":[{{"role":"user","content":"Hello there"}}]}}"#
+    )
+}
+
+pub const SHORT: Duration = Duration::from_secs(2);
