@@ -103,17 +103,29 @@ impl GatewayError {
         self
     }
 
-    /// `{"error":{"message","type","param","code"}}`.
+    /// `{"error":{"message","type","param","code"}}`, in OpenAI's field order.
     pub fn body(&self) -> Vec<u8> {
-        let v = serde_json::json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        });
-        serde_json::to_vec(&v).unwrap_or_default()
+        #[derive(serde::Serialize)]
+        struct Inner<'a> {
+            message: &'a str,
+            #[serde(rename = "type")]
+            kind: &'a str,
+            param: Option<&'a str>,
+            code: &'a str,
+        }
+        #[derive(serde::Serialize)]
+        struct Outer<'a> {
+            error: Inner<'a>,
+        }
+        serde_json::to_vec(&Outer {
+            error: Inner {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param,
+                code: self.code,
+            },
+        })
+        .unwrap_or_default()
     }
 
     /// Appends a complete response (head and JSON body) to `out`.
@@ -156,6 +168,8 @@ mod tests {
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["param"], "model");
         assert_eq!(v["error"]["message"], "The model `x` does not exist.");
+        let text = String::from_utf8(e.body()).unwrap();
+        assert!(text.starts_with(r#"{"error":{"message":"#), "{text}");
     }
 
     #[test]

@@ -26,13 +26,7 @@ pub(crate) struct Host<'a> {
 }
 
 /// Request paths the gateway proxies; `match.paths` entries must be among them.
-pub const PROXIED_PATHS: &[&str] = &[
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/messages",
-];
+pub use crate::openai::PROXIED_PATHS;
 
 /// Header names a target may not set: hop-by-hop and framing headers the gateway owns.
 pub const FORBIDDEN_TARGET_HEADERS: &[&str] = &[

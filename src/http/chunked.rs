@@ -66,6 +66,15 @@ impl ChunkedDecoder {
         self.state == State::Done
     }
 
+    /// Data bytes of the current chunk still to come (its declared size minus what was
+    /// decoded), so a caller can refuse an oversized chunk before its data arrives.
+    pub fn pending_chunk_bytes(&self) -> u64 {
+        match self.state {
+            State::Data => self.size,
+            _ => 0,
+        }
+    }
+
     /// Consumes bytes from `input`, handing chunk data to `on_data`. Returns how many bytes
     /// were consumed; it stops right after the end of the body and leaves what follows.
     pub fn feed(
@@ -287,6 +296,16 @@ mod tests {
         let mut long_ext = b"1;".to_vec();
         long_ext.extend(std::iter::repeat_n(b'a', 2000));
         assert!(decode_all(&long_ext).is_err());
+    }
+
+    #[test]
+    fn reports_the_pending_chunk_size() {
+        let mut d = ChunkedDecoder::new();
+        d.feed(b"40000000\r\nhel", |_| {}).unwrap();
+        assert_eq!(d.pending_chunk_bytes(), 0x4000_0000 - 3);
+        let mut d = ChunkedDecoder::new();
+        d.feed(b"3\r\nabc", |_| {}).unwrap();
+        assert_eq!(d.pending_chunk_bytes(), 0);
     }
 
     #[test]

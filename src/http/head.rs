@@ -169,6 +169,7 @@ pub fn parse(
             if buf.len() >= limits.max_head_bytes {
                 return Err(oversize_error(buf, limits));
             }
+            check_request_line(buf)?;
             return Ok(None);
         }
     };
@@ -179,15 +180,7 @@ pub fn parse(
     let cap = limits.max_headers.min(MAX_HEADERS_CAP);
     let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
     let mut req = httparse::Request::new(&mut storage[..cap]);
-    let status = match req.parse(&buf[..end]) {
-        Ok(s) => s,
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
-        Err(httparse::Error::Version) => {
-            return Err(HeadError::BadRequest("unsupported HTTP version"))
-        }
-        Err(httparse::Error::Token) => return Err(HeadError::BadRequest("malformed request line")),
-        Err(_) => return Err(HeadError::BadRequest("malformed request head")),
-    };
+    let status = req.parse(&buf[..end]).map_err(httparse_error)?;
     let len = match status {
         httparse::Status::Complete(n) => n,
         httparse::Status::Partial => return Err(HeadError::BadRequest("malformed request head")),
@@ -246,14 +239,8 @@ pub fn parse(
             );
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             te_count += 1;
-            let v = trim_ows(value);
-            if v.eq_ignore_ascii_case(b"chunked") {
-                chunked = true;
-            } else if v.is_empty() || v.contains(&b',') || !v.iter().all(|&b| is_tchar(b)) {
-                return Err(HeadError::BadRequest("invalid Transfer-Encoding"));
-            } else {
-                return Err(HeadError::NotImplemented);
-            }
+            check_transfer_coding(value)?;
+            chunked = true;
         } else if name.eq_ignore_ascii_case(b"host") {
             host_count += 1;
         } else if name.eq_ignore_ascii_case(b"expect") {
@@ -314,6 +301,70 @@ pub fn parse(
         expect_continue,
         close,
     }))
+}
+
+fn httparse_error(e: httparse::Error) -> HeadError {
+    match e {
+        httparse::Error::TooManyHeaders => HeadError::TooManyHeaders,
+        httparse::Error::Version => HeadError::BadRequest("unsupported HTTP version"),
+        httparse::Error::Token => HeadError::BadRequest("malformed request line"),
+        _ => HeadError::BadRequest("malformed request head"),
+    }
+}
+
+/// Validates the request line of an incomplete head as soon as its CRLF has arrived, so a
+/// malformed one (an HTTP/0.9 `GET /\r\n`, a bad version) is answered at once instead of
+/// at the head timeout. `find_head_end` has already rejected bare CR and LF.
+fn check_request_line(buf: &[u8]) -> Result<(), HeadError> {
+    let Some(cr) = buf.iter().position(|&b| b == b'\r') else {
+        return Ok(());
+    };
+    if buf.get(cr + 1) != Some(&b'\n') {
+        return Ok(());
+    }
+    let mut no_headers: [httparse::Header<'_>; 0] = [];
+    let mut req = httparse::Request::new(&mut no_headers);
+    match req.parse(&buf[..cr + 2]) {
+        // A lone leading CRLF is skipped by httparse: nothing to judge yet.
+        Ok(_) => Ok(()),
+        Err(e) => Err(httparse_error(e)),
+    }
+}
+
+/// Transfer codings registered with IANA that the gateway understands but does not decode:
+/// a request using them gets 501. Anything else unknown is malformed (400).
+const KNOWN_CODINGS: &[&[u8]] = &[b"gzip", b"x-gzip", b"deflate", b"compress", b"x-compress"];
+
+/// Accepts exactly `chunked` (any case, optional whitespace). A list with an empty element,
+/// a non-token, an unknown coding, `chunked` twice or not last is a 400; a list of known
+/// codings (e.g. `gzip` or `gzip, chunked`) is a 501.
+fn check_transfer_coding(value: &[u8]) -> Result<(), HeadError> {
+    let mut n = 0usize;
+    let mut chunked_at: Option<usize> = None;
+    for raw in value.split(|&b| b == b',') {
+        let t = trim_ows(raw);
+        if t.is_empty() || !t.iter().all(|&b| is_tchar(b)) {
+            return Err(HeadError::BadRequest("invalid Transfer-Encoding"));
+        }
+        if t.eq_ignore_ascii_case(b"chunked") {
+            if chunked_at.is_some() {
+                return Err(HeadError::BadRequest(
+                    "chunked transfer coding applied twice",
+                ));
+            }
+            chunked_at = Some(n);
+        } else if !KNOWN_CODINGS.iter().any(|k| t.eq_ignore_ascii_case(k)) {
+            return Err(HeadError::BadRequest("unknown transfer coding"));
+        }
+        n += 1;
+    }
+    match chunked_at {
+        Some(0) if n == 1 => Ok(()),
+        Some(i) if i + 1 != n => Err(HeadError::BadRequest(
+            "chunked must be the final transfer coding",
+        )),
+        _ => Err(HeadError::NotImplemented),
+    }
 }
 
 fn strip_scheme(t: &str) -> Option<&str> {
@@ -422,6 +473,49 @@ mod tests {
             p(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n").unwrap_err(),
             HeadError::NotImplemented
         );
+    }
+
+    #[test]
+    fn transfer_codings() {
+        assert_eq!(check_transfer_coding(b"chunked"), Ok(()));
+        assert_eq!(check_transfer_coding(b" Chunked "), Ok(()));
+        for c in [
+            &b"gzip"[..],
+            b"gzip, chunked",
+            b"X-GZIP,chunked",
+            b"deflate",
+        ] {
+            assert_eq!(check_transfer_coding(c), Err(HeadError::NotImplemented));
+        }
+        for c in [
+            &b"xchunked"[..],
+            b"identity",
+            b"chunked, chunked",
+            b",chunked",
+            b"chunked,",
+            b"chunked, gzip",
+            b"gzip;q=1, chunked",
+            b"\"chunked\"",
+            b"",
+        ] {
+            assert!(
+                matches!(check_transfer_coding(c), Err(HeadError::BadRequest(_))),
+                "{}",
+                String::from_utf8_lossy(c)
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_request_line_is_rejected_before_the_head_ends() {
+        assert!(matches!(p(b"GET /\r\n"), Err(HeadError::BadRequest(_))));
+        assert!(matches!(
+            p(b"GET / HTTP/1.32\r\nHost: a\r\n"),
+            Err(HeadError::BadRequest(_))
+        ));
+        assert!(p(b"GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+        assert!(p(b"\r\nGET / HT").unwrap().is_none());
+        assert!(p(b"GET /aaaa").unwrap().is_none());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::ops::Range;
 use std::rc::Rc;
 
 use http::Method;
+use monoio::buf::IoBufMut;
 use monoio::io::{
     AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
 };
@@ -287,13 +288,16 @@ async fn read_head(
             }
         };
         rbuf.reserve(4096);
-        let buf = std::mem::take(rbuf);
+        // A Vec read fills from index 0: read into the spare capacity so the bytes already
+        // buffered (a partial head) are kept.
+        let len = rbuf.len();
+        let buf = std::mem::take(rbuf).slice_mut(len..);
         match monoio::time::timeout_at(deadline, io.rd.read(buf)).await {
             Ok((Ok(0), buf)) => {
-                *rbuf = buf;
+                *rbuf = buf.into_inner();
                 return HeadRead::Closed;
             }
-            Ok((Ok(_), buf)) => *rbuf = buf,
+            Ok((Ok(_), buf)) => *rbuf = buf.into_inner(),
             Ok((Err(_), _)) => return HeadRead::Closed,
             Err(_) => {
                 return if started.is_some() {
@@ -347,7 +351,9 @@ async fn read_body(
                         Some(GatewayError::client(400, "bad_request", m))
                     })?;
                 pos += n;
-                if body.len() > max {
+                // Count the rest of a declared chunk too: a 1 GiB chunk size is refused
+                // at once, not after the body timeout.
+                if body.len() as u64 + dec.pending_chunk_bytes() > max as u64 {
                     return Err(Some(head_error(HeadError::PayloadTooLarge)));
                 }
                 if dec.is_done() {
@@ -375,11 +381,13 @@ async fn read_more(
     rbuf: &mut Vec<u8>,
     deadline: Instant,
 ) -> Result<(), Option<GatewayError>> {
-    let buf = std::mem::take(rbuf);
+    // Append after what is buffered (a plain Vec read would overwrite from index 0).
+    let len = rbuf.len();
+    let buf = std::mem::take(rbuf).slice_mut(len..);
     match monoio::time::timeout_at(deadline, io.rd.read(buf)).await {
         Ok((Ok(0), _)) | Ok((Err(_), _)) => Err(None),
         Ok((Ok(_), buf)) => {
-            *rbuf = buf;
+            *rbuf = buf.into_inner();
             Ok(())
         }
         Err(_) => Err(Some(timeout_error("body"))),

@@ -1,0 +1,75 @@
+//! Hot-path codec costs: request-head parsing, routing-fact extraction, chunked decoding
+//! and re-framing of an SSE event.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rolter::http::chunked::{encode_chunk, ChunkedDecoder};
+use rolter::http::head::{self, HeadLimits};
+use rolter::openai::facts;
+
+const HEAD: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway.local:8080\r\nUser-Agent: OpenAI/Python 1.54.0\r\nAccept: application/json\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-test-0123456789abcdef\r\nX-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.54.0\r\nx-session-id: user-42\r\nContent-Length: 1024\r\n\r\n";
+
+fn chat_body(prompt_bytes: usize) -> Vec<u8> {
+    let content = "lorem ipsum ".repeat(prompt_bytes / 12 + 1);
+    format!(
+        r#"{{"model":"llama-3.1-8b","stream":true,"stream_options":{{"include_usage":true}},"max_tokens":256,"temperature":0.7,"messages":[{{"role":"system","content":"You are a helpful assistant."}},{{"role":"user","content":"{}"}}]}}"#,
+        &content[..prompt_bytes]
+    )
+    .into_bytes()
+}
+
+fn bench_head(c: &mut Criterion) {
+    let limits = HeadLimits {
+        max_head_bytes: 32 * 1024,
+        max_headers: 100,
+        max_uri_bytes: 8192,
+    };
+    let mut spans = Vec::with_capacity(32);
+    let mut g = c.benchmark_group("head");
+    g.throughput(Throughput::Bytes(HEAD.len() as u64));
+    g.bench_function("parse_openai_sdk_head", |b| {
+        b.iter(|| {
+            head::parse(black_box(HEAD), &limits, &mut spans)
+                .unwrap()
+                .unwrap()
+        })
+    });
+    g.finish();
+}
+
+fn bench_facts(c: &mut Criterion) {
+    let mut g = c.benchmark_group("facts");
+    for size in [1024usize, 32 * 1024] {
+        let body = chat_body(size);
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_function(format!("extract_chat_{}k", size / 1024), |b| {
+            b.iter(|| facts::extract(black_box(&body)).unwrap().prompt_tokens)
+        });
+    }
+    g.finish();
+}
+
+fn bench_chunked(c: &mut Criterion) {
+    let event = br#"data: {"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1718000000,"model":"llama","choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,"finish_reason":null}]}
+
+"#;
+    let mut framed = Vec::new();
+    encode_chunk(&mut framed, event);
+    let mut out = Vec::with_capacity(1024);
+    let mut g = c.benchmark_group("sse_event");
+    g.throughput(Throughput::Bytes(event.len() as u64));
+    g.bench_function("decode_and_reframe", |b| {
+        b.iter(|| {
+            out.clear();
+            let mut d = ChunkedDecoder::new();
+            d.feed(black_box(&framed), |piece| encode_chunk(&mut out, piece))
+                .unwrap();
+            out.len()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_head, bench_facts, bench_chunked);
+criterion_main!(benches);

@@ -1,0 +1,211 @@
+//! The `rolter` binary as a user runs it: `demo` serves streamed completions from its
+//! built-in fleet, `check` reports every configuration error and exits non-zero before
+//! binding anything, and `strategies` lists the registry.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rolter");
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn demo_streams_tokens_one_by_one() {
+    let child = Command::new(BIN)
+        .args(["demo", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run rolter demo");
+    let mut child = Kill(child);
+    let stdout = child.0.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().expect("banner").unwrap();
+    // "rolter demo: gateway on http://127.0.0.1:PORT (...)"
+    let addr: SocketAddr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no address in banner: {first}"));
+    let banner: Vec<String> = lines.by_ref().take(8).map(|l| l.unwrap()).collect();
+    assert!(banner.iter().any(|l| l.contains("curl -N")), "{banner:?}");
+
+    let body =
+        r#"{"model":"demo-model","stream":true,"messages":[{"role":"user","content":"Hello"}]}"#;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // Record when each token event arrives: they must trickle in, not land at once.
+    let start = Instant::now();
+    let mut seen = Vec::new();
+    let mut arrivals = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+        let events = String::from_utf8_lossy(&seen)
+            .matches("\"content\":")
+            .count();
+        arrivals.push((events, start.elapsed()));
+    }
+    let text = String::from_utf8_lossy(&seen);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.contains("data: [DONE]"));
+    let tokens = text.matches("\"content\":").count();
+    assert!(tokens >= 10, "{tokens} token events");
+    // At least five distinct reads carried token events: streamed, not buffered.
+    let distinct = arrivals.windows(2).filter(|w| w[1].0 > w[0].0).count();
+    assert!(
+        distinct >= 5,
+        "tokens arrived in {distinct} steps: {arrivals:?}"
+    );
+}
+
+#[test]
+fn check_reports_every_error_and_exits_2() {
+    let dir = std::env::temp_dir().join(format!("rolter-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        r#"
+[server]
+listen = "127.0.0.1:1"
+workerz = 2
+
+[[targets]]
+name = "a"
+url = "ftp://x"
+headers = { "X-Key" = "bad\r\nvalue" }
+
+[[routes]]
+name = "r"
+targets = ["a", "ghost"]
+strategy = "fastestt"
+"#,
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "workerz",
+        "targets[0].url",
+        "targets[0].headers",
+        "ghost",
+        "fastestt",
+    ] {
+        assert!(err.contains(needle), "missing {needle} in:\n{err}");
+    }
+    assert!(err.contains("bad.toml"), "errors name the file:\n{err}");
+
+    // `run` with the same file also exits 2 and binds nothing.
+    let out = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn check_accepts_the_shipped_examples() {
+    for example in ["config/vllm-fleet.toml"] {
+        let out = Command::new(BIN)
+            .args(["check", "--config", example])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{example}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn strategies_lists_names_and_aliases() {
+    let out = Command::new(BIN).arg("strategies").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for n in ["round_robin", "weighted_round_robin", "random"] {
+        assert!(text.contains(n), "{text}");
+    }
+}
+
+#[test]
+fn run_serves_and_stops_on_sigterm() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let m = common::mock("a", |_| {});
+    let dir = std::env::temp_dir().join(format!("rolter-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ok.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 1\nshutdown_grace = \"2s\"\n\n[[targets]]\nname = \"a\"\nurl = \"http://{}\"\n",
+            m.addr()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = Kill(child);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "gateway did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = common::call(
+        addr,
+        &common::post("/v1/completions", &[], r#"{"model":"m","prompt":"hi"}"#),
+    );
+    assert_eq!(r.status, 200);
+    // SIGTERM: drains and exits 0.
+    unsafe { libc_kill(child.0.id() as i32, 15) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need on a fresh machine (system packages and
+# the OpenAI Python SDK), then runs formatting, lints and the whole test suite.
+#
+#   ./tests/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*"; }
+
+# System packages: curl for the demo check, python3 with pip for the OpenAI SDK test.
+missing=()
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing system packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# The official OpenAI Python SDK, used by tests/openai_sdk.rs as a real client.
+if ! python3 -c 'import openai' >/dev/null 2>&1; then
+  log "installing the openai Python package"
+  python3 -m pip install --quiet 'openai>=1.40,<3' \
+    || python3 -m pip install --quiet --break-system-packages 'openai>=1.40,<3'
+fi
+
+# The toolchain pinned in rust-toolchain.toml, with rustfmt and clippy.
+if command -v rustup >/dev/null 2>&1; then
+  rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
+fi
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+log "cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+log "cargo test"
+cargo test --workspace
