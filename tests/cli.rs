@@ -133,7 +133,10 @@ strategy = "fastestt"
 
 #[test]
 fn check_accepts_the_shipped_examples() {
-    for example in ["config/vllm-fleet.toml"] {
+    // config/managed-api.toml needs its provider's host name to resolve, which a sandbox
+    // without DNS cannot do; the config unit tests load it with a fake resolver.
+    {
+        let example = "config/vllm-fleet.toml";
         let out = Command::new(BIN)
             .args(["check", "--config", example])
             .output()

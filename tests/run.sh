@@ -23,8 +23,8 @@ fi
 # The official OpenAI Python SDK, used by tests/openai_sdk.rs as a real client.
 if ! python3 -c 'import openai' >/dev/null 2>&1; then
   log "installing the openai Python package"
-  python3 -m pip install --quiet 'openai>=1.40,<3' \
-    || python3 -m pip install --quiet --break-system-packages 'openai>=1.40,<3'
+  python3 -m pip install --quiet 'openai>=1.40' \
+    || python3 -m pip install --quiet --break-system-packages 'openai>=1.40'
 fi
 
 # The toolchain pinned in rust-toolchain.toml, with rustfmt and clippy.

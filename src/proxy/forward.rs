@@ -14,7 +14,7 @@ use monoio::io::CancelableAsyncReadRent;
 
 use super::conn::{respond, ClientIo};
 use super::race::Watch;
-use super::relay::{exchange, Outcome};
+use super::relay::{exchange, ClientSide, Outcome};
 use super::state::{InFlight, WorkerState};
 use crate::config::{Route, Target};
 use crate::error::{GatewayError, Retry};
@@ -168,7 +168,10 @@ pub async fn forward(
                 &mut io.wr,
                 &mut watch,
                 bufs,
-                req.head.http10,
+                ClientSide {
+                    http10: req.head.http10,
+                    close: req.close,
+                },
                 retries_left > 0,
             )
             .await

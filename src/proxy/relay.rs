@@ -11,6 +11,7 @@
 
 use std::future::Future;
 
+use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedWriteHalf};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
@@ -40,6 +41,15 @@ fn retryable_status(status: u16) -> bool {
     matches!(status, 429 | 502 | 503 | 504)
 }
 
+/// What the relay needs to know about the client's side of the exchange.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientSide {
+    /// An HTTP/1.0 client: no chunked framing; the connection closes after the response.
+    pub http10: bool,
+    /// The client asked to close after this exchange.
+    pub close: bool,
+}
+
 /// Runs one exchange with target `tid`. `bufs.up` holds the request bytes.
 pub async fn exchange<W>(
     state: &WorkerState,
@@ -47,7 +57,7 @@ pub async fn exchange<W>(
     wr: &mut OwnedWriteHalf<TcpStream>,
     watch: &mut Watch<'_, W>,
     bufs: &mut IoBufs,
-    client_http10: bool,
+    client: ClientSide,
     may_retry: bool,
 ) -> Outcome
 where
@@ -126,14 +136,20 @@ where
         bufs.ubuf.clear();
         let head: ResponseHead = loop {
             bufs.ubuf.reserve(16 * 1024);
-            let ub = std::mem::take(&mut bufs.ubuf);
+            // A Vec read fills from index 0: read into the spare capacity so a partial
+            // head already buffered is kept.
+            let len = bufs.ubuf.len();
+            let ub = std::mem::take(&mut bufs.ubuf).slice_mut(len..);
             match race(up.read(ub), watch, deadline).await {
-                Race::Done((Ok(n), ub)) if n > 0 => bufs.ubuf = ub,
+                Race::Done((Ok(n), ub)) if n > 0 => bufs.ubuf = ub.into_inner(),
                 Race::Done((res, ub)) => {
-                    bufs.ubuf = ub;
-                    if reused && bufs.ubuf.is_empty() {
-                        // The pooled connection died under us before any response byte:
-                        // the request never reached an engine. Try once on a fresh one.
+                    bufs.ubuf = ub.into_inner();
+                    if reused && bufs.ubuf.is_empty() && matches!(res, Ok(0)) {
+                        // The pooled connection was closed (FIN) before any response byte:
+                        // the keep-alive race, where the engine closed it as idle and never
+                        // took the request. Try once on a fresh one. A reset (RST) instead
+                        // means an engine that may have taken the POST: no retry, like Go's
+                        // transport for non-idempotent requests.
                         fresh_only = true;
                         continue 'connection;
                     }
@@ -182,7 +198,7 @@ where
             e.retry_after = head.retry_after;
             return Outcome::Failed(e);
         }
-        return relay_body(state, tid, up, head, wr, watch, bufs, client_http10).await;
+        return relay_body(state, tid, up, head, wr, watch, bufs, client).await;
     }
 }
 
@@ -212,15 +228,18 @@ enum BodyState {
     Empty,
 }
 
-/// Appends body bytes from `data` to `out` in the client's framing. Returns whether the body
-/// is complete and whether bytes beyond its end were seen (the connection is then unusable).
+/// Appends body bytes from `data` to `out` in the client's framing (noting the payload in
+/// `tail`). Returns whether the body is complete and whether bytes beyond its end were seen
+/// (the connection is then unusable).
 fn feed_body(
     body: &mut BodyState,
     data: &[u8],
     out: &mut Vec<u8>,
     client_chunked: bool,
+    tail: &mut SseTail,
 ) -> Result<(bool, bool), ()> {
-    let emit = |out: &mut Vec<u8>, d: &[u8]| {
+    let mut emit = |out: &mut Vec<u8>, d: &[u8]| {
+        tail.note(d);
         if client_chunked {
             encode_chunk(out, d);
         } else {
@@ -231,6 +250,7 @@ fn feed_body(
         BodyState::Empty => Ok((true, !data.is_empty())),
         BodyState::Length(remaining) => {
             let take = (*remaining).min(data.len() as u64) as usize;
+            tail.note(&data[..take]);
             out.extend_from_slice(&data[..take]);
             *remaining -= take as u64;
             Ok((*remaining == 0, take < data.len()))
@@ -256,7 +276,7 @@ async fn relay_body<W>(
     wr: &mut OwnedWriteHalf<TcpStream>,
     watch: &mut Watch<'_, W>,
     bufs: &mut IoBufs,
-    client_http10: bool,
+    client: ClientSide,
 ) -> Outcome
 where
     W: Future<Output = BufResult<usize, Vec<u8>>>,
@@ -265,7 +285,7 @@ where
     let write_timeout = state.config.server.limits.write_timeout;
     let idle = target.timeouts.idle;
     let client_chunked =
-        !client_http10 && matches!(head.framing, RespFraming::Chunked | RespFraming::Close);
+        !client.http10 && matches!(head.framing, RespFraming::Chunked | RespFraming::Close);
 
     let out = &mut bufs.out;
     out.clear();
@@ -300,8 +320,9 @@ where
             BodyState::Empty
         }
     };
-    // An HTTP/1.0 client learns the end of an unframed body from the close.
-    let close_client = client_http10;
+    // An HTTP/1.0 client learns the end of an unframed body from the close; a client that
+    // asked to close, or a draining gateway, says so in the response (RFC 9112 §9.6).
+    let close_client = client.http10 || client.close || state.draining.get();
     if close_client {
         write_header(out, b"connection", b"close");
     }
@@ -309,8 +330,8 @@ where
 
     let mut tail = SseTail::default();
     let first = &bufs.ubuf[head.len..];
-    let mark = out.len();
-    let (mut done, mut overrun) = match feed_body(&mut body, first, out, client_chunked) {
+    let (mut done, mut overrun) = match feed_body(&mut body, first, out, client_chunked, &mut tail)
+    {
         Ok(v) => v,
         Err(()) => {
             return fail_midstream(
@@ -325,7 +346,6 @@ where
             .await
         }
     };
-    tail.note(&out[mark..]);
     loop {
         if done && client_chunked {
             out.extend_from_slice(LAST_CHUNK);
@@ -350,8 +370,7 @@ where
         match race(up.read(ub), watch, deadline).await {
             Race::Done((Ok(n), ub)) if n > 0 => {
                 bufs.ubuf = ub;
-                let mark = out.len();
-                match feed_body(&mut body, &bufs.ubuf, out, client_chunked) {
+                match feed_body(&mut body, &bufs.ubuf, out, client_chunked, &mut tail) {
                     Ok((d, o)) => {
                         done = d;
                         overrun |= o;
@@ -369,7 +388,6 @@ where
                         .await
                     }
                 }
-                tail.note(&out[mark..]);
             }
             Race::Done((_, ub)) => {
                 bufs.ubuf = ub;
@@ -412,18 +430,34 @@ where
     }
 }
 
-/// Tracks whether the bytes sent so far end on an SSE event boundary.
+/// Tracks whether the body bytes relayed so far end on an SSE event boundary, so the error
+/// event follows without an empty event before it.
 #[derive(Default)]
 struct SseTail {
-    last: [u8; 2],
+    /// The last three payload bytes (zeros before any).
+    last: [u8; 3],
+    sent: bool,
 }
 
 impl SseTail {
-    fn note(&mut self, sent: &[u8]) {
-        match sent.len() {
-            0 => {}
-            1 => self.last = [self.last[1], sent[0]],
-            n => self.last = [sent[n - 2], sent[n - 1]],
+    fn note(&mut self, payload: &[u8]) {
+        for &b in payload.iter().rev().take(3).rev() {
+            self.last = [self.last[1], self.last[2], b];
+        }
+        self.sent |= !payload.is_empty();
+    }
+
+    /// What must precede a new event: nothing before any byte or at an event boundary (two
+    /// line ends, in any of SSE's CR/LF/CRLF spellings); otherwise a line end and a blank
+    /// line, which end the cut-off event (an extra blank line is harmless to SSE parsers).
+    fn separator(&self) -> &'static [u8] {
+        let [a, b, c] = self.last;
+        let boundary = matches!([b, c], [b'\n', b'\n'] | [b'\r', b'\r'] | [b'\n', b'\r'])
+            || [a, b, c] == *b"\n\r\n";
+        if !self.sent || boundary {
+            b""
+        } else {
+            b"\n\n"
         }
     }
 }
@@ -437,13 +471,14 @@ async fn fail_midstream(
     head: &ResponseHead,
     client_chunked: bool,
     target: &str,
-    _tail: &SseTail,
+    tail: &SseTail,
     write_timeout: std::time::Duration,
 ) -> Outcome {
     out.clear();
     if head.is_sse {
         let mut event = Vec::with_capacity(256);
-        event.extend_from_slice(b"\n\ndata: ");
+        event.extend_from_slice(tail.separator());
+        event.extend_from_slice(b"data: ");
         let err = serde_json::json!({"error": {
             "message": format!("the upstream target `{target}` failed mid-stream; the answer is incomplete"),
             "type": "upstream_error",
@@ -462,4 +497,30 @@ async fn fail_midstream(
     }
     let _ = monoio::time::timeout(write_timeout, wr.shutdown()).await;
     Outcome::Relayed { close: true }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SseTail;
+
+    fn sep(parts: &[&[u8]]) -> &'static [u8] {
+        let mut t = SseTail::default();
+        for p in parts {
+            t.note(p);
+        }
+        t.separator()
+    }
+
+    #[test]
+    fn error_event_separator_follows_the_relayed_tail() {
+        assert_eq!(sep(&[]), b"");
+        assert_eq!(sep(&[b"data: {}\n\n"]), b"");
+        assert_eq!(sep(&[b"data: {}\n", b"\n"]), b"");
+        assert_eq!(sep(&[b"data: {}\r\n\r\n"]), b"");
+        assert_eq!(sep(&[b"data: {}\r\r"]), b"");
+        assert_eq!(sep(&[b"data: {}\n\n", b"data: {\"a\""]), b"\n\n");
+        assert_eq!(sep(&[b"data: {}\n"]), b"\n\n");
+        assert_eq!(sep(&[b"data: {}\r\n"]), b"\n\n");
+        assert_eq!(sep(&[b"data: {}\n\n", b"d", b"a"]), b"\n\n");
+    }
 }

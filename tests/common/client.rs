@@ -5,7 +5,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-
 pub fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> String {
     let mut s = format!("{method} {path} HTTP/1.1\r\nhost: test\r\n");
     for (k, v) in headers {

@@ -34,6 +34,8 @@ use crate::{Fault, Shared};
 const READ_CHUNK: usize = 16 * 1024;
 /// Stop reading ahead when this many unprocessed bytes are buffered.
 const READ_AHEAD_LIMIT: usize = 1024 * 1024;
+/// A stream's buffered events are written once they reach this size.
+const STREAM_FLUSH_BYTES: usize = 64 * 1024;
 
 /// Per-thread state.
 pub(crate) struct Local {
@@ -174,6 +176,7 @@ fn ms(v: Option<u64>, default: Duration) -> Duration {
 
 pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>, local: Rc<Local>) {
     let _ = stream.set_nodelay(true);
+    inc(&shared.stats.connections);
     let id = local.next_id.get();
     local.next_id.set(id + 1);
     local.conns.borrow_mut().insert(id, stream.as_raw_fd());
@@ -633,6 +636,11 @@ impl Conn {
             emit(&mut self.out, &mut self.ev, chunked);
             if i < tokens {
                 emitted += 1;
+            }
+            // Without an inter-token delay, still write as the answer grows, so a client
+            // that stops reading or goes away mid-answer is seen (and counted) as an abort.
+            if self.out.len() >= STREAM_FLUSH_BYTES && !self.flush().await {
+                return self.abort(&head, emitted);
             }
             if reset_after == Some(emitted as u32) {
                 return self.reset(emitted).await;

@@ -23,6 +23,9 @@ pub struct StatsSnapshot {
     pub generation_tokens: u64,
     /// Requests cut short by an injected reset or stall fault.
     pub faulted: u64,
+    /// TCP connections accepted since start (keep-alive reuse shows as fewer connections
+    /// than requests).
+    pub connections: u64,
 }
 
 #[derive(Default)]
@@ -35,6 +38,7 @@ pub(crate) struct Stats {
     pub generation_tokens: AtomicU64,
     pub prompt_tokens: AtomicU64,
     pub faulted: AtomicU64,
+    pub connections: AtomicU64,
     pub finished_stop: AtomicU64,
     pub finished_length: AtomicU64,
     pub finished_abort: AtomicU64,
@@ -58,6 +62,7 @@ impl Stats {
             waiting: self.waiting.load(Relaxed),
             generation_tokens: self.generation_tokens.load(Relaxed),
             faulted: self.faulted.load(Relaxed),
+            connections: self.connections.load(Relaxed),
         }
     }
 

@@ -281,3 +281,44 @@ fn shutdown_closes_connections() {
     assert!(matches!(c.r.read(&mut buf), Ok(0) | Err(_)));
     let _ = c.r.get_mut().write_all(b"x");
 }
+
+#[test]
+fn accepted_connections_are_counted() {
+    for d in drivers() {
+        let m = start(d, |_| {});
+        let a = m.addr();
+        assert_eq!(m.stats().connections, 0);
+        let mut c = Client::connect(a);
+        for _ in 0..3 {
+            c.send(&post(CHAT, &[], BODY));
+            assert_eq!(c.response().unwrap().status, 200);
+        }
+        assert_eq!(m.stats().connections, 1, "keep-alive reuses one connection");
+        assert_eq!(call(a, &post(CHAT, &[], BODY)).status, 200);
+        let s = m.stats();
+        assert_eq!((s.connections, s.requests), (2, 4));
+        let j = call(a, &request("GET", "/mock/stats", &[], "")).json();
+        assert_eq!(j["connections"], 3);
+    }
+}
+
+#[test]
+fn fast_stream_abandoned_by_its_reader_is_an_abort() {
+    for d in drivers() {
+        let m = start(d, |_| {});
+        let mut s = std::net::TcpStream::connect(m.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let req = post(
+            CHAT,
+            &[("x-mock-tokens", "200000"), ("x-request-id", "big")],
+            STREAM,
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut buf = [0u8; 4096];
+        assert!(s.read(&mut buf).unwrap() > 0);
+        drop(s);
+        wait_for("abort", Duration::from_secs(2), || m.stats().aborted == 1);
+        assert_eq!(m.aborted_ids(), vec!["big".to_string()]);
+        assert_eq!(m.stats().completed, 0);
+    }
+}

@@ -1,0 +1,78 @@
+//! The official `openai` Python SDK against the gateway, under both drivers: chat (plain
+//! and streamed), completions and models.list(), checked by tests/sdk/openai_client.py.
+//!
+//! Needs `python3` with the `openai` package (`pip install openai`); without them the test
+//! fails and says so, it never skips.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const SETUP: &str =
+    "run the test command from the README (`./tests/run.sh`, which installs the `openai` package)";
+
+fn run_script(base_url: &str) -> (Option<i32>, String) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/openai_client.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(base_url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run python3 ({e}); {SETUP}"));
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
+    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "openai_client.py hung for 60 s\n--- stdout\n{}\n--- stderr\n{}",
+                out.join().unwrap(),
+                err.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = format!(
+        "--- stdout\n{}\n--- stderr\n{}",
+        out.join().unwrap(),
+        err.join().unwrap()
+    );
+    (status.code(), text)
+}
+
+#[test]
+fn openai_python_sdk_works_through_the_gateway() {
+    for d in drivers() {
+        let a = mock("a", |c| c.tokens = 6);
+        let b = mock("b", |c| c.tokens = 6);
+        let g = gateway_for(d, &[&a, &b], "");
+        let r = call(g.local_addr(), &request("GET", "/health", &[], ""));
+        assert_eq!(r.status, 200, "{}: the gateway is up", driver_name(d));
+        let (code, output) = run_script(&format!("http://{}", g.local_addr()));
+        match code {
+            Some(0) => {}
+            Some(3) => panic!("the `openai` Python package is missing; {SETUP}\n{output}"),
+            _ => panic!(
+                "openai_client.py failed under {} (exit {code:?})\n{output}",
+                driver_name(d)
+            ),
+        }
+        assert!(output.contains("all checks passed"), "{output}");
+        let served = a.stats().completed + b.stats().completed;
+        assert_eq!(
+            served, 3,
+            "three inference calls (chat, streamed chat, completion) reached the engines\n{output}"
+        );
+    }
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Drives a Rolter gateway with the official `openai` Python SDK.
+
+Usage: python3 tests/sdk/openai_client.py <base_url>   (e.g. http://127.0.0.1:8080)
+
+Run by tests/openai_sdk.rs. Exits 0 when every check passes, 1 on a mismatch or error,
+and 3 when the `openai` package is not installed.
+"""
+
+import sys
+import traceback
+
+try:
+    import openai
+except ImportError as e:  # pragma: no cover - reported by the Rust test
+    print(f"MISSING: the `openai` Python package is not installed ({e})", file=sys.stderr)
+    sys.exit(3)
+
+MESSAGES = [{"role": "user", "content": "Say something."}]
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    print(f"ok: {what}")
+
+
+def main(base_url: str) -> None:
+    client = openai.OpenAI(
+        base_url=base_url.rstrip("/") + "/v1",
+        api_key="test-key",
+        max_retries=0,
+        timeout=10.0,
+    )
+    print(f"openai {openai.__version__} against {base_url}")
+
+    # Non-streaming chat completion.
+    chat = client.chat.completions.create(model="m", messages=MESSAGES)
+    text = chat.choices[0].message.content
+    check(chat.object == "chat.completion", f"chat object is {chat.object!r}")
+    check(isinstance(text, str) and len(text) > 0, f"chat text {text!r}")
+    check(chat.choices[0].finish_reason in ("stop", "length"), "chat finish_reason")
+    check(chat.usage is not None and chat.usage.completion_tokens > 0, f"chat usage {chat.usage}")
+
+    # Streaming chat completion: several deltas that add up to the same text.
+    deltas = []
+    usage = None
+    finish = None
+    stream = client.chat.completions.create(
+        model="m",
+        messages=MESSAGES,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    objects = set()
+    for chunk in stream:
+        objects.add(chunk.object)
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                deltas.append(choice.delta.content)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    check(objects == {"chat.completion.chunk"}, f"stream chunk objects {objects}")
+    check(len(deltas) >= 3, f"{len(deltas)} content deltas")
+    check("".join(deltas) == text, f"streamed text {''.join(deltas)!r} == non-streaming {text!r}")
+    check(finish in ("stop", "length"), f"stream finish_reason {finish!r}")
+    check(usage is not None and usage.completion_tokens == chat.usage.completion_tokens,
+          f"stream usage {usage}")
+
+    # Completions.
+    comp = client.completions.create(model="m", prompt="Once upon a time")
+    check(comp.object == "text_completion", f"completion object {comp.object!r}")
+    check(len(comp.choices[0].text) > 0, f"completion text {comp.choices[0].text!r}")
+
+    # Models.
+    ids = [m.id for m in client.models.list()]
+    check("m" in ids, f"models.list() ids {ids}")
+
+    # An unknown model is a typed 404 from the SDK's point of view.
+    try:
+        client.chat.completions.create(model="no-such-model", messages=MESSAGES)
+        check(False, "unknown model raises")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, f"unknown model -> NotFoundError {e.status_code}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    try:
+        main(sys.argv[1])
+    except Exception:  # noqa: BLE001 - any failure is a test failure
+        traceback.print_exc()
+        sys.exit(1)
+    print("all checks passed")
