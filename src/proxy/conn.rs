@@ -140,33 +140,31 @@ async fn dispatch(
 ) -> Fate {
     let path = req.head.path(req.buf);
     let method = &req.head.method;
-    if is_proxied_path(path) {
-        if method != Method::POST {
-            let e = GatewayError::client(
-                405,
-                "method_not_allowed",
-                format!("{path} accepts only POST"),
-            );
-            return respond(
-                &mut io.wr,
-                &mut bufs.out,
-                &e,
-                req.close,
-                limits.write_timeout,
-            )
-            .await;
+    let local: Result<&[u8], GatewayError> = match (method, path) {
+        (&Method::POST, p) if is_proxied_path(p) => {
+            return forward(state, io, req, bufs).await;
         }
-        return forward(state, io, req, bufs).await;
-    }
-    let (status, body): (u16, &[u8]) = match (method, path) {
-        (&Method::GET, "/health") => (200, br#"{"status":"ok"}"#),
-        (&Method::GET, "/v1/models") => (200, &state.models_body),
-        (_, "/health") | (_, "/v1/models") => {
-            let e = GatewayError::client(
-                405,
-                "method_not_allowed",
-                format!("{path} accepts only GET"),
-            );
+        (_, p) if is_proxied_path(p) => Err(GatewayError::client(
+            405,
+            "method_not_allowed",
+            format!("{path} accepts only POST"),
+        )),
+        (&Method::GET, "/health") => Ok(br#"{"status":"ok"}"#),
+        (&Method::GET, "/v1/models") => Ok(&state.models_body),
+        (_, "/health") | (_, "/v1/models") => Err(GatewayError::client(
+            405,
+            "method_not_allowed",
+            format!("{path} accepts only GET"),
+        )),
+        _ => Err(GatewayError::client(
+            404,
+            "not_found",
+            format!("no such endpoint: {path}"),
+        )),
+    };
+    let body = match local {
+        Ok(body) => body,
+        Err(e) => {
             return respond(
                 &mut io.wr,
                 &mut bufs.out,
@@ -174,29 +172,11 @@ async fn dispatch(
                 req.close,
                 limits.write_timeout,
             )
-            .await;
-        }
-        _ => {
-            let e = GatewayError::client(404, "not_found", format!("no such endpoint: {path}"));
-            return respond(
-                &mut io.wr,
-                &mut bufs.out,
-                &e,
-                req.close,
-                limits.write_timeout,
-            )
-            .await;
+            .await
         }
     };
     bufs.out.clear();
-    write_head_and_body(
-        &mut bufs.out,
-        status,
-        "application/json",
-        &[],
-        body,
-        req.close,
-    );
+    write_head_and_body(&mut bufs.out, 200, "application/json", &[], body, req.close);
     write_out(&mut io.wr, &mut bufs.out, limits.write_timeout).await
 }
 

@@ -8,6 +8,7 @@
 //! `http` (HTTP/1.1 parsing and response heads), `api` (vLLM's JSON and SSE formats),
 //! `admission` (the `max_running` FIFO queue), [`stats`] (counters and `/metrics`).
 
+pub mod client;
 pub mod config;
 pub mod stats;
 
