@@ -64,10 +64,24 @@ pub(crate) fn load_with(
     env: EnvLookup<'_>,
 ) -> Result<Config, ConfigErrors> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Relative paths in the file (`ca_file`) are relative to the file's directory.
+    let source_path = Path::new(source);
+    let config_dir = source_path
+        .is_file()
+        .then(|| source_path.parent())
+        .flatten()
+        .map(|d| {
+            if d.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                d
+            }
+        });
     let host = Host {
         resolve,
         env,
         cores,
+        config_dir,
     };
     let mut errs = Collector::new(source);
     let raw = raw::parse(text, &mut errs);

@@ -73,10 +73,16 @@ pub struct Target {
     pub url: String,
     /// Resolved upstream socket address (resolved once, at load).
     pub addr: SocketAddr,
-    /// `https://` URL: the upstream connection is TLS (1.2 or later, verified against webpki roots).
+    /// `https://` URL: the upstream connection is TLS (1.2 or later, ALPN `http/1.1`), its
+    /// certificate verified against the webpki public roots, or against `ca_certs` only.
     pub tls: bool,
     /// Host name from the URL, used for TLS SNI and certificate verification.
     pub server_name: String,
+    /// `ca_file` as written (resolved against the configuration file's directory), if any.
+    pub ca_file: Option<PathBuf>,
+    /// The certificates read from `ca_file` (DER, checked to be usable trust anchors). When
+    /// non-empty they are the only roots trusted for this target, replacing the public ones.
+    pub ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
     /// Value for the upstream `Host` header: `host[:port]` from the URL.
     pub host_header: String,
     /// Path prefix from the URL ("" or "/something", no trailing slash) prepended to the request path.

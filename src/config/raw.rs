@@ -47,6 +47,7 @@ pub(crate) struct RawLimits {
 pub(crate) struct RawTarget {
     pub name: Option<String>,
     pub url: Option<String>,
+    pub ca_file: Option<String>,
     pub weight: Option<f64>,
     pub models: Option<Vec<String>>,
     pub max_concurrent: Option<i64>,
@@ -150,6 +151,7 @@ pub(crate) const LIMITS_KEYS: &[&str] = &[
 pub(crate) const TARGET_KEYS: &[&str] = &[
     "name",
     "url",
+    "ca_file",
     "weight",
     "models",
     "max_concurrent",

@@ -297,6 +297,132 @@ fn url_errors() {
     }
 }
 
+// ------------------------------------------------------------------ TLS: ca_file
+
+/// A fresh directory under the system temp dir, removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let p =
+            std::env::temp_dir().join(format!("rolter-cfg-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    fn write(&self, name: &str, contents: &[u8]) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, contents).unwrap();
+        p.display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn ca_pem() -> String {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "rolter test CA");
+    let key = rcgen::KeyPair::generate().unwrap();
+    params.self_signed(&key).unwrap().pem()
+}
+
+fn target_with_ca(url: &str, ca_file: &str) -> Result<Config, ConfigErrors> {
+    load(&format!(
+        "[[targets]]\nname = \"t\"\nurl = \"{url}\"\nca_file = {ca_file:?}\n"
+    ))
+}
+
+#[test]
+fn ca_file_is_loaded_for_https_targets() {
+    let dir = TempDir::new("ok");
+    // Two certificates in one file, with text around them.
+    let pem = format!("# internal CAs\n{}\n{}", ca_pem(), ca_pem());
+    let path = dir.write("ca.pem", pem.as_bytes());
+    let c = target_with_ca("https://engine.internal:8443", &path).unwrap();
+    let t = &c.targets[0];
+    assert!(t.tls);
+    assert_eq!(t.ca_file.as_deref(), Some(std::path::Path::new(&path)));
+    assert_eq!(t.ca_certs.len(), 2);
+    // Without ca_file: no private roots (the public ones apply).
+    let t = &target_with_url("https://engine.internal").unwrap().targets[0];
+    assert!(t.ca_file.is_none() && t.ca_certs.is_empty());
+    // The gateway builds one client configuration per distinct trust setting.
+    let tls = crate::upstream::tls::UpstreamTls::build(&c.targets).unwrap();
+    assert!(tls.get(0).is_some());
+}
+
+#[test]
+fn ca_file_relative_to_the_configuration_file() {
+    let dir = TempDir::new("rel");
+    dir.write("ca.pem", ca_pem().as_bytes());
+    let cfg = dir.write(
+        "rolter.toml",
+        b"[[targets]]\nname = \"t\"\nurl = \"https://127.0.0.1:8443\"\nca_file = \"ca.pem\"\n",
+    );
+    let c = load_file(std::path::Path::new(&cfg)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.targets[0].ca_file.as_deref(),
+        Some(dir.0.join("ca.pem").as_path())
+    );
+    assert_eq!(c.targets[0].ca_certs.len(), 1);
+}
+
+#[test]
+fn ca_file_errors() {
+    let dir = TempDir::new("bad");
+    let good = dir.write("ca.pem", ca_pem().as_bytes());
+    let missing = dir.0.join("missing.pem").display().to_string();
+    let empty = dir.write("empty.pem", b"no certificates here\n");
+    let broken = dir.write(
+        "broken.pem",
+        b"-----BEGIN CERTIFICATE-----\nMIIB\n", // no END line
+    );
+    let garbage = dir.write(
+        "garbage.pem",
+        b"-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n",
+    );
+    for (url, file, needle) in [
+        ("http://10.0.0.1:8000", good.as_str(), "plaintext http://"),
+        ("https://10.0.0.1", missing.as_str(), "cannot read ca_file"),
+        (
+            "https://10.0.0.1",
+            empty.as_str(),
+            "contains no certificate",
+        ),
+        ("https://10.0.0.1", broken.as_str(), "not valid PEM"),
+        (
+            "https://10.0.0.1",
+            garbage.as_str(),
+            "not usable as a CA certificate",
+        ),
+        ("https://10.0.0.1", "", "empty"),
+    ] {
+        let errs = target_with_ca(url, file).unwrap_err();
+        let e = error_at(&errs.errors, "targets[0].ca_file");
+        assert!(e.message.contains(needle), "{file}: {e}");
+        assert_eq!(e.file, "test.toml");
+        assert!(!e.fix.is_empty(), "{e}");
+    }
+    // The http:// message says what to do.
+    let errs = target_with_ca("http://10.0.0.1:8000", &good).unwrap_err();
+    assert!(errs.errors[0].fix.contains("https://"), "{}", errs);
+    // A misspelling is an unknown key with a suggestion.
+    let errs = load("[[targets]]\nname = \"t\"\nurl = \"https://10.0.0.1\"\ncafile = \"x\"\n")
+        .unwrap_err();
+    let e = error_at(&errs.errors, "targets[0].cafile");
+    assert!(e.fix.contains("ca_file"), "{e}");
+}
+
 #[test]
 fn resolution_failure_names_key_and_host() {
     let errs = target_with_url("http://no-such-host.invalid:8000").unwrap_err();

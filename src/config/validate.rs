@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::error::Collector;
@@ -23,6 +23,9 @@ pub(crate) struct Host<'a> {
     pub env: EnvLookup<'a>,
     /// Used when `server.workers = 0`.
     pub cores: usize,
+    /// Directory of the configuration file, for relative paths (`ca_file`); `None` when
+    /// the text did not come from a file (relative paths then use the working directory).
+    pub config_dir: Option<&'a Path>,
 }
 
 /// Request paths the gateway proxies; `match.paths` entries must be among them.
@@ -327,6 +330,11 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
         Some(u) => target_url(&u, &join(at, "url"), host, errs),
     };
 
+    let ca = match raw.ca_file {
+        None => Some(None),
+        Some(f) => ca_file(&f, url.as_ref(), &join(at, "ca_file"), host, errs).map(Some),
+    };
+
     let weight = match raw.weight {
         Some(w) if w.is_infinite() && w > 0.0 => {
             errs.push(
@@ -403,12 +411,15 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
     let pool = pool(raw.pool.unwrap_or_default(), &join(at, "pool"), errs);
 
     let url = url?;
+    let (ca_file, ca_certs) = ca?.unzip();
     Some(Target {
         name: name?,
         url: url.written,
         addr: url.addr,
         tls: url.tls,
         server_name: url.server_name,
+        ca_file,
+        ca_certs: ca_certs.unwrap_or_default(),
         host_header: url.host_header,
         base_path: url.base_path,
         weight: weight?,
@@ -558,6 +569,14 @@ fn target_url(
         url::Host::Ipv6(ip) => ip.to_string(),
         _ => host_str.clone(),
     };
+    if tls && rustls::pki_types::ServerName::try_from(server_name.as_str()).is_err() {
+        errs.push(
+            key,
+            format!("`{server_name}` in `{written}` is not a valid TLS server name"),
+            "use the DNS name (or IP address) the upstream's certificate is issued for",
+        );
+        return None;
+    }
     let host_header = match u.port() {
         Some(p) => format!("{host_str}:{p}"),
         None => host_str.clone(),
@@ -594,6 +613,94 @@ fn target_url(
         host_header,
         base_path,
     })
+}
+
+/// A target's `ca_file`: only for https:// URLs; a readable PEM file holding at least one
+/// certificate that is usable as a trust anchor. Returns the resolved path and the
+/// certificates (DER). `url` is `None` when the URL itself was invalid (already reported).
+fn ca_file(
+    written: &str,
+    url: Option<&ParsedUrl>,
+    key: &str,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<(PathBuf, Vec<rustls::pki_types::CertificateDer<'static>>)> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+
+    if let Some(u) = url {
+        if !u.tls {
+            errs.push(
+                key,
+                format!(
+                    "ca_file is set but the target URL `{}` is plaintext http://; a CA file only applies to TLS",
+                    u.written
+                ),
+                "remove `ca_file`, or change the url to https:// if the upstream speaks TLS",
+            );
+            return None;
+        }
+    }
+    if written.is_empty() {
+        errs.push(
+            key,
+            "ca_file is empty",
+            "write the path of a PEM file with the CA certificate(s) that signed the upstream's certificate, or remove `ca_file` to trust the public CAs",
+        );
+        return None;
+    }
+    let path = match host.config_dir {
+        Some(dir) if Path::new(written).is_relative() => dir.join(written),
+        _ => PathBuf::from(written),
+    };
+    let shown = path.display();
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) => {
+            errs.push(
+                key,
+                format!("cannot read ca_file `{shown}`: {e}"),
+                "check the path (relative paths are resolved against the configuration file's directory) and that the file is readable by rolter",
+            );
+            return None;
+        }
+    };
+    let mut certs = Vec::new();
+    for item in CertificateDer::pem_slice_iter(&bytes) {
+        match item {
+            Ok(c) => certs.push(c),
+            Err(e) => {
+                errs.push(
+                    key,
+                    format!("ca_file `{shown}` is not valid PEM: {e}"),
+                    "use a PEM file of `-----BEGIN CERTIFICATE-----` blocks (convert DER with `openssl x509 -inform der -in ca.der -out ca.pem`)",
+                );
+                return None;
+            }
+        }
+    }
+    if certs.is_empty() {
+        errs.push(
+            key,
+            format!("ca_file `{shown}` contains no certificate"),
+            "put the CA certificate(s) in the file as `-----BEGIN CERTIFICATE-----` PEM blocks",
+        );
+        return None;
+    }
+    for (i, c) in certs.iter().enumerate() {
+        if let Err(e) = rustls::RootCertStore::empty().add(c.clone()) {
+            errs.push(
+                key,
+                format!(
+                    "certificate {} of ca_file `{shown}` is not usable as a CA certificate: {e}",
+                    i + 1
+                ),
+                "replace it with the CA certificate that signed the upstream's certificate (an X.509 v3 certificate in PEM)",
+            );
+            return None;
+        }
+    }
+    Some((path, certs))
 }
 
 fn price(raw: RawPrice, at: &str, errs: &mut Collector) -> Option<Price> {

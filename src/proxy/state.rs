@@ -13,6 +13,7 @@ use crate::openai::models;
 use crate::strategy::registry::{self, BuildContext};
 use crate::strategy::{Candidate, Strategy};
 use crate::upstream::pool::{Pool, PoolLimits};
+use crate::upstream::tls::UpstreamTls;
 
 /// One route's per-core strategy instance.
 pub struct RouteState {
@@ -24,6 +25,8 @@ pub struct WorkerState {
     pub config: Arc<Config>,
     pub routes: Vec<RouteState>,
     pub pool: Pool,
+    /// TLS client settings per target (built once by the gateway, shared by every core).
+    pub tls: Arc<UpstreamTls>,
     /// Requests this core is proxying, per target.
     pub in_flight: Vec<Cell<u64>>,
     /// Pre-built `GET /v1/models` body.
@@ -40,7 +43,7 @@ pub struct WorkerState {
 }
 
 impl WorkerState {
-    pub fn new(id: usize, config: Arc<Config>) -> Self {
+    pub fn new(id: usize, config: Arc<Config>, tls: Arc<UpstreamTls>) -> Self {
         let seed = fastrand::u64(..) ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let ctx = BuildContext {
             target_count: config.targets.len(),
@@ -72,6 +75,7 @@ impl WorkerState {
             id,
             routes,
             pool,
+            tls,
             in_flight: config.targets.iter().map(|_| Cell::new(0)).collect(),
             models_body: models::list_body(&config, created),
             head_limits: HeadLimits {

@@ -14,6 +14,7 @@ use super::driver::{self, ActiveDriver};
 use super::listener;
 use super::worker::{self, Control};
 use crate::config::Config;
+use crate::upstream::tls::UpstreamTls;
 
 pub struct Gateway {
     addr: SocketAddr,
@@ -26,6 +27,8 @@ impl Gateway {
     /// Binds the client listener and starts `config.server.workers` pinned workers.
     pub fn start(config: Config) -> io::Result<Gateway> {
         let driver = driver::resolve(config.server.driver)?;
+        // One immutable TLS client configuration per trust setting, shared by every worker.
+        let tls = Arc::new(UpstreamTls::build(&config.targets).map_err(io::Error::other)?);
         let count = config.server.workers.max(1);
         let listeners = listener::bind_all(config.server.listen, count)?;
         let addr = listeners[0].local_addr()?;
@@ -43,6 +46,7 @@ impl Gateway {
         let mut workers = Vec::with_capacity(count);
         for (id, l) in listeners.into_iter().enumerate() {
             let config = config.clone();
+            let tls = tls.clone();
             let control = control.clone();
             let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
             let ready = ready_tx.clone();
@@ -55,7 +59,7 @@ impl Gateway {
                     let started = ready.clone();
                     let result = driver::block_on(driver, async move {
                         let _ = started.send(Ok(()));
-                        worker::run(id, config, l, control).await;
+                        worker::run(id, config, tls, l, control).await;
                     });
                     if let Err(e) = result {
                         let _ = ready.send(Err(e));

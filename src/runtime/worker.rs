@@ -15,6 +15,7 @@ use monoio::net::TcpListener;
 use crate::config::Config;
 use crate::proxy::conn;
 use crate::proxy::state::WorkerState;
+use crate::upstream::tls::UpstreamTls;
 
 /// How often a worker checks for shutdown and evicts stale pooled connections.
 const TICK: Duration = Duration::from_millis(100);
@@ -28,8 +29,14 @@ pub struct Control {
 }
 
 /// The body of a worker thread, run inside its runtime.
-pub async fn run(id: usize, config: Arc<Config>, listener: StdListener, control: Arc<Control>) {
-    let state = Rc::new(WorkerState::new(id, config));
+pub async fn run(
+    id: usize,
+    config: Arc<Config>,
+    tls: Arc<UpstreamTls>,
+    listener: StdListener,
+    control: Arc<Control>,
+) {
+    let state = Rc::new(WorkerState::new(id, config, tls));
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {

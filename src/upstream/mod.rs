@@ -1,9 +1,11 @@
-//! The thin upstream HTTP/1.1 client: connecting, the per-core keep-alive pool, and parsing
-//! response heads.
+//! The thin upstream HTTP/1.1 client: connecting (plaintext or TLS), the per-core keep-alive
+//! pool, and parsing response heads.
 //!
 //! Owns connections to targets. It must not buffer response bodies: the relay in `proxy`
 //! reads and forwards them as they arrive. Nothing here is shared across cores.
 
+pub mod conn;
 pub mod connect;
 pub mod pool;
 pub mod response;
+pub mod tls;

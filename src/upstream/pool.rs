@@ -10,10 +10,10 @@ use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use monoio::net::TcpStream;
+use super::conn::UpstreamConn;
 
 struct Idle {
-    stream: TcpStream,
+    stream: UpstreamConn,
     since: Instant,
 }
 
@@ -39,7 +39,7 @@ impl Pool {
     }
 
     /// Takes the most recently used live connection to `target`, if any.
-    pub fn take(&self, target: usize, now: Instant) -> Option<TcpStream> {
+    pub fn take(&self, target: usize, now: Instant) -> Option<UpstreamConn> {
         let mut idle = self.idle.borrow_mut();
         let q = &mut idle[target];
         let timeout = self.limits[target].idle_timeout;
@@ -53,7 +53,7 @@ impl Pool {
 
     /// Returns a connection whose exchange completed cleanly. Over the idle bound, the
     /// oldest idle connection is closed.
-    pub fn put(&self, target: usize, stream: TcpStream, now: Instant) {
+    pub fn put(&self, target: usize, stream: UpstreamConn, now: Instant) {
         let max = self.limits[target].max_idle;
         if max == 0 {
             return;
@@ -88,11 +88,13 @@ impl Pool {
     }
 }
 
-/// A pooled connection is alive when a non-blocking peek finds neither EOF nor data.
-fn is_alive(stream: &TcpStream) -> bool {
+/// A pooled connection is alive when a non-blocking peek on its TCP socket finds neither EOF
+/// nor data. For TLS a waiting byte is an alert (close_notify), a late record or stray data:
+/// not reusable either way, like unexpected bytes on a plaintext connection.
+fn is_alive(stream: &UpstreamConn) -> bool {
     let fd = stream.as_raw_fd();
     let mut b = [0u8; 1];
-    // SAFETY: fd is a valid socket owned by `stream`; the buffer is 1 byte of stack.
+    // SAFETY: fd is a valid socket owned by `stream` (directly or under its TLS session); the buffer is 1 byte of stack.
     let n = unsafe {
         libc::recv(
             fd,
