@@ -23,7 +23,8 @@ use super::state::WorkerState;
 use crate::error::{GatewayError, Retry};
 use crate::http::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
 use crate::http::response::{write_content_length, write_header, write_status_line};
-use crate::upstream::connect::connect;
+use crate::upstream::conn::UpstreamConn;
+use crate::upstream::connect::{connect, ConnectError};
 use crate::upstream::response::{self, RespFraming, ResponseHead};
 
 /// How an exchange ended.
@@ -79,18 +80,19 @@ where
             None => {
                 // connect() enforces its own timeout; the outer deadline only backs it up.
                 let deadline = now + t.connect + std::time::Duration::from_secs(1);
-                match race(connect(target.addr, t.connect), watch, deadline).await {
+                let tls = state.tls.get(tid).map(|t| t.params());
+                match race(connect(target.addr, t.connect, tls), watch, deadline).await {
                     Race::Done(Ok(s)) => s,
                     Race::Done(Err(e)) => {
-                        let timed_out = e.kind() == std::io::ErrorKind::TimedOut;
+                        let (status, code) = match e {
+                            ConnectError::TimedOut { .. } => (504, "upstream_connect_timeout"),
+                            ConnectError::Tcp(_) => (502, "upstream_connect_failed"),
+                            ConnectError::Tls(_) => (502, "upstream_tls_failed"),
+                        };
                         return Outcome::Failed(GatewayError::upstream(
-                            if timed_out { 504 } else { 502 },
+                            status,
                             Retry::Allowed,
-                            if timed_out {
-                                "upstream_connect_timeout"
-                            } else {
-                                "upstream_connect_failed"
-                            },
+                            code,
                             format!("could not connect to target `{}`: {e}", target.name),
                         ));
                     }
@@ -132,24 +134,48 @@ where
             Race::TimedOut => return Outcome::Failed(first_byte_timeout(&target.name)),
         }
 
-        // Read the response head.
+        // Read the response head, skipping interim (1xx) responses.
         bufs.ubuf.clear();
-        let head: ResponseHead = loop {
+        let mut answered = false;
+        let head: ResponseHead = 'head: loop {
+            // Parse whatever is buffered first: several heads can arrive in one read.
+            loop {
+                bufs.hdrs.clear();
+                match response::parse(&bufs.ubuf, false, &mut bufs.hdrs) {
+                    Ok(Some(h)) if h.status == 101 => {
+                        return Outcome::Failed(bad_response(&target.name))
+                    }
+                    Ok(Some(h)) if (100..200).contains(&h.status) => {
+                        bufs.ubuf.drain(..h.len);
+                    }
+                    Ok(Some(h)) => break 'head h,
+                    Ok(None) => break,
+                    Err(_) => return Outcome::Failed(bad_response(&target.name)),
+                }
+            }
             bufs.ubuf.reserve(16 * 1024);
             // A Vec read fills from index 0: read into the spare capacity so a partial
             // head already buffered is kept.
             let len = bufs.ubuf.len();
             let ub = std::mem::take(&mut bufs.ubuf).slice_mut(len..);
             match race(up.read(ub), watch, deadline).await {
-                Race::Done((Ok(n), ub)) if n > 0 => bufs.ubuf = ub.into_inner(),
+                Race::Done((Ok(n), ub)) if n > 0 => {
+                    bufs.ubuf = ub.into_inner();
+                    answered = true;
+                }
                 Race::Done((res, ub)) => {
                     bufs.ubuf = ub.into_inner();
-                    if reused && bufs.ubuf.is_empty() && matches!(res, Ok(0)) {
-                        // The pooled connection was closed (FIN) before any response byte:
-                        // the keep-alive race, where the engine closed it as idle and never
-                        // took the request. Try once on a fresh one. A reset (RST) instead
-                        // means an engine that may have taken the POST: no retry, like Go's
-                        // transport for non-idempotent requests.
+                    let closed = match &res {
+                        Ok(n) => *n == 0,
+                        Err(e) => up.is_unclean_eof(e),
+                    };
+                    if reused && !answered && closed {
+                        // The pooled connection was closed (FIN, for TLS with or without
+                        // close_notify) before any response byte: the keep-alive race, where
+                        // the engine closed it as idle and never took the request. Try once
+                        // on a fresh one. A reset (RST) instead means an engine that may have
+                        // taken the POST, and any byte (even an interim response) means it
+                        // did: no retry, like Go's transport for non-idempotent requests.
                         fresh_only = true;
                         continue 'connection;
                     }
@@ -166,25 +192,6 @@ where
                 }
                 Race::ClientGone => return Outcome::ClientGone,
                 Race::TimedOut => return Outcome::Failed(first_byte_timeout(&target.name)),
-            }
-            bufs.hdrs.clear();
-            match response::parse(&bufs.ubuf, false, &mut bufs.hdrs) {
-                Ok(Some(h)) if (100..200).contains(&h.status) && h.status != 101 => {
-                    bufs.ubuf.drain(..h.len);
-                    // Another head may already be buffered.
-                    bufs.hdrs.clear();
-                    if let Ok(Some(h2)) = response::parse(&bufs.ubuf, false, &mut bufs.hdrs) {
-                        if !(100..200).contains(&h2.status) {
-                            break h2;
-                        }
-                    }
-                }
-                Ok(Some(h)) if h.status == 101 => {
-                    return Outcome::Failed(bad_response(&target.name))
-                }
-                Ok(Some(h)) => break h,
-                Ok(None) => {}
-                Err(_) => return Outcome::Failed(bad_response(&target.name)),
             }
         };
 
@@ -218,6 +225,14 @@ fn bad_response(name: &str) -> GatewayError {
         "upstream_bad_response",
         format!("target `{name}` sent a malformed response head"),
     )
+}
+
+/// How the body relay loop ended.
+enum StreamEnd {
+    Complete,
+    ClientGone,
+    /// The upstream failed after bytes reached the client.
+    UpstreamFailed,
 }
 
 /// Body progress for one response.
@@ -271,7 +286,7 @@ fn feed_body(
 async fn relay_body<W>(
     state: &WorkerState,
     tid: usize,
-    mut up: TcpStream,
+    mut up: UpstreamConn,
     head: ResponseHead,
     wr: &mut OwnedWriteHalf<TcpStream>,
     watch: &mut Watch<'_, W>,
@@ -330,23 +345,12 @@ where
 
     let mut tail = SseTail::default();
     let first = &bufs.ubuf[head.len..];
-    let (mut done, mut overrun) = match feed_body(&mut body, first, out, client_chunked, &mut tail)
-    {
-        Ok(v) => v,
-        Err(()) => {
-            return fail_midstream(
-                wr,
-                out,
-                &head,
-                client_chunked,
-                &target.name,
-                &tail,
-                write_timeout,
-            )
-            .await
-        }
+    let Ok((mut done, mut overrun)) = feed_body(&mut body, first, out, client_chunked, &mut tail)
+    else {
+        // Nothing has reached the client yet: a plain 502, not a cut-off stream.
+        return Outcome::Failed(bad_response(&target.name));
     };
-    loop {
+    let end = loop {
         if done && client_chunked {
             out.extend_from_slice(LAST_CHUNK);
         }
@@ -356,11 +360,11 @@ where
             match race(wr.write_all(buf), watch, deadline).await {
                 Race::Done((Ok(_), buf)) => *out = buf,
                 // The client is gone or stopped reading: drop the upstream so the engine aborts.
-                _ => return Outcome::ClientGone,
+                _ => break StreamEnd::ClientGone,
             }
         }
         if done {
-            break;
+            break StreamEnd::Complete;
         }
         out.clear();
         bufs.ubuf.clear();
@@ -375,51 +379,39 @@ where
                         done = d;
                         overrun |= o;
                     }
-                    Err(()) => {
-                        return fail_midstream(
-                            wr,
-                            out,
-                            &head,
-                            client_chunked,
-                            &target.name,
-                            &tail,
-                            write_timeout,
-                        )
-                        .await
-                    }
+                    Err(()) => break StreamEnd::UpstreamFailed,
                 }
             }
-            Race::Done((_, ub)) => {
+            Race::Done((res, ub)) => {
                 bufs.ubuf = ub;
-                if matches!(body, BodyState::UntilClose) {
+                // Over TLS only a close_notify (`Ok(0)`) is a clean end; a bare TCP close is
+                // a possible truncation and fails the stream.
+                let clean_close = res.is_ok() || !up.is_tls();
+                if matches!(body, BodyState::UntilClose) && clean_close {
                     // A close-delimited body ends cleanly at EOF.
                     done = true;
                     continue;
                 }
-                return fail_midstream(
-                    wr,
-                    out,
-                    &head,
-                    client_chunked,
-                    &target.name,
-                    &tail,
-                    write_timeout,
-                )
-                .await;
+                break StreamEnd::UpstreamFailed;
             }
-            Race::ClientGone => return Outcome::ClientGone,
-            Race::TimedOut => {
-                return fail_midstream(
-                    wr,
-                    out,
-                    &head,
-                    client_chunked,
-                    &target.name,
-                    &tail,
-                    write_timeout,
-                )
-                .await
-            }
+            Race::ClientGone => break StreamEnd::ClientGone,
+            Race::TimedOut => break StreamEnd::UpstreamFailed,
+        }
+    };
+    match end {
+        StreamEnd::Complete => {}
+        StreamEnd::ClientGone => return Outcome::ClientGone,
+        StreamEnd::UpstreamFailed => {
+            return fail_midstream(
+                wr,
+                out,
+                &head,
+                client_chunked,
+                &target.name,
+                &tail,
+                write_timeout,
+            )
+            .await
         }
     }
     if head.keep_alive && !overrun && !matches!(body, BodyState::UntilClose) {
