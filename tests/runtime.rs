@@ -1,5 +1,8 @@
 //! Worker threads: one per configured worker, pinned to distinct cores, each accepting on
 //! its own SO_REUSEPORT socket so that connections spread over the workers.
+//!
+//! This file holds a single test: it lists the process's `rolter-w*` threads, which another
+//! gateway started by a concurrent test would disturb.
 
 mod common;
 use common::*;

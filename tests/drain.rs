@@ -1,0 +1,49 @@
+//! Graceful shutdown: a stream in flight when the drain starts runs to its end, and the
+//! listener stops taking new connections.
+
+mod common;
+use common::*;
+
+#[test]
+fn shutdown_drains_streams_in_flight_and_refuses_new_connections() {
+    for d in drivers() {
+        // 10 tokens 100 ms apart: the stream outlives the moment shutdown starts.
+        let m = mock("slow", |c| {
+            c.itl = std::time::Duration::from_millis(100);
+            c.tokens = 10;
+        });
+        let g = gateway_for(d, &[&m], "");
+        let addr = g.local_addr();
+        let streamer = std::thread::spawn(move || {
+            call(addr, &post("/v1/chat/completions", &[], &chat_body(true)))
+        });
+        // Wait until the engine is generating, then stop the gateway with a 5 s grace.
+        wait_for("stream started", SHORT, || m.stats().running == 1);
+        let stopper = std::thread::spawn(move || g.shutdown(std::time::Duration::from_secs(5)));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(
+            std::net::TcpStream::connect(addr).is_err() || {
+                // A connection accepted by the kernel before the listener shut must
+                // not be served: it is reset or closed without a response.
+                let r = std::panic::catch_unwind(|| {
+                    call(addr, "GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+                });
+                r.is_err()
+            },
+            "{}: new connections are refused while draining",
+            driver_name(d)
+        );
+        let r = streamer.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.chunked, "the stream ended with its terminal chunk");
+        let events = sse_events(&r.body);
+        assert_eq!(
+            events.last().unwrap().1,
+            "[DONE]",
+            "{}: stream completed",
+            driver_name(d)
+        );
+        stopper.join().unwrap();
+        assert_eq!(m.stats().aborted, 0, "nothing was cut off");
+    }
+}
