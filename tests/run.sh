@@ -27,9 +27,20 @@ if ! python3 -c 'import openai' >/dev/null 2>&1; then
     || python3 -m pip install --quiet --break-system-packages 'openai>=1.40'
 fi
 
-# The toolchain pinned in rust-toolchain.toml, with rustfmt and clippy.
+# The toolchain pinned in rust-toolchain.toml, with rustfmt and clippy. When the installed
+# stable toolchain is that very version, it serves under the pinned name (no download).
 if command -v rustup >/dev/null 2>&1; then
-  rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
+  want=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+  if ! rustup toolchain list | grep -q "^$want-"; then
+    have=$(rustc +stable --version 2>/dev/null | awk '{print $2}')
+    if [ "$have" = "$want" ]; then
+      host=$(rustc +stable -vV | sed -n 's/^host: //p')
+      log "using the installed stable toolchain as $want"
+      ln -s "$(rustc +stable --print sysroot)" "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$want-$host"
+    else
+      rustup toolchain install "$want" --component rustfmt clippy
+    fi
+  fi
 fi
 
 log "cargo fmt --check"
