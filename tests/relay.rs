@@ -211,10 +211,8 @@ fn each_event_is_forwarded_as_it_is_produced() {
         assert!(total >= Duration::from_millis(350), "{ctx}");
         assert!(tokens[0] < total.mul_f64(0.8), "{ctx}");
         // The engine waits 100 ms between tokens; a relay that batched would deliver them
-        // together.
-        for w in tokens.windows(2) {
-            assert!(w[1] - w[0] >= Duration::from_millis(50), "{ctx}");
-        }
+        // together. (Single gaps are not asserted: a descheduled test thread can read two
+        // events in one go on a loaded machine; the spread over all five cannot collapse.)
         assert!(tokens[4] - tokens[0] >= Duration::from_millis(300), "{ctx}");
     }
 }

@@ -699,6 +699,30 @@ fn body_shorter_than_content_length_is_truncated_and_not_pooled() {
     }
 }
 
+#[test]
+fn event_stream_with_content_length_cut_short_gets_no_error_event() {
+    // An SSE body framed by Content-Length cannot take an appended error event (it would read
+    // as the end of a complete body): the gateway just closes, short of the length.
+    for d in drivers() {
+        let ctx = driver_name(d).to_string();
+        let up = Upstream::start(move |r| {
+            if r.total > 0 {
+                return Reply::new(ok("fine"));
+            }
+            let head: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 170\r\n\r\n";
+            Reply::new(cat(&[head, b"data: {\"a\":1}\n\n"])).then(Then::Close)
+        });
+        let g = gw(d, up.addr, TIMEOUTS, "");
+        let mut c = Client::connect(g.local_addr());
+        c.send(&chat());
+        let r = parse_raw(read_all(&mut c));
+        assert_eq!(r.status, Some(200), "{ctx}: {}", r.show());
+        assert_eq!(r.header("content-length"), Some("170"), "{ctx}");
+        assert_eq!(r.body, b"data: {\"a\":1}\n\n", "{ctx}: {}", r.show());
+        assert_still_serving(&g, "fine", &ctx);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 7. Bytes beyond the framing.
 // ---------------------------------------------------------------------------------------

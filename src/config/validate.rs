@@ -42,6 +42,7 @@ pub const FORBIDDEN_TARGET_HEADERS: &[&str] = &[
     "trailer",
     "upgrade",
     "proxy-connection",
+    "x-forwarded-for",
 ];
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -255,7 +256,21 @@ fn limits(raw: RawLimits, errs: &mut Collector) -> Option<Limits> {
             .map(|v| v.map_or(default, |v| v as usize))
     };
     let max_head_bytes = size(raw.max_head_bytes, "max_head_bytes", d.max_head_bytes, errs);
-    let max_headers = size(raw.max_headers, "max_headers", d.max_headers, errs);
+    let mut max_headers = size(raw.max_headers, "max_headers", d.max_headers, errs);
+    if let Some(n) = max_headers.filter(|&n| n > crate::http::head::MAX_HEADERS_CAP) {
+        errs.push(
+            "server.limits.max_headers",
+            format!(
+                "{n} is over the largest supported value, {}",
+                crate::http::head::MAX_HEADERS_CAP
+            ),
+            format!(
+                "set max_headers to at most {}",
+                crate::http::head::MAX_HEADERS_CAP
+            ),
+        );
+        max_headers = None;
+    }
     let max_uri_bytes = size(raw.max_uri_bytes, "max_uri_bytes", d.max_uri_bytes, errs);
     let max_body_bytes = size(raw.max_body_bytes, "max_body_bytes", d.max_body_bytes, errs);
     let t = |v: Option<&toml::Value>, key: &str, default: Duration, errs: &mut Collector| {
@@ -788,7 +803,8 @@ fn expand_env(value: &str, key: &str, host: &Host<'_>, errs: &mut Collector) -> 
         let Some(end) = after.find('}') else {
             errs.push(
                 key,
-                format!("`${{` without a closing `}}` in `{value}`"),
+                // The value itself is not echoed: it may hold a secret.
+                "`${` without a closing `}`".to_string(),
                 "close the reference as ${VAR}",
             );
             return None;

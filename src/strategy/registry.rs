@@ -110,7 +110,7 @@ static STRATEGIES: &[StrategyInfo] = &[
             help: "keep one cursor for every gateway replica in the shared state store",
             check: Some(reject_atomic),
         }],
-        build: |_, ctx| Box::new(RoundRobin::new(ctx.target_count)),
+        build: |_, ctx| Box::new(RoundRobin::with_offset(ctx.target_count, ctx.seed)),
     },
     StrategyInfo {
         name: "random",

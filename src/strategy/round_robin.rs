@@ -11,13 +11,43 @@ use super::{Candidate, Pick, PickRequest, Strategy};
 pub struct RoundRobin {
     /// Current weight per target id (targets not in the route stay at zero).
     current: Vec<f64>,
+    /// Picks to skip before the first one, so that the cores of one gateway do not all
+    /// start their rotations on the same target.
+    offset: u64,
 }
 
 impl RoundRobin {
+    /// A rotation that starts with the first candidate.
     pub fn new(target_count: usize) -> Self {
+        Self::with_offset(target_count, 0)
+    }
+
+    /// A rotation that starts `offset` picks in (modulo the first candidate count).
+    pub fn with_offset(target_count: usize, offset: u64) -> Self {
         RoundRobin {
             current: vec![0.0; target_count],
+            offset,
         }
+    }
+
+    fn advance(&mut self, candidates: &[Candidate]) -> usize {
+        let mut total = 0.0;
+        let mut best = 0;
+        let mut best_w = f64::NEG_INFINITY;
+        for (i, c) in candidates.iter().enumerate() {
+            if c.target >= self.current.len() {
+                self.current.resize(c.target + 1, 0.0);
+            }
+            let cw = &mut self.current[c.target];
+            *cw += c.weight;
+            total += c.weight;
+            if *cw > best_w {
+                best_w = *cw;
+                best = i;
+            }
+        }
+        self.current[candidates[best].target] -= total;
+        best
     }
 }
 
@@ -37,23 +67,13 @@ impl Strategy for RoundRobin {
             1 => return Some(Pick::at(0)),
             _ => {}
         }
-        let mut total = 0.0;
-        let mut best = 0;
-        let mut best_w = f64::NEG_INFINITY;
-        for (i, c) in candidates.iter().enumerate() {
-            if c.target >= self.current.len() {
-                self.current.resize(c.target + 1, 0.0);
+        if self.offset > 0 {
+            for _ in 0..self.offset % candidates.len() as u64 {
+                self.advance(candidates);
             }
-            let cw = &mut self.current[c.target];
-            *cw += c.weight;
-            total += c.weight;
-            if *cw > best_w {
-                best_w = *cw;
-                best = i;
-            }
+            self.offset = 0;
         }
-        self.current[candidates[best].target] -= total;
-        Some(Pick::at(best))
+        Some(Pick::at(self.advance(candidates)))
     }
 }
 
@@ -110,6 +130,19 @@ mod tests {
         assert!(!long.contains("aaaaa"));
         assert_eq!(long.matches('a').count(), 5000);
         assert_eq!(long.matches('b').count(), 1000);
+    }
+
+    #[test]
+    fn offset_starts_the_rotation_later() {
+        let c = cands(&[1.0, 1.0, 1.0]);
+        assert_eq!(
+            sequence(&mut RoundRobin::with_offset(3, 1), &c, 6),
+            "bcabca"
+        );
+        assert_eq!(sequence(&mut RoundRobin::with_offset(3, 5), &c, 3), "cab");
+        let w = cands(&[5.0, 1.0, 1.0]);
+        let s = sequence(&mut RoundRobin::with_offset(3, 3), &w, 7000);
+        assert_eq!(s.matches('a').count(), 5000, "shares unchanged");
     }
 
     #[test]

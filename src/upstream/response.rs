@@ -104,7 +104,9 @@ pub fn parse(
         if chunked {
             RespFraming::Chunked
         } else {
-            RespFraming::Close
+            // A coding the gateway would strip (gzip without chunked): relaying the bytes
+            // without the header would hand the client data it cannot interpret.
+            return Err(RespError::Malformed);
         }
     } else if let Some(n) = content_length {
         RespFraming::Length(n)
