@@ -288,6 +288,7 @@ impl Conn {
                 self.eof = true;
                 Ok(false)
             }
+            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(true),
             Err(e) => Err(e),
         }
     }
@@ -699,6 +700,22 @@ fn p23_huge_chunk_extension() {
         raw.extend(std::iter::repeat_n(b'a', 1024 * 1024));
         raw.extend_from_slice(b"\r\nX\r\n0\r\n\r\n");
         e.reject("1 MB chunk extension", &raw, 400);
+    });
+}
+
+#[test]
+fn chunk_framing_cannot_outweigh_the_body_limit() {
+    // 1-byte chunks each carrying a 1000-byte extension: about 2.4 MB on the wire for 2 KB
+    // of data. The raw body is capped at twice max_body_bytes (1 MiB here) plus 64 KiB, so
+    // the gateway answers 413 instead of buffering the framing.
+    each_driver(|e| {
+        let ext = "e".repeat(1000);
+        let mut raw = chunked_head().into_bytes();
+        for _ in 0..2400 {
+            raw.extend_from_slice(format!("1;{ext}\r\nx\r\n").as_bytes());
+        }
+        raw.extend_from_slice(b"0\r\n\r\n");
+        e.reject("chunk-extension amplification", &raw, 413);
     });
 }
 

@@ -7,17 +7,17 @@
 
 use std::net::SocketAddr;
 use std::ops::Range;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
 use http::Method;
-use monoio::buf::IoBufMut;
-use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
-};
+use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, OwnedWriteHalf, Splitable};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 
 use super::forward::{forward, Fate, IoBufs, Request};
+use super::race::client_ready;
+use super::reader::Reader;
 use super::state::WorkerState;
 use crate::error::GatewayError;
 use crate::http::chunked::ChunkedDecoder;
@@ -25,10 +25,20 @@ use crate::http::head::{self, BodyFraming, HeadError, HeaderSpan, RequestHead};
 use crate::http::response::{write_head_and_body, CONTINUE_100};
 use crate::openai::is_proxied_path;
 
-/// The two halves of a client socket: a read can stay armed while the relay writes.
+/// The client socket: its reader task (which always has a read armed) and the write half.
 pub struct ClientIo {
-    pub rd: OwnedReadHalf<TcpStream>,
+    pub reader: Reader,
     pub wr: OwnedWriteHalf<TcpStream>,
+    fd: RawFd,
+}
+
+impl Drop for ClientIo {
+    fn drop(&mut self) {
+        // Stop the reader and end its armed read: the socket closes once both halves go.
+        self.reader.close();
+        // SAFETY: the fd stays open until the reader task drops its half, after this.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+    }
 }
 
 /// Where the request body is.
@@ -71,22 +81,34 @@ impl Drop for ActiveRequest<'_> {
     }
 }
 
+/// Most unread client bytes buffered while a request is being served (pipelining).
+const READER_CAP: usize = 64 * 1024;
+
 /// Serves one client connection until it closes.
 pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) {
     state.connections.set(state.connections.get() + 1);
     let _guard = ConnGuard(&state);
     let _ = stream.set_nodelay(true);
+    let fd = stream.as_raw_fd();
     let (rd, wr) = stream.into_split();
-    let mut io = ClientIo { rd, wr };
+    let reader_cap = state.config.server.limits.max_head_bytes.max(READER_CAP);
+    let mut io = ClientIo {
+        reader: Reader::spawn(rd, reader_cap),
+        wr,
+        fd,
+    };
     let peer_ip = peer.ip().to_string();
-    let mut rbuf: Vec<u8> = Vec::with_capacity(8 * 1024);
+    let mut rbuf: Vec<u8> = Vec::new();
     let mut spans: Vec<HeaderSpan> = Vec::with_capacity(32);
-    let mut body: Vec<u8> = Vec::new();
-    let mut bufs = IoBufs::new();
     let limits = state.config.server.limits.clone();
 
     loop {
-        let head = match read_head(&state, &mut io, &mut rbuf, &mut spans).await {
+        // A request counts as in progress (for the drain) from its first byte.
+        let mut active: Option<ActiveRequest<'_>> = None;
+        let head = read_head(&state, &mut io, &mut rbuf, &mut spans, &mut active).await;
+        // Buffers come from the worker only while a request is being served.
+        let mut bufs = state.take_bufs();
+        let head = match head {
             HeadRead::Head(h) => h,
             HeadRead::Closed => return,
             HeadRead::Reject(e) => {
@@ -94,20 +116,22 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
                 return;
             }
         };
-        let (loc, consumed) = match read_body(&mut io, &mut rbuf, &mut body, &head, &limits).await {
-            Ok(v) => v,
-            Err(Some(e)) => {
-                reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
-                return;
-            }
-            Err(None) => return,
-        };
+        let (loc, consumed) =
+            match read_body(&mut io, &mut rbuf, &mut bufs.body, &head, &limits).await {
+                Ok(v) => v,
+                Err(Some(e)) => {
+                    reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
+                    return;
+                }
+                Err(None) => return,
+            };
         let close = head.close || state.draining.get();
-        let _active = ActiveRequest::enter(&state);
+        // A decoded body leaves the buffer set while the set is lent to the exchange.
+        let decoded = std::mem::take(&mut bufs.body);
         let fate = {
             let body: &[u8] = match &loc {
                 BodyLoc::InBuf(r) => &rbuf[r.clone()],
-                BodyLoc::Decoded => &body,
+                BodyLoc::Decoded => &decoded,
             };
             let req = Request {
                 head: &head,
@@ -119,15 +143,15 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
             };
             dispatch(&state, &mut io, &req, &mut bufs, &limits).await
         };
-        if bufs.watch_has_data {
-            rbuf.extend_from_slice(&bufs.watch);
-            bufs.watch.clear();
-            bufs.watch_has_data = false;
-        }
+        bufs.body = decoded;
         if fate == Fate::Close || close {
             return;
         }
         rbuf.drain(..consumed);
+        if rbuf.is_empty() && rbuf.capacity() > IoBufs::KEEP {
+            // A large body grew the buffer: do not keep it while the connection idles.
+            rbuf = Vec::new();
+        }
     }
 }
 
@@ -217,6 +241,30 @@ async fn reject(
 ) {
     let _ = respond(&mut io.wr, out, e, true, write_timeout).await;
     let _ = monoio::time::timeout(write_timeout, io.wr.shutdown()).await;
+    linger(io, out).await;
+}
+
+/// Longest a rejected connection is drained before it is closed.
+const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+/// Most bytes drained from a rejected connection before it is closed.
+const LINGER_BYTES: usize = 1024 * 1024;
+
+/// Lingering close: after answering a rejected request and shutting the write side, read
+/// and discard what the client is still sending (bounded in time and bytes) until it closes.
+/// Closing with unread bytes would make the kernel reset the connection, and a reset can
+/// destroy the error response before the client reads it.
+async fn linger(io: &mut ClientIo, scratch: &mut Vec<u8>) {
+    let deadline = Instant::now() + LINGER_TIME;
+    let mut drained = 0;
+    while drained < LINGER_BYTES && client_ready(&io.reader, deadline).await {
+        scratch.clear();
+        let n = io.reader.take_into(scratch);
+        if n == 0 {
+            break;
+        }
+        drained += n;
+    }
+    scratch.clear();
 }
 
 fn head_error(e: HeadError) -> GatewayError {
@@ -241,17 +289,21 @@ fn timeout_error(what: &'static str) -> GatewayError {
 }
 
 /// Reads until a complete head is buffered.
-async fn read_head(
-    state: &WorkerState,
+async fn read_head<'s>(
+    state: &'s WorkerState,
     io: &mut ClientIo,
     rbuf: &mut Vec<u8>,
     spans: &mut Vec<HeaderSpan>,
+    active: &mut Option<ActiveRequest<'s>>,
 ) -> HeadRead {
     let limits = &state.config.server.limits;
     let mut started: Option<Instant> = None;
     loop {
         if !rbuf.is_empty() {
             started.get_or_insert_with(Instant::now);
+            if active.is_none() {
+                *active = Some(ActiveRequest::enter(state));
+            }
             match head::parse(rbuf, &state.head_limits, spans) {
                 Ok(Some(h)) => return HeadRead::Head(h),
                 Ok(None) => {}
@@ -267,25 +319,16 @@ async fn read_head(
                 Instant::now() + limits.keepalive_timeout
             }
         };
-        rbuf.reserve(4096);
-        // A Vec read fills from index 0: read into the spare capacity so the bytes already
-        // buffered (a partial head) are kept.
-        let len = rbuf.len();
-        let buf = std::mem::take(rbuf).slice_mut(len..);
-        match monoio::time::timeout_at(deadline, io.rd.read(buf)).await {
-            Ok((Ok(0), buf)) => {
-                *rbuf = buf.into_inner();
-                return HeadRead::Closed;
-            }
-            Ok((Ok(_), buf)) => *rbuf = buf.into_inner(),
-            Ok((Err(_), _)) => return HeadRead::Closed,
-            Err(_) => {
-                return if started.is_some() {
-                    HeadRead::Reject(timeout_error("head"))
-                } else {
-                    HeadRead::Closed
-                }
-            }
+        if !client_ready(&io.reader, deadline).await {
+            return if started.is_some() {
+                HeadRead::Reject(timeout_error("head"))
+            } else {
+                HeadRead::Closed
+            };
+        }
+        if io.reader.take_into(rbuf) == 0 {
+            // Nothing waiting, so the client is gone.
+            return HeadRead::Closed;
         }
     }
 }
@@ -322,24 +365,28 @@ async fn read_body(
             }
             body.clear();
             let mut dec = ChunkedDecoder::new();
-            let mut pos = head.len;
+            // Framing bytes (sizes, extensions, trailers) may not outweigh the data: the raw
+            // body is capped, and decoded bytes leave the read buffer as they are decoded, so
+            // memory stays bounded whatever the chunking.
+            let raw_cap = (max as u64).saturating_mul(2).saturating_add(64 * 1024);
+            let mut raw: u64 = 0;
             loop {
                 let n = dec
-                    .feed(&rbuf[pos..], |d| body.extend_from_slice(d))
+                    .feed(&rbuf[head.len..], |d| body.extend_from_slice(d))
                     .map_err(|e| {
                         let crate::http::chunked::ChunkError::Malformed(m) = e;
                         Some(GatewayError::client(400, "bad_request", m))
                     })?;
-                pos += n;
+                rbuf.drain(head.len..head.len + n);
+                raw += n as u64;
                 // Count the rest of a declared chunk too: a 1 GiB chunk size is refused
                 // at once, not after the body timeout.
-                if body.len() as u64 + dec.pending_chunk_bytes() > max as u64 {
+                if body.len() as u64 + dec.pending_chunk_bytes() > max as u64 || raw > raw_cap {
                     return Err(Some(head_error(HeadError::PayloadTooLarge)));
                 }
                 if dec.is_done() {
-                    return Ok((BodyLoc::Decoded, pos));
+                    return Ok((BodyLoc::Decoded, head.len));
                 }
-                rbuf.reserve(16 * 1024);
                 read_more(io, rbuf, deadline).await?;
             }
         }
@@ -361,15 +408,11 @@ async fn read_more(
     rbuf: &mut Vec<u8>,
     deadline: Instant,
 ) -> Result<(), Option<GatewayError>> {
-    // Append after what is buffered (a plain Vec read would overwrite from index 0).
-    let len = rbuf.len();
-    let buf = std::mem::take(rbuf).slice_mut(len..);
-    match monoio::time::timeout_at(deadline, io.rd.read(buf)).await {
-        Ok((Ok(0), _)) | Ok((Err(_), _)) => Err(None),
-        Ok((Ok(_), buf)) => {
-            *rbuf = buf.into_inner();
-            Ok(())
-        }
-        Err(_) => Err(Some(timeout_error("body"))),
+    if !client_ready(&io.reader, deadline).await {
+        return Err(Some(timeout_error("body")));
     }
+    if io.reader.take_into(rbuf) == 0 {
+        return Err(None);
+    }
+    Ok(())
 }

@@ -7,13 +7,9 @@
 //! replaced, and the body gets a fresh Content-Length. It must not relay response bytes
 //! itself (that is `relay`).
 
-use std::pin::pin;
 use std::time::Instant as StdInstant;
 
-use monoio::io::CancelableAsyncReadRent;
-
 use super::conn::{respond, ClientIo};
-use super::race::Watch;
 use super::relay::{exchange, ClientSide, Outcome};
 use super::state::{InFlight, WorkerState};
 use crate::config::{Route, Target};
@@ -61,10 +57,8 @@ pub struct IoBufs {
     pub ubuf: Vec<u8>,
     /// Forwardable response headers, scratch.
     pub hdrs: Vec<u8>,
-    /// The disconnect watch's read buffer.
-    pub watch: Vec<u8>,
-    /// The watch read pipelined bytes that belong after the current request.
-    pub watch_has_data: bool,
+    /// A request body decoded from chunked framing.
+    pub body: Vec<u8>,
 }
 
 impl IoBufs {
@@ -74,8 +68,29 @@ impl IoBufs {
             up: Vec::with_capacity(8 * 1024),
             ubuf: Vec::with_capacity(16 * 1024),
             hdrs: Vec::with_capacity(1024),
-            watch: Vec::with_capacity(4 * 1024),
-            watch_has_data: false,
+            body: Vec::new(),
+        }
+    }
+}
+
+impl IoBufs {
+    /// Largest capacity a buffer may keep when the set goes back to the worker's spares.
+    pub const KEEP: usize = 64 * 1024;
+
+    /// Empties every buffer and releases any that grew past [`Self::KEEP`] (a big body or
+    /// response), so spare sets stay small.
+    pub fn recycle(&mut self) {
+        for b in [
+            &mut self.out,
+            &mut self.up,
+            &mut self.ubuf,
+            &mut self.hdrs,
+            &mut self.body,
+        ] {
+            b.clear();
+            if b.capacity() > Self::KEEP {
+                *b = Vec::new();
+            }
         }
     }
 }
@@ -136,13 +151,6 @@ pub async fn forward(
         inputs: &inputs,
     };
 
-    // Keep one read armed on the client for the whole exchange: EOF there aborts it.
-    let canceller = monoio::io::Canceller::new();
-    bufs.watch.clear();
-    let watch_buf = std::mem::take(&mut bufs.watch);
-    let watch_fut = pin!(io.rd.cancelable_read(watch_buf, canceller.handle()));
-    let mut watch = Watch::new(watch_fut);
-
     let mut tried = [usize::MAX; MAX_ATTEMPTS];
     let mut attempts = 0usize;
     let mut last_err: Option<GatewayError> = None;
@@ -166,7 +174,7 @@ pub async fn forward(
                 state,
                 tid,
                 &mut io.wr,
-                &mut watch,
+                &io.reader,
                 bufs,
                 ClientSide {
                     http10: req.head.http10,
@@ -190,15 +198,9 @@ pub async fn forward(
             }
         }
     };
-    watch.settle(canceller).await;
-    let gone = watch.gone;
-    if let Some(buf) = watch.take_buf() {
-        bufs.watch = buf;
-        bufs.watch_has_data = !bufs.watch.is_empty() && !gone;
-    } else {
-        bufs.watch = Vec::with_capacity(4 * 1024);
-    }
-    if gone {
+    // The client's reader kept watching throughout: a client that closed while the
+    // response was being written ends the connection.
+    if io.reader.is_gone() {
         Fate::Close
     } else {
         fate
@@ -300,12 +302,16 @@ fn withheld(name: &[u8], req: &Request<'_>, route: &Route, target: &Target) -> b
         || name.eq_ignore_ascii_case(b"host")
         || name.eq_ignore_ascii_case(b"expect")
         || name.eq_ignore_ascii_case(b"x-forwarded-for")
+        || name.eq_ignore_ascii_case(b"forwarded")
+        || name.eq_ignore_ascii_case(b"x-real-ip")
         || name.eq_ignore_ascii_case(b"content-encoding")
     {
         return true;
     }
     if !route.forward_client_auth
-        && (name.eq_ignore_ascii_case(b"authorization") || name.eq_ignore_ascii_case(b"x-api-key"))
+        && (name.eq_ignore_ascii_case(b"authorization")
+            || name.eq_ignore_ascii_case(b"x-api-key")
+            || name.eq_ignore_ascii_case(b"api-key"))
     {
         return true;
     }

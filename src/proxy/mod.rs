@@ -7,5 +7,6 @@
 pub mod conn;
 pub mod forward;
 pub mod race;
+pub mod reader;
 pub mod relay;
 pub mod state;

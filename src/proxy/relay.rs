@@ -9,16 +9,14 @@
 //! chunk, never a clean end. Only a cleanly finished exchange returns its connection to the
 //! pool. This module must not retry: it reports whether a retry is safe.
 
-use std::future::Future;
-
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedWriteHalf};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
-use monoio::BufResult;
 
 use super::forward::IoBufs;
-use super::race::{race, Race, Watch};
+use super::race::{race, Race};
+use super::reader::Reader;
 use super::state::WorkerState;
 use crate::error::{GatewayError, Retry};
 use crate::http::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
@@ -52,18 +50,15 @@ pub struct ClientSide {
 }
 
 /// Runs one exchange with target `tid`. `bufs.up` holds the request bytes.
-pub async fn exchange<W>(
+pub async fn exchange(
     state: &WorkerState,
     tid: usize,
     wr: &mut OwnedWriteHalf<TcpStream>,
-    watch: &mut Watch<'_, W>,
+    watch: &Reader,
     bufs: &mut IoBufs,
     client: ClientSide,
     may_retry: bool,
-) -> Outcome
-where
-    W: Future<Output = BufResult<usize, Vec<u8>>>,
-{
+) -> Outcome {
     let target = &state.config.targets[tid];
     let t = &target.timeouts;
     let mut fresh_only = false;
@@ -283,19 +278,16 @@ fn feed_body(
 
 /// Streams the response to the client.
 #[allow(clippy::too_many_arguments)]
-async fn relay_body<W>(
+async fn relay_body(
     state: &WorkerState,
     tid: usize,
     mut up: UpstreamConn,
     head: ResponseHead,
     wr: &mut OwnedWriteHalf<TcpStream>,
-    watch: &mut Watch<'_, W>,
+    watch: &Reader,
     bufs: &mut IoBufs,
     client: ClientSide,
-) -> Outcome
-where
-    W: Future<Output = BufResult<usize, Vec<u8>>>,
-{
+) -> Outcome {
     let target = &state.config.targets[tid];
     let write_timeout = state.config.server.limits.write_timeout;
     let idle = target.timeouts.idle;
@@ -467,17 +459,19 @@ async fn fail_midstream(
     write_timeout: std::time::Duration,
 ) -> Outcome {
     out.clear();
-    if head.is_sse {
+    // The event can only follow a body whose end the client learns from the chunking or the
+    // close: after a declared Content-Length it would read as part of a complete body.
+    if head.is_sse && !matches!(head.framing, RespFraming::Length(_)) {
+        let err = GatewayError::upstream(
+            502,
+            Retry::Forbidden,
+            "upstream_stream_interrupted",
+            format!("the upstream target `{target}` failed mid-stream; the answer is incomplete"),
+        );
         let mut event = Vec::with_capacity(256);
         event.extend_from_slice(tail.separator());
         event.extend_from_slice(b"data: ");
-        let err = serde_json::json!({"error": {
-            "message": format!("the upstream target `{target}` failed mid-stream; the answer is incomplete"),
-            "type": "upstream_error",
-            "param": null,
-            "code": "upstream_stream_interrupted",
-        }});
-        event.extend_from_slice(&serde_json::to_vec(&err).unwrap_or_default());
+        event.extend_from_slice(&err.body());
         event.extend_from_slice(b"\n\n");
         if client_chunked {
             encode_chunk(out, &event);

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::http::head::HeadLimits;
 use crate::openai::models;
+use crate::proxy::forward::IoBufs;
 use crate::strategy::registry::{self, BuildContext};
 use crate::strategy::{Candidate, Strategy};
 use crate::upstream::pool::{Pool, PoolLimits};
@@ -40,6 +41,43 @@ pub struct WorkerState {
     pub connections: Cell<usize>,
     /// Requests between a complete head and the end of their response, on this core.
     pub active_requests: Cell<usize>,
+    /// Buffer sets not in use: a connection holds one only while it serves a request, so
+    /// an idle keep-alive connection costs almost nothing.
+    spare_bufs: RefCell<Vec<IoBufs>>,
+}
+
+/// Most spare buffer sets a worker keeps.
+const MAX_SPARE_BUFS: usize = 256;
+
+/// A buffer set borrowed from the worker for one request; returned when dropped.
+pub struct PooledBufs<'a> {
+    state: &'a WorkerState,
+    bufs: Option<IoBufs>,
+}
+
+impl std::ops::Deref for PooledBufs<'_> {
+    type Target = IoBufs;
+    fn deref(&self) -> &IoBufs {
+        self.bufs.as_ref().expect("present until drop")
+    }
+}
+
+impl std::ops::DerefMut for PooledBufs<'_> {
+    fn deref_mut(&mut self) -> &mut IoBufs {
+        self.bufs.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for PooledBufs<'_> {
+    fn drop(&mut self) {
+        if let Some(mut b) = self.bufs.take() {
+            let mut spare = self.state.spare_bufs.borrow_mut();
+            if spare.len() < MAX_SPARE_BUFS {
+                b.recycle();
+                spare.push(b);
+            }
+        }
+    }
 }
 
 impl WorkerState {
@@ -87,7 +125,19 @@ impl WorkerState {
             draining: Cell::new(false),
             connections: Cell::new(0),
             active_requests: Cell::new(0),
+            spare_bufs: RefCell::new(Vec::new()),
             config,
+        }
+    }
+}
+
+impl WorkerState {
+    /// A buffer set for one request.
+    pub fn take_bufs(&self) -> PooledBufs<'_> {
+        let bufs = self.spare_bufs.borrow_mut().pop().unwrap_or_default();
+        PooledBufs {
+            state: self,
+            bufs: Some(bufs),
         }
     }
 }
