@@ -12,8 +12,7 @@ fn bench_picks(c: &mut Criterion) {
     let inputs = AsyncInputs::default();
     let req = PickRequest {
         model: "m",
-        session_key: 42,
-        explicit_session: false,
+        session: Default::default(),
         prompt: b"[]",
         prompt_tokens: 256,
         max_tokens: Some(256),

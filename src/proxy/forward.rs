@@ -18,7 +18,7 @@ use crate::http::head::{HeaderSpan, RequestHead};
 use crate::http::response::{write_content_length, write_header};
 use crate::http::{header_tokens, is_hop_by_hop};
 use crate::openai::facts::{self, RequestFacts};
-use crate::strategy::{AsyncInputs, Candidate, PickRequest};
+use crate::strategy::{AsyncInputs, Candidate, PickRequest, SessionKey};
 
 /// What happens to the client connection after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,15 +136,13 @@ pub async fn forward(
         }
     };
     let route = &state.config.routes[route_idx];
-    let (session_key, explicit_session) = match req.header("x-session-id") {
-        Some(v) if !v.is_empty() => (xxhash_rust::xxh3::xxh3_64(v), true),
-        _ => (xxhash_rust::xxh3::xxh3_64(facts.prompt), false),
-    };
     let inputs = AsyncInputs::default();
     let preq = PickRequest {
         model: &facts.model,
-        session_key,
-        explicit_session,
+        session: SessionKey {
+            header: req.header("x-session-id").filter(|v| !v.is_empty()),
+            prompt: facts.prompt,
+        },
         prompt: facts.prompt,
         prompt_tokens: facts.prompt_tokens,
         max_tokens: facts.max_tokens,
@@ -293,8 +291,54 @@ fn pick_target(
     }
 }
 
+/// The values of the request's `Connection` fields, gathered once per request.
+struct ConnectionTokens<'a> {
+    values: [&'a [u8]; 4],
+    count: usize,
+    /// More than four `Connection` fields: fall back to scanning every field.
+    overflow: bool,
+}
+
+impl<'a> ConnectionTokens<'a> {
+    fn of(req: &Request<'a>) -> Self {
+        let mut t = ConnectionTokens {
+            values: [&[]; 4],
+            count: 0,
+            overflow: false,
+        };
+        for s in req.spans.iter().filter(|s| s.is(req.buf, "connection")) {
+            if t.count == t.values.len() {
+                t.overflow = true;
+                break;
+            }
+            t.values[t.count] = s.value(req.buf);
+            t.count += 1;
+        }
+        t
+    }
+
+    /// Does a `Connection` field name `name`?
+    fn names(&self, name: &[u8], req: &Request<'_>) -> bool {
+        let named = |v: &[u8]| header_tokens(v).any(|t| t.eq_ignore_ascii_case(name));
+        if self.overflow {
+            return req
+                .spans
+                .iter()
+                .filter(|s| s.is(req.buf, "connection"))
+                .any(|s| named(s.value(req.buf)));
+        }
+        self.values[..self.count].iter().any(|v| named(v))
+    }
+}
+
 /// Is this client header withheld from the upstream?
-fn withheld(name: &[u8], req: &Request<'_>, route: &Route, target: &Target) -> bool {
+fn withheld(
+    name: &[u8],
+    req: &Request<'_>,
+    connection: &ConnectionTokens<'_>,
+    route: &Route,
+    target: &Target,
+) -> bool {
     let Ok(name_str) = std::str::from_utf8(name) else {
         return true;
     };
@@ -323,10 +367,7 @@ fn withheld(name: &[u8], req: &Request<'_>, route: &Route, target: &Target) -> b
         return true;
     }
     // Any header the client named in Connection is hop-by-hop for this hop.
-    req.spans
-        .iter()
-        .filter(|s| s.is(req.buf, "connection"))
-        .any(|s| header_tokens(s.value(req.buf)).any(|t| t.eq_ignore_ascii_case(name)))
+    connection.names(name, req)
 }
 
 /// Writes the upstream request: a fresh head and framing, then the body (with the model name
@@ -354,9 +395,10 @@ pub fn build_upstream_request(
     out.extend_from_slice(b" HTTP/1.1\r\n");
     write_header(out, b"host", target.host_header.as_bytes());
     let mut has_request_id = false;
+    let connection = ConnectionTokens::of(req);
     for s in req.spans {
         let name = s.name(req.buf);
-        if withheld(name, req, route, target) {
+        if withheld(name, req, &connection, route, target) {
             continue;
         }
         if name.eq_ignore_ascii_case(b"x-request-id") {

@@ -69,15 +69,36 @@ pub struct AsyncInputs {
 #[derive(Debug, Clone, Copy)]
 pub struct PickRequest<'a> {
     pub model: &'a str,
-    /// Stable key of the session (`x-session-id`, else a hash of the conversation).
-    pub session_key: u64,
-    /// Whether the session key came from an explicit `x-session-id` header.
-    pub explicit_session: bool,
+    /// The session this request belongs to; hashed only by strategies that read it.
+    pub session: SessionKey<'a>,
     /// Raw prompt bytes (messages, prompt or input JSON).
     pub prompt: &'a [u8],
     pub prompt_tokens: u32,
     pub max_tokens: Option<u64>,
     pub inputs: &'a AsyncInputs,
+}
+
+/// What identifies a request's session: the `x-session-id` header when present, else the
+/// conversation itself. The hash is computed on demand, so strategies that ignore sessions
+/// pay nothing for it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SessionKey<'a> {
+    /// The `x-session-id` header value, when the client sent a non-empty one.
+    pub header: Option<&'a [u8]>,
+    /// The prompt bytes the key falls back to.
+    pub prompt: &'a [u8],
+}
+
+impl SessionKey<'_> {
+    /// A stable 64-bit key: the header's hash, else the prompt's.
+    pub fn hash(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(self.header.unwrap_or(self.prompt))
+    }
+
+    /// Whether the client named the session explicitly.
+    pub fn is_explicit(&self) -> bool {
+        self.header.is_some()
+    }
 }
 
 /// A strategy's choice: an index into the candidate slice, and the score that won when the
@@ -112,4 +133,33 @@ pub trait Strategy {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SessionKey;
+
+    #[test]
+    fn session_key_prefers_the_header() {
+        let a = SessionKey {
+            header: Some(b"user-1"),
+            prompt: b"[{\"role\":\"user\",\"content\":\"hi\"}]",
+        };
+        let b = SessionKey {
+            header: Some(b"user-1"),
+            prompt: b"[]",
+        };
+        assert_eq!(a.hash(), b.hash(), "the header decides, not the prompt");
+        assert!(a.is_explicit());
+        let c = SessionKey {
+            header: None,
+            prompt: b"[]",
+        };
+        let d = SessionKey {
+            header: None,
+            prompt: b"[1]",
+        };
+        assert_ne!(c.hash(), d.hash());
+        assert!(!c.is_explicit());
+    }
 }

@@ -46,8 +46,7 @@ mod tests {
         let inputs = AsyncInputs::default();
         let req = PickRequest {
             model: "m",
-            session_key: 0,
-            explicit_session: false,
+            session: Default::default(),
             prompt: b"",
             prompt_tokens: 0,
             max_tokens: None,

@@ -85,8 +85,7 @@ mod tests {
     pub(crate) fn req(inputs: &AsyncInputs) -> PickRequest<'_> {
         PickRequest {
             model: "m",
-            session_key: 0,
-            explicit_session: false,
+            session: Default::default(),
             prompt: b"",
             prompt_tokens: 0,
             max_tokens: None,

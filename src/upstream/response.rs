@@ -46,9 +46,15 @@ pub fn parse(
     head_request: bool,
     out: &mut Vec<u8>,
 ) -> Result<Option<ResponseHead>, RespError> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-    let mut resp = httparse::Response::new(&mut storage);
-    let len = match resp.parse(buf) {
+    // Uninitialised storage: zeroing every slot on each parse costs more than the parse.
+    let mut storage =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        buf,
+        &mut storage,
+    ) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             if buf.len() >= MAX_RESPONSE_HEAD {
@@ -66,6 +72,8 @@ pub fn parse(
     let mut keep_alive = !http10;
     let mut is_sse = false;
     let mut retry_after = None;
+    // A Connection field names headers beyond close / keep-alive.
+    let mut names_headers = false;
     for h in resp.headers.iter() {
         let n = h.name.as_bytes();
         if n.eq_ignore_ascii_case(b"content-length") {
@@ -83,8 +91,10 @@ pub fn parse(
             for t in header_tokens(h.value) {
                 if t.eq_ignore_ascii_case(b"close") {
                     keep_alive = false;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") && http10 {
-                    keep_alive = true;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                    keep_alive |= http10;
+                } else {
+                    names_headers = true;
                 }
             }
         } else if n.eq_ignore_ascii_case(b"content-type") {
@@ -124,7 +134,7 @@ pub fn parse(
             .any(|h| header_tokens(h.value).any(|t| t.eq_ignore_ascii_case(name)))
     };
     for h in resp.headers.iter() {
-        if is_hop_by_hop(h.name) || connection_named(h.name.as_bytes()) {
+        if is_hop_by_hop(h.name) || (names_headers && connection_named(h.name.as_bytes())) {
             continue;
         }
         out.extend_from_slice(h.name.as_bytes());
