@@ -148,8 +148,9 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
             return;
         }
         rbuf.drain(..consumed);
-        if rbuf.is_empty() && rbuf.capacity() > IoBufs::KEEP {
-            // A large body grew the buffer: do not keep it while the connection idles.
+        if rbuf.is_empty() {
+            // An idle connection keeps no read buffer: the next request's bytes arrive in the
+            // reader's buffer, which is swapped in without a copy.
             rbuf = Vec::new();
         }
     }
@@ -166,7 +167,9 @@ async fn dispatch(
     let method = &req.head.method;
     let local: Result<&[u8], GatewayError> = match (method, path) {
         (&Method::POST, p) if is_proxied_path(p) => {
-            return forward(state, io, req, bufs).await;
+            // Boxed: the forwarding state machine (exchange, relay, timers) is several KiB,
+            // and unboxed it would sit in every idle keep-alive connection's task.
+            return Box::pin(forward(state, io, req, bufs)).await;
         }
         (_, p) if is_proxied_path(p) => Err(GatewayError::client(
             405,

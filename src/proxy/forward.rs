@@ -47,7 +47,14 @@ impl Request<'_> {
     }
 }
 
-/// Buffers reused across the requests of one client connection.
+/// Smallest upstream read; a read that fills the buffer doubles the next one (up to
+/// [`MAX_UPSTREAM_READ`]), so SSE streams keep small buffers and large bodies move in large
+/// reads.
+pub const MIN_UPSTREAM_READ: usize = 4 * 1024;
+/// Largest upstream read.
+pub const MAX_UPSTREAM_READ: usize = 64 * 1024;
+
+/// Buffers for one request, lent by the worker.
 pub struct IoBufs {
     /// Bytes for the client.
     pub out: Vec<u8>,
@@ -64,10 +71,10 @@ pub struct IoBufs {
 impl IoBufs {
     pub fn new() -> Self {
         IoBufs {
-            out: Vec::with_capacity(16 * 1024),
-            up: Vec::with_capacity(8 * 1024),
-            ubuf: Vec::with_capacity(16 * 1024),
-            hdrs: Vec::with_capacity(1024),
+            out: Vec::with_capacity(4 * 1024),
+            up: Vec::with_capacity(4 * 1024),
+            ubuf: Vec::with_capacity(MIN_UPSTREAM_READ),
+            hdrs: Vec::with_capacity(512),
             body: Vec::new(),
         }
     }

@@ -14,7 +14,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedWriteHal
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 
-use super::forward::IoBufs;
+use super::forward::{IoBufs, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
 use super::race::{race, Race};
 use super::reader::Reader;
 use super::state::WorkerState;
@@ -148,7 +148,7 @@ pub async fn exchange(
                     Err(_) => return Outcome::Failed(bad_response(&target.name)),
                 }
             }
-            bufs.ubuf.reserve(16 * 1024);
+            bufs.ubuf.reserve(MIN_UPSTREAM_READ);
             // A Vec read fills from index 0: read into the spare capacity so a partial
             // head already buffered is kept.
             let len = bufs.ubuf.len();
@@ -342,6 +342,7 @@ async fn relay_body(
         // Nothing has reached the client yet: a plain 502, not a cut-off stream.
         return Outcome::Failed(bad_response(&target.name));
     };
+    let mut read_size = MIN_UPSTREAM_READ;
     let end = loop {
         if done && client_chunked {
             out.extend_from_slice(LAST_CHUNK);
@@ -360,12 +361,17 @@ async fn relay_body(
         }
         out.clear();
         bufs.ubuf.clear();
-        bufs.ubuf.reserve(16 * 1024);
+        bufs.ubuf.reserve(read_size);
         let ub = std::mem::take(&mut bufs.ubuf);
         let deadline = Instant::now() + idle;
         match race(up.read(ub), watch, deadline).await {
             Race::Done((Ok(n), ub)) if n > 0 => {
                 bufs.ubuf = ub;
+                read_size = if n == bufs.ubuf.capacity() {
+                    (read_size * 2).min(MAX_UPSTREAM_READ)
+                } else {
+                    MIN_UPSTREAM_READ
+                };
                 match feed_body(&mut body, &bufs.ubuf, out, client_chunked, &mut tail) {
                     Ok((d, o)) => {
                         done = d;
