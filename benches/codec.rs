@@ -7,6 +7,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rolter::http::chunked::{encode_chunk, ChunkedDecoder};
 use rolter::http::head::{self, HeadLimits};
 use rolter::openai::facts;
+use rolter::proxy::forward::{build_upstream_request, Request};
 
 const HEAD: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway.local:8080\r\nUser-Agent: OpenAI/Python 1.54.0\r\nAccept: application/json\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-test-0123456789abcdef\r\nX-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.54.0\r\nx-session-id: user-42\r\nContent-Length: 1024\r\n\r\n";
 
@@ -71,5 +72,61 @@ fn bench_chunked(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_head, bench_facts, bench_chunked);
+fn bench_rewrite(c: &mut Criterion) {
+    // The upstream request for a typical SDK request: hop-by-hop and client auth removed, a
+    // target key injected, X-Forwarded-For replaced, fresh Content-Length, 1 KiB body copied.
+    let config = rolter::config::load_str(
+        r#"
+[[targets]]
+name = "vllm-0"
+url = "http://127.0.0.1:8000"
+headers = { "Authorization" = "Bearer upstream-key" }
+"#,
+        "<bench>",
+    )
+    .unwrap();
+    let body = chat_body(1024);
+    let mut raw = HEAD.to_vec();
+    raw.extend_from_slice(&body);
+    let limits = HeadLimits {
+        max_head_bytes: 32 * 1024,
+        max_headers: 100,
+        max_uri_bytes: 8192,
+    };
+    let mut spans = Vec::new();
+    let head = head::parse(&raw, &limits, &mut spans).unwrap().unwrap();
+    let body = &raw[head.len..];
+    let facts = facts::extract(body).unwrap();
+    let req = Request {
+        head: &head,
+        buf: &raw,
+        spans: &spans,
+        body,
+        peer_ip: "10.1.2.3",
+        close: false,
+    };
+    let mut out = Vec::with_capacity(4096);
+    let mut g = c.benchmark_group("rewrite");
+    g.bench_function("upstream_request_1k", |b| {
+        b.iter(|| {
+            build_upstream_request(
+                &mut out,
+                black_box(&req),
+                &facts,
+                &config.routes[0],
+                &config.targets[0],
+            );
+            out.len()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_head,
+    bench_facts,
+    bench_chunked,
+    bench_rewrite
+);
 criterion_main!(benches);

@@ -129,6 +129,7 @@ strategy = "fastestt"
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -206,6 +207,7 @@ fn run_serves_and_stops_on_sigterm() {
         assert!(Instant::now() < deadline, "did not stop on SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 extern "C" {
