@@ -9,7 +9,10 @@
 //! `pick` and passes the result in [`AsyncInputs`], leaving a field `None` when the input
 //! could not be had in time, in which case the strategy falls back as the spec says.
 
+pub mod least_loaded;
+pub mod power_of_two;
 pub mod random;
+pub mod random_weighted;
 pub mod registry;
 pub mod round_robin;
 
@@ -133,6 +136,38 @@ pub trait Strategy {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick>;
+}
+
+/// Test helpers: candidates and a request built from plain values.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{AsyncInputs, Candidate, PickRequest};
+
+    /// Candidates with target ids 0.. and the given (weight, load) pairs.
+    pub fn cands(spec: &[(f64, u64)]) -> Vec<Candidate> {
+        spec.iter()
+            .enumerate()
+            .map(|(i, &(weight, load))| Candidate {
+                target: i,
+                weight,
+                load,
+                tier: 0,
+            })
+            .collect()
+    }
+
+    /// A request with no prompt and no asynchronous inputs.
+    pub fn req() -> PickRequest<'static> {
+        let inputs: &'static AsyncInputs = Box::leak(Box::default());
+        PickRequest {
+            model: "m",
+            session: Default::default(),
+            prompt: b"",
+            prompt_tokens: 0,
+            max_tokens: None,
+            inputs,
+        }
+    }
 }
 
 #[cfg(test)]

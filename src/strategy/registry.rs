@@ -4,7 +4,10 @@
 //! Owns the mapping from configuration to strategy objects. It must not hold per-request
 //! state; `validate_spec` runs at configuration load, `build` once per route per worker.
 
+use super::least_loaded::LeastLoaded;
+use super::power_of_two::PowerOfTwo;
 use super::random::Random;
+use super::random_weighted::RandomWeighted;
 use super::round_robin::RoundRobin;
 use super::Strategy;
 use crate::config::StrategySpec;
@@ -120,7 +123,50 @@ static STRATEGIES: &[StrategyInfo] = &[
         options: &[],
         build: |_, ctx| Box::new(Random::new(ctx.seed)),
     },
+    StrategyInfo {
+        name: "random_weighted",
+        aliases: &[],
+        summary: "Random choice with probability proportional to weight",
+        traits: &[Trait::Weighted, Trait::SingleWinner],
+        options: &[],
+        build: |_, ctx| Box::new(RandomWeighted::new(ctx.seed)),
+    },
+    StrategyInfo {
+        name: "power_of_two",
+        aliases: &["p2c"],
+        summary: "The less loaded of two candidates sampled at random",
+        traits: &[Trait::LoadAware, Trait::SingleWinner],
+        options: &[],
+        build: |_, ctx| Box::new(PowerOfTwo::new(ctx.seed)),
+    },
+    StrategyInfo {
+        name: "least_loaded",
+        aliases: &[],
+        summary: "The lowest load among the candidates; ties at random",
+        traits: &[Trait::LoadAware, Trait::SingleWinner],
+        options: &[OptionSpec {
+            key: "max_concurrent",
+            kind: OptionKind::Integer,
+            default: "none",
+            help: "cap on every target's load for this route (a full target is skipped; all full: 503 with Retry-After)",
+            check: Some(positive_integer),
+        }],
+        build: |opts, ctx| {
+            let max = opts
+                .get("max_concurrent")
+                .and_then(|v| v.as_integer())
+                .map(|v| v as u64);
+            Box::new(LeastLoaded::new(ctx.seed, max))
+        },
+    },
 ];
+
+fn positive_integer(v: &toml::Value) -> Result<(), String> {
+    match v.as_integer() {
+        Some(n) if n > 0 => Ok(()),
+        _ => Err("must be a positive integer".into()),
+    }
+}
 
 /// Every registered strategy.
 pub fn all() -> &'static [StrategyInfo] {
@@ -232,6 +278,10 @@ mod tests {
             ("smooth_weighted_round_robin", "round_robin"),
             ("round_robin", "round_robin"),
             ("random", "random"),
+            ("random_weighted", "random_weighted"),
+            ("p2c", "power_of_two"),
+            ("power_of_two", "power_of_two"),
+            ("least_loaded", "least_loaded"),
         ] {
             assert_eq!(validate_spec(alias, &toml::Table::new()), Ok(canonical));
         }

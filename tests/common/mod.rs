@@ -92,8 +92,14 @@ pub fn gateway_for(driver: DriverChoice, mocks: &[&MockHandle], route_extra: &st
         ));
         names.push(format!("\"{name}\""));
     }
+    // The route's strategy is round_robin unless `route_extra` names one.
+    let strategy = if route_extra.contains("strategy") {
+        ""
+    } else {
+        "strategy = \"round_robin\"\n"
+    };
     rest.push_str(&format!(
-        "[[routes]]\nname = \"r\"\ntargets = [{}]\nstrategy = \"round_robin\"\n{route_extra}\n",
+        "[[routes]]\nname = \"r\"\ntargets = [{}]\n{strategy}{route_extra}\n",
         names.join(", ")
     ));
     gateway(driver, &rest)

@@ -1,0 +1,120 @@
+//! Strategies through the real gateway: where requests land when targets differ in load.
+
+mod common;
+use common::*;
+
+/// Starts a streaming request, on its own connection, that the engine holds for `ms` before
+/// its first token (under the harness's 1 s upstream idle timeout); returns its reader.
+fn hold(addr: std::net::SocketAddr, ms: u64) -> std::thread::JoinHandle<Response> {
+    std::thread::spawn(move || {
+        let ms = ms.to_string();
+        call(
+            addr,
+            &post(
+                "/v1/chat/completions",
+                &[("x-mock-ttft-ms", &ms)],
+                &chat_body(true),
+            ),
+        )
+    })
+}
+
+fn busy(mocks: &[&rolter_mock::MockHandle]) -> Vec<usize> {
+    mocks
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.stats().running > 0)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[test]
+fn least_loaded_and_p2c_steer_around_a_busy_target() {
+    for d in drivers() {
+        for strategy in ["least_loaded", "p2c"] {
+            let a = mock("a", |_| {});
+            let b = mock("b", |_| {});
+            let g = gateway_for(d, &[&a, &b], &format!("strategy = \"{strategy}\""));
+            let long = hold(g.local_addr(), 800);
+            wait_for("a held request", SHORT, || busy(&[&a, &b]).len() == 1);
+            let held = busy(&[&a, &b])[0];
+            let other = format!("t{}", 1 - held);
+            for _ in 0..10 {
+                let r = call(
+                    g.local_addr(),
+                    &post("/v1/completions", &[], r#"{"model":"m","prompt":"x"}"#),
+                );
+                assert_eq!(r.status, 200);
+                assert_eq!(
+                    r.header("x-rolter-target"),
+                    Some(other.as_str()),
+                    "{strategy} under {}: the idle target serves while t{held} is busy",
+                    driver_name(d)
+                );
+            }
+            assert_eq!(long.join().unwrap().status, 200);
+        }
+    }
+}
+
+#[test]
+fn least_loaded_max_concurrent_answers_503_with_retry_after_when_all_are_full() {
+    for d in drivers() {
+        let a = mock("a", |_| {});
+        let b = mock("b", |_| {});
+        let g = gateway_for(
+            d,
+            &[&a, &b],
+            "[routes.strategy]\nname = \"least_loaded\"\nmax_concurrent = 1",
+        );
+        let first = hold(g.local_addr(), 800);
+        wait_for("first held", SHORT, || busy(&[&a, &b]).len() == 1);
+        let second = hold(g.local_addr(), 800);
+        wait_for("both held", SHORT, || busy(&[&a, &b]).len() == 2);
+        let r = call(
+            g.local_addr(),
+            &post("/v1/completions", &[], r#"{"model":"m","prompt":"x"}"#),
+        );
+        assert_eq!(r.status, 503, "{}", driver_name(d));
+        assert!(r.header("retry-after").is_some());
+        assert_eq!(r.json()["error"]["code"], "no_available_target");
+        assert_eq!(first.join().unwrap().status, 200);
+        assert_eq!(second.join().unwrap().status, 200);
+        // Once the targets are free again, requests are served.
+        let r = call(
+            g.local_addr(),
+            &post("/v1/completions", &[], r#"{"model":"m","prompt":"x"}"#),
+        );
+        assert_eq!(r.status, 200);
+    }
+}
+
+#[test]
+fn random_weighted_follows_weights() {
+    for d in drivers() {
+        let a = mock("a", |_| {});
+        let b = mock("b", |_| {});
+        let mut rest = target("t0", a.addr(), "weight = 3.0");
+        rest.push_str(&target("t1", b.addr(), "weight = 1.0"));
+        rest.push_str("[[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"random_weighted\"\n");
+        let g = gateway(d, &rest);
+        let mut c = Client::connect(g.local_addr());
+        let mut on_a = 0;
+        for _ in 0..400 {
+            c.send(&post(
+                "/v1/completions",
+                &[],
+                r#"{"model":"m","prompt":"x"}"#,
+            ));
+            let r = c.response().unwrap();
+            if r.header("x-rolter-target") == Some("t0") {
+                on_a += 1;
+            }
+        }
+        // Expected 300 of 400; about 9 standard deviations of slack either way.
+        assert!(
+            (220..=380).contains(&on_a),
+            "{on_a} of 400 on the weight-3 target"
+        );
+    }
+}
