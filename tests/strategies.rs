@@ -118,3 +118,39 @@ fn random_weighted_follows_weights() {
         );
     }
 }
+
+#[test]
+fn failover_keeps_traffic_on_the_primary_and_promotes_past_a_failing_one() {
+    for d in drivers() {
+        let a = mock("a", |_| {});
+        let b = mock("b", |_| {});
+        let mut rest = target("t0", a.addr(), "");
+        rest.push_str(&target("t1", b.addr(), "tier = 1"));
+        rest.push_str(
+            "[[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"active_passive\"\nretries = 1\n",
+        );
+        let g = gateway(d, &rest);
+        let landed = || {
+            let r = call(
+                g.local_addr(),
+                &post("/v1/completions", &[], r#"{"model":"m","prompt":"x"}"#),
+            );
+            assert_eq!(r.status, 200, "{}", driver_name(d));
+            r.header("x-rolter-target").unwrap().to_string()
+        };
+        for _ in 0..5 {
+            assert_eq!(landed(), "t0", "the primary takes all traffic");
+        }
+        assert_eq!(b.stats().requests, 0);
+        // The primary fails: each request is promoted to the secondary tier.
+        a.set_fault(Some(rolter_mock::Fault::Status(503)));
+        for _ in 0..3 {
+            assert_eq!(landed(), "t1");
+        }
+        // It recovers: traffic returns.
+        a.set_fault(None);
+        for _ in 0..3 {
+            assert_eq!(landed(), "t0");
+        }
+    }
+}

@@ -9,6 +9,7 @@
 //! `pick` and passes the result in [`AsyncInputs`], leaving a field `None` when the input
 //! could not be had in time, in which case the strategy falls back as the spec says.
 
+pub mod failover;
 pub mod least_loaded;
 pub mod power_of_two;
 pub mod random;

@@ -4,6 +4,7 @@
 //! Owns the mapping from configuration to strategy objects. It must not hold per-request
 //! state; `validate_spec` runs at configuration load, `build` once per route per worker.
 
+use super::failover::Failover;
 use super::least_loaded::LeastLoaded;
 use super::power_of_two::PowerOfTwo;
 use super::random::Random;
@@ -159,7 +160,43 @@ static STRATEGIES: &[StrategyInfo] = &[
             Box::new(LeastLoaded::new(ctx.seed, max))
         },
     },
+    StrategyInfo {
+        name: "failover",
+        aliases: &["active_passive"],
+        summary: "All traffic to the lowest tier with a candidate; a sub-strategy within it",
+        traits: &[Trait::HealthAware, Trait::Stateful, Trait::SingleWinner],
+        options: &[OptionSpec {
+            key: "within_tier",
+            kind: OptionKind::String,
+            default: "round_robin",
+            help: "the strategy that spreads traffic within a tier (any name or alias but failover)",
+            check: Some(sub_strategy),
+        }],
+        build: |opts, ctx| {
+            let name = opts
+                .get("within_tier")
+                .and_then(|v| v.as_str())
+                .unwrap_or("round_robin");
+            let info = lookup(name).expect("within_tier validated at load");
+            Box::new(Failover::new((info.build)(&toml::Table::new(), ctx)))
+        },
+    },
 ];
+
+/// `within_tier` names a registered strategy other than failover itself.
+fn sub_strategy(v: &toml::Value) -> Result<(), String> {
+    let name = v.as_str().unwrap_or("");
+    match lookup(name) {
+        Some(info) if info.name == "failover" => {
+            Err("failover cannot be its own within_tier strategy".into())
+        }
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "unknown strategy `{name}`; valid names: {}",
+            valid_names()
+        )),
+    }
+}
 
 fn positive_integer(v: &toml::Value) -> Result<(), String> {
     match v.as_integer() {
@@ -282,9 +319,26 @@ mod tests {
             ("p2c", "power_of_two"),
             ("power_of_two", "power_of_two"),
             ("least_loaded", "least_loaded"),
+            ("active_passive", "failover"),
         ] {
             assert_eq!(validate_spec(alias, &toml::Table::new()), Ok(canonical));
         }
+    }
+
+    #[test]
+    fn failover_sub_strategy_is_checked() {
+        let mut t = toml::Table::new();
+        t.insert("within_tier".into(), toml::Value::String("p2c".into()));
+        assert_eq!(validate_spec("failover", &t), Ok("failover"));
+        t.insert(
+            "within_tier".into(),
+            toml::Value::String("active_passive".into()),
+        );
+        assert!(validate_spec("failover", &t).is_err());
+        t.insert("within_tier".into(), toml::Value::String("nope".into()));
+        assert!(validate_spec("failover", &t).unwrap_err()[0]
+            .1
+            .contains("valid names"));
     }
 
     #[test]

@@ -1,0 +1,107 @@
+//! `failover` (`active_passive`): all traffic to the lowest tier that has a candidate; within
+//! that tier a sub-strategy (option `within_tier`, default `round_robin`) spreads it.
+//!
+//! A tier is promoted past as soon as none of its members is a candidate, and traffic
+//! returns as soon as one is again: the candidate filter decides (today a target drops out
+//! when it is at `max_concurrent` or already failed this request; health ejection feeds the
+//! same filter). Owns the sub-strategy and a reused scratch list of the tier's candidates.
+
+use std::time::Instant;
+
+use super::{Candidate, Pick, PickRequest, Strategy};
+
+pub struct Failover {
+    within: Box<dyn Strategy>,
+    /// The current tier's candidates, and their indices in the full candidate slice.
+    tier: Vec<Candidate>,
+    index: Vec<usize>,
+}
+
+impl Failover {
+    pub fn new(within: Box<dyn Strategy>) -> Self {
+        Failover {
+            within,
+            tier: Vec::new(),
+            index: Vec::new(),
+        }
+    }
+}
+
+impl Strategy for Failover {
+    fn name(&self) -> &'static str {
+        "failover"
+    }
+
+    fn needs(&self) -> super::Needs {
+        self.within.needs()
+    }
+
+    fn pick(
+        &mut self,
+        req: &PickRequest<'_>,
+        candidates: &[Candidate],
+        now: Instant,
+    ) -> Option<Pick> {
+        let lowest = candidates.iter().map(|c| c.tier).min()?;
+        self.tier.clear();
+        self.index.clear();
+        for (i, c) in candidates.iter().enumerate() {
+            if c.tier == lowest {
+                self.tier.push(*c);
+                self.index.push(i);
+            }
+        }
+        let p = self.within.pick(req, &self.tier, now)?;
+        Some(Pick {
+            index: *self.index.get(p.index)?,
+            score: p.score,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::round_robin::RoundRobin;
+    use crate::strategy::testing::req;
+
+    fn c(target: usize, tier: u32) -> Candidate {
+        Candidate {
+            target,
+            weight: 1.0,
+            load: 0,
+            tier,
+        }
+    }
+
+    #[test]
+    fn primary_tier_takes_everything_and_rotates_within() {
+        let mut f = Failover::new(Box::new(RoundRobin::new(4)));
+        let all = [c(0, 0), c(1, 0), c(2, 1), c(3, 1)];
+        let now = Instant::now();
+        let picks: Vec<usize> = (0..6)
+            .map(|_| all[f.pick(&req(), &all, now).unwrap().index].target)
+            .collect();
+        assert_eq!(picks, vec![0, 1, 0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn promotes_when_the_tier_is_gone_and_returns_when_it_is_back() {
+        let mut f = Failover::new(Box::new(RoundRobin::new(4)));
+        let now = Instant::now();
+        // Tier 0 out (not candidates): tier 1 serves, both of its members.
+        let degraded = [c(2, 1), c(3, 1)];
+        let mut seen: Vec<usize> = (0..4)
+            .map(|_| degraded[f.pick(&req(), &degraded, now).unwrap().index].target)
+            .collect();
+        seen.sort();
+        assert_eq!(seen, vec![2, 2, 3, 3]);
+        // One primary back: it takes all the traffic again.
+        let recovered = [c(1, 0), c(2, 1), c(3, 1)];
+        for _ in 0..4 {
+            let p = f.pick(&req(), &recovered, now).unwrap();
+            assert_eq!(recovered[p.index].target, 1);
+        }
+        assert_eq!(f.pick(&req(), &[], now), None);
+    }
+}
