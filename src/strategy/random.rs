@@ -39,27 +39,12 @@ impl Strategy for Random {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::AsyncInputs;
+    use crate::strategy::testing::{cands, req};
 
     #[test]
     fn uniform_over_candidates() {
-        let inputs = AsyncInputs::default();
-        let req = PickRequest {
-            model: "m",
-            session: Default::default(),
-            prompt: b"",
-            prompt_tokens: 0,
-            max_tokens: None,
-            inputs: &inputs,
-        };
-        let c: Vec<Candidate> = (0..4)
-            .map(|i| Candidate {
-                target: i,
-                weight: 1.0,
-                load: 0,
-                tier: 0,
-            })
-            .collect();
+        let req = req();
+        let c = cands(&[(1.0, 0); 4]);
         let mut r = Random::new(7);
         let mut counts = [0u32; 4];
         let now = Instant::now();

@@ -80,37 +80,18 @@ impl Strategy for RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::AsyncInputs;
+    use crate::strategy::testing::{self, req};
 
-    pub(crate) fn req(inputs: &AsyncInputs) -> PickRequest<'_> {
-        PickRequest {
-            model: "m",
-            session: Default::default(),
-            prompt: b"",
-            prompt_tokens: 0,
-            max_tokens: None,
-            inputs,
-        }
-    }
-
+    /// Candidates with the given weights and no load.
     fn cands(weights: &[f64]) -> Vec<Candidate> {
-        weights
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| Candidate {
-                target: i,
-                weight: w,
-                load: 0,
-                tier: 0,
-            })
-            .collect()
+        let spec: Vec<(f64, u64)> = weights.iter().map(|&w| (w, 0)).collect();
+        testing::cands(&spec)
     }
 
     fn sequence(rr: &mut RoundRobin, c: &[Candidate], n: usize) -> String {
-        let inputs = AsyncInputs::default();
         let now = Instant::now();
         (0..n)
-            .map(|_| (b'a' + c[rr.pick(&req(&inputs), c, now).unwrap().index].target as u8) as char)
+            .map(|_| (b'a' + c[rr.pick(&req(), c, now).unwrap().index].target as u8) as char)
             .collect()
     }
 
@@ -154,16 +135,15 @@ mod tests {
 
     #[test]
     fn zero_one_and_shrinking_candidate_sets() {
-        let inputs = AsyncInputs::default();
         let now = Instant::now();
         let mut rr = RoundRobin::new(3);
-        assert_eq!(rr.pick(&req(&inputs), &[], now), None);
+        assert_eq!(rr.pick(&req(), &[], now), None);
         let all = cands(&[1.0, 1.0, 1.0]);
-        assert_eq!(rr.pick(&req(&inputs), &all[1..2], now).unwrap().index, 0);
+        assert_eq!(rr.pick(&req(), &all[1..2], now).unwrap().index, 0);
         // With one target removed, the other two still alternate.
         let two = [all[0], all[2]];
         let s: Vec<usize> = (0..6)
-            .map(|_| two[rr.pick(&req(&inputs), &two, now).unwrap().index].target)
+            .map(|_| two[rr.pick(&req(), &two, now).unwrap().index].target)
             .collect();
         assert_eq!(s.iter().filter(|&&t| t == 0).count(), 3);
         assert!(s.windows(2).all(|w| w[0] != w[1]));
