@@ -12,6 +12,7 @@
 //! - [`upstream`]: the thin upstream client: connect, per-core keep-alive pool, response heads.
 //! - [`openai`]: the API surface: proxied paths, request facts, `/v1/models`.
 //! - [`strategy`]: the strategy interface, registry and the strategies themselves.
+//! - [`pricing`]: model prices (built-in catalog, `[catalog]`, per-target) for cost-aware strategies.
 //! - [`config`]: TOML → validated [`config::Config`], every error reported at once.
 //! - [`error`]: errors typed by side and retryability, rendered in OpenAI's shape.
 //! - [`demo`]: `rolter demo`, the gateway in front of built-in mock engines.
@@ -21,6 +22,7 @@ pub mod demo;
 pub mod error;
 pub mod http;
 pub mod openai;
+pub mod pricing;
 pub mod proxy;
 pub mod runtime;
 pub mod strategy;

@@ -20,6 +20,105 @@ pub struct Config {
     pub server: ServerConfig,
     pub targets: Vec<Target>,
     pub routes: Vec<Route>,
+    /// Active health checks and passive ejection (`[health]`).
+    pub health: HealthConfig,
+    /// Scraping the engines' Prometheus endpoints (`[metrics_scrape]`).
+    pub scrape: ScrapeConfig,
+    /// The admin listener (`[admin]`); `None` when the section is absent.
+    pub admin: Option<AdminConfig>,
+    /// Prices per upstream model name from `[catalog]`, over the built-in catalog.
+    pub catalog: HashMap<String, Price>,
+    /// `[adaptive]`: the starting state of the global kill switch.
+    pub adaptive: AdaptiveConfig,
+}
+
+/// `[health]`. Active checks run only when the section is present (`active`, default true
+/// then); passive ejection is on by default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthConfig {
+    /// Probe every target (except those with `health_path = ""`) on an interval.
+    pub active: bool,
+    /// Path probed with `GET`; a 2xx answer passes. Per-target `health_path` overrides it.
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive passing probes that make an unhealthy target healthy again.
+    pub healthy_threshold: u32,
+    /// Consecutive failing probes that make a healthy target unhealthy.
+    pub unhealthy_threshold: u32,
+    /// Consecutive failed requests (connect errors, timeouts, 5xx) that eject a target;
+    /// 0 turns passive ejection off.
+    pub failures: u32,
+    /// First ejection time; each further ejection in a row doubles it.
+    pub ejection_time: Duration,
+    /// Longest ejection time.
+    pub max_ejection_time: Duration,
+    /// Largest share (percent) of a route's targets ejected at once (rounded down).
+    pub max_ejected_percent: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            active: false,
+            path: "/health".into(),
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(1),
+            healthy_threshold: 2,
+            unhealthy_threshold: 3,
+            failures: 5,
+            ejection_time: Duration::from_secs(10),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+/// `[metrics_scrape]`. Off unless the section is present (`enabled`, default true then).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScrapeConfig {
+    pub enabled: bool,
+    /// Path scraped on each target unless the target sets `metrics_path`.
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// A scrape older than this no longer counts: the target falls back to in-flight counts.
+    pub stale_after: Duration,
+}
+
+impl Default for ScrapeConfig {
+    fn default() -> Self {
+        ScrapeConfig {
+            enabled: false,
+            path: "/metrics".into(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            stale_after: Duration::from_secs(3),
+        }
+    }
+}
+
+/// `[admin]`: a separate listener for metrics and operations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminConfig {
+    /// Default 127.0.0.1:9091.
+    pub listen: SocketAddr,
+    /// When set, every request must carry `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+}
+
+/// `[adaptive]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveConfig {
+    /// Whether adaptive routes blend (true) or use their fallback strategy (false) at start.
+    /// The admin API flips it at run time for every adaptive route at once.
+    pub enabled: bool,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig { enabled: true }
+    }
 }
 
 /// Which io driver the workers run.
@@ -100,6 +199,14 @@ pub struct Target {
     /// Failover tier, 0 = primary.
     pub tier: u32,
     pub price: Option<Price>,
+    /// Active health-check path for this target; `Some("")` turns active checks off for it
+    /// (a managed API without a health endpoint). `None`: `[health].path`.
+    pub health_path: Option<String>,
+    /// Scrape this target's metrics when `[metrics_scrape]` is on (default true; false for
+    /// managed APIs).
+    pub scrape: bool,
+    /// Metrics path for this target; `None`: `[metrics_scrape].path`.
+    pub metrics_path: Option<String>,
     pub timeouts: UpstreamTimeouts,
     pub pool: PoolConfig,
 }

@@ -150,6 +150,11 @@ pub(crate) fn validate(
         server: server?,
         targets: targets.into_iter().collect::<Option<Vec<_>>>()?,
         routes,
+        health: Default::default(),
+        scrape: Default::default(),
+        admin: None,
+        catalog: Default::default(),
+        adaptive: Default::default(),
     })
 }
 
@@ -444,6 +449,9 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
         max_concurrent: max_concurrent?,
         tier: tier?,
         price: price?,
+        health_path: None,
+        scrape: true,
+        metrics_path: None,
         timeouts: timeouts?,
         pool: pool?,
     })

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::http::head::HeadLimits;
 use crate::openai::models;
+use crate::pricing::PriceBook;
 use crate::proxy::forward::IoBufs;
 use crate::strategy::registry::{self, BuildContext};
-use crate::strategy::{Candidate, Strategy};
+use crate::strategy::{Candidate, Strategy, Switches};
 use crate::upstream::pool::{Pool, PoolLimits};
 use crate::upstream::tls::UpstreamTls;
 
@@ -81,17 +82,29 @@ impl Drop for PooledBufs<'_> {
 }
 
 impl WorkerState {
-    pub fn new(id: usize, config: Arc<Config>, tls: Arc<UpstreamTls>) -> Self {
+    pub fn new(
+        id: usize,
+        config: Arc<Config>,
+        tls: Arc<UpstreamTls>,
+        prices: &PriceBook,
+        switches: &Arc<Switches>,
+    ) -> Self {
         let seed = fastrand::u64(..) ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let ctx = BuildContext {
-            target_count: config.targets.len(),
-            seed,
-        };
         let routes = config
             .routes
             .iter()
-            .map(|r| RouteState {
-                strategy: RefCell::new(registry::build(&r.strategy, &ctx)),
+            .map(|r| {
+                let ctx = BuildContext {
+                    target_count: config.targets.len(),
+                    seed,
+                    targets: &config.targets,
+                    route_targets: &r.targets,
+                    prices,
+                    switches,
+                };
+                RouteState {
+                    strategy: RefCell::new(registry::build(&r.strategy, &ctx)),
+                }
             })
             .collect();
         let pool = Pool::new(

@@ -14,6 +14,8 @@ use super::driver::{self, ActiveDriver};
 use super::listener;
 use super::worker::{self, Control};
 use crate::config::Config;
+use crate::pricing::PriceBook;
+use crate::strategy::Switches;
 use crate::upstream::tls::UpstreamTls;
 
 pub struct Gateway {
@@ -33,6 +35,8 @@ impl Gateway {
         let listeners = listener::bind_all(config.server.listen, count)?;
         let addr = listeners[0].local_addr()?;
         let config = Arc::new(config);
+        let prices = Arc::new(PriceBook::new(&config));
+        let switches = Arc::new(Switches::new(config.adaptive.enabled));
         let control = Arc::new(Control {
             drain: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -48,6 +52,7 @@ impl Gateway {
             let config = config.clone();
             let tls = tls.clone();
             let control = control.clone();
+            let (prices, switches) = (prices.clone(), switches.clone());
             let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
             let ready = ready_tx.clone();
             let handle = std::thread::Builder::new()
@@ -59,7 +64,7 @@ impl Gateway {
                     let started = ready.clone();
                     let result = driver::block_on(driver, async move {
                         let _ = started.send(Ok(()));
-                        worker::run(id, config, tls, l, control).await;
+                        worker::run(id, config, tls, l, control, prices, switches).await;
                     });
                     if let Err(e) = result {
                         let _ = ready.send(Err(e));

@@ -13,8 +13,10 @@ use std::time::Duration;
 use monoio::net::TcpListener;
 
 use crate::config::Config;
+use crate::pricing::PriceBook;
 use crate::proxy::conn;
 use crate::proxy::state::WorkerState;
+use crate::strategy::Switches;
 use crate::upstream::tls::UpstreamTls;
 
 /// How often a worker checks for shutdown and evicts stale pooled connections.
@@ -35,8 +37,10 @@ pub async fn run(
     tls: Arc<UpstreamTls>,
     listener: StdListener,
     control: Arc<Control>,
+    prices: Arc<PriceBook>,
+    switches: Arc<Switches>,
 ) {
-    let state = Rc::new(WorkerState::new(id, config, tls));
+    let state = Rc::new(WorkerState::new(id, config, tls, &prices, &switches));
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {

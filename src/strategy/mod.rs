@@ -9,16 +9,22 @@
 //! `pick` and passes the result in [`AsyncInputs`], leaving a field `None` when the input
 //! could not be had in time, in which case the strategy falls back as the spec says.
 
+pub mod adaptive;
+pub mod cheapest;
 pub mod failover;
+pub mod fair_catchup;
+pub mod fastest;
 pub mod least_loaded;
 pub mod power_of_two;
+pub mod predicted_latency;
 pub mod random;
 pub mod random_weighted;
 pub mod registry;
 pub mod round_robin;
 
 use std::rc::Rc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::config::TargetId;
 
@@ -119,6 +125,67 @@ impl Pick {
     }
 }
 
+/// What one finished upstream attempt teaches. Every core's strategies see every sample:
+/// their own core's at once, the other cores' within one signal exchange period.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub target: TargetId,
+    /// Response status; 0 when no response head arrived (connect error, timeout, reset).
+    pub status: u16,
+    /// A 2xx response relayed to its end. Only successes teach latency.
+    pub success: bool,
+    /// From the request being sent upstream to the first response body byte.
+    pub ttft: Option<Duration>,
+    /// From the request being sent upstream to the end of the response.
+    pub duration: Duration,
+    /// The load the gateway saw for this target when it sent the request.
+    pub load_at_send: u64,
+    /// The request's estimated prompt tokens (what the strategy saw at pick time).
+    pub prompt_tokens: u32,
+    /// Token usage as the response reported it, when it did.
+    pub usage: Option<Usage>,
+    /// When the attempt ended.
+    pub finished: Instant,
+}
+
+/// Token usage reported by the engine (`usage` in the body or the last stream event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+}
+
+/// Run-time switches the control plane flips for every core at once (admin API).
+#[derive(Debug)]
+pub struct Switches {
+    /// The `adaptive` blend; off sends every adaptive route to its fallback strategy.
+    adaptive: AtomicBool,
+}
+
+impl Switches {
+    pub fn new(adaptive: bool) -> Self {
+        Switches {
+            adaptive: AtomicBool::new(adaptive),
+        }
+    }
+
+    /// Whether adaptive routes blend (read on every adaptive pick; a relaxed load).
+    #[inline]
+    pub fn adaptive(&self) -> bool {
+        self.adaptive.load(Ordering::Relaxed)
+    }
+
+    pub fn set_adaptive(&self, on: bool) {
+        self.adaptive.store(on, Ordering::Relaxed);
+    }
+}
+
+impl Default for Switches {
+    fn default() -> Self {
+        Switches::new(true)
+    }
+}
+
 /// The interface every load-balancing strategy implements.
 pub trait Strategy {
     /// Canonical name.
@@ -137,6 +204,10 @@ pub trait Strategy {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick>;
+
+    /// Learns from a finished attempt on any core (latency, failures). Samples for targets
+    /// outside the strategy's route arrive too and must be ignored cheaply.
+    fn observe(&mut self, _sample: &Sample) {}
 }
 
 /// Test helpers: candidates and a request built from plain values.
@@ -155,6 +226,56 @@ pub(crate) mod testing {
                 tier: 0,
             })
             .collect()
+    }
+
+    /// A successful sample for `target` with the given TTFT (ms), load and prompt tokens.
+    pub fn sample(target: usize, ttft_ms: u64, load: u64, prompt_tokens: u32) -> super::Sample {
+        super::Sample {
+            target,
+            status: 200,
+            success: true,
+            ttft: Some(std::time::Duration::from_millis(ttft_ms)),
+            duration: std::time::Duration::from_millis(ttft_ms * 2),
+            load_at_send: load,
+            prompt_tokens,
+            usage: None,
+            finished: std::time::Instant::now(),
+        }
+    }
+
+    /// A build context for a route over targets 0..`weights.len()` with those weights,
+    /// the given fixed prices (or none) and default switches. Leaked: tests only.
+    pub fn context(
+        weights: &[f64],
+        prices: &[Option<crate::config::Price>],
+    ) -> super::registry::BuildContext<'static> {
+        let mut text = String::new();
+        for (i, w) in weights.iter().enumerate() {
+            text.push_str(&format!(
+                "[[targets]]\nname = \"t{i}\"\nurl = \"http://127.0.0.1:{}\"\nweight = {w}\n\n",
+                9000 + i
+            ));
+        }
+        let names: Vec<String> = (0..weights.len()).map(|i| format!("\"t{i}\"")).collect();
+        text.push_str(&format!(
+            "[[routes]]\nname = \"r\"\ntargets = [{}]\n[routes.strategy]\nname = \"round_robin\"\n",
+            names.join(",")
+        ));
+        let config = crate::config::load_str(&text, "test.toml").expect("test config");
+        let targets: &'static [crate::config::Target] =
+            Box::leak(config.targets.into_boxed_slice());
+        let route_targets: &'static [usize] =
+            Box::leak((0..weights.len()).collect::<Vec<_>>().into_boxed_slice());
+        let mut all_prices = prices.to_vec();
+        all_prices.resize(weights.len(), None);
+        super::registry::BuildContext {
+            target_count: weights.len(),
+            seed: 7,
+            targets,
+            route_targets,
+            prices: Box::leak(Box::new(crate::pricing::PriceBook::fixed(&all_prices))),
+            switches: Box::leak(Box::new(std::sync::Arc::new(super::Switches::default()))),
+        }
     }
 
     /// A request with no prompt and no asynchronous inputs.
@@ -197,5 +318,27 @@ mod tests {
         };
         assert_ne!(c.hash(), d.hash());
         assert!(!c.is_explicit());
+    }
+}
+
+#[cfg(test)]
+mod testing_tests {
+    use super::testing::{context, sample};
+
+    #[test]
+    fn test_context_carries_weights_and_prices() {
+        let p = crate::config::Price {
+            input_per_mtok: 1.0,
+            output_per_mtok: 3.0,
+        };
+        let ctx = context(&[2.0, 1.0], &[Some(p)]);
+        assert_eq!(ctx.targets.len(), 2);
+        assert_eq!(ctx.targets[0].weight, 2.0);
+        assert_eq!(ctx.route_targets, &[0, 1]);
+        assert_eq!(ctx.prices.price(0, "m"), Some(p));
+        assert_eq!(ctx.prices.price(1, "m"), None);
+        assert!(ctx.switches.adaptive());
+        let s = sample(1, 40, 3, 100);
+        assert!(s.success && s.target == 1 && s.load_at_send == 3);
     }
 }

@@ -10,8 +10,11 @@ use super::power_of_two::PowerOfTwo;
 use super::random::Random;
 use super::random_weighted::RandomWeighted;
 use super::round_robin::RoundRobin;
-use super::Strategy;
-use crate::config::StrategySpec;
+use std::sync::Arc;
+
+use super::{Strategy, Switches};
+use crate::config::{StrategySpec, Target, TargetId};
+use crate::pricing::PriceBook;
 
 /// What a strategy advertises about itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,11 +81,19 @@ pub struct StrategyInfo {
 }
 
 /// What a strategy instance is built for.
-pub struct BuildContext {
+pub struct BuildContext<'a> {
     /// Number of targets in the whole configuration (strategies index state by target id).
     pub target_count: usize,
     /// Seed for per-core randomness.
     pub seed: u64,
+    /// Every target of the configuration (weights, tiers, models), indexed by target id.
+    pub targets: &'a [Target],
+    /// The targets of the route this instance serves, in configuration order.
+    pub route_targets: &'a [TargetId],
+    /// Prices per target and model (catalog, `[catalog]` and per-target overrides).
+    pub prices: &'a PriceBook,
+    /// Run-time switches shared by every core (the adaptive kill switch).
+    pub switches: &'a Arc<Switches>,
 }
 
 fn reject_atomic(v: &toml::Value) -> Result<(), String> {
@@ -181,6 +192,8 @@ static STRATEGIES: &[StrategyInfo] = &[
             Box::new(Failover::new((info.build)(&toml::Table::new(), ctx)))
         },
     },
+    // ---- latency strategies: fastest, adaptive, predicted_latency ----
+    // ---- cost and fairness strategies: cheapest, fair_catchup ----
 ];
 
 /// `within_tier` names a registered strategy other than failover itself.

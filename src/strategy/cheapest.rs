@@ -1,0 +1,1 @@
+//! `cheapest` (being written).

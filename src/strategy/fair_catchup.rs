@@ -1,0 +1,1 @@
+//! `fair_catchup` (being written).

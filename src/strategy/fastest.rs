@@ -1,0 +1,1 @@
+//! `fastest` (being written).

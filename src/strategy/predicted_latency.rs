@@ -1,0 +1,1 @@
+//! `predicted_latency` (being written).
