@@ -55,6 +55,7 @@ impl Strategy for Failover {
         Some(Pick {
             index: *self.index.get(p.index)?,
             score: p.score,
+            fallback: p.fallback,
         })
     }
 }
