@@ -4,7 +4,9 @@
 //! Owns the mapping from configuration to strategy objects. It must not hold per-request
 //! state; `validate_spec` runs at configuration load, `build` once per route per worker.
 
+use super::cheapest::{Cheapest, DEFAULT_OUTPUT_TOKENS};
 use super::failover::Failover;
+use super::fair_catchup::{FairCatchup, DEFAULT_MAX_CATCHUP_SHARE, DEFAULT_WINDOW};
 use super::least_loaded::LeastLoaded;
 use super::power_of_two::PowerOfTwo;
 use super::random::Random;
@@ -194,6 +196,73 @@ static STRATEGIES: &[StrategyInfo] = &[
     },
     // ---- latency strategies: fastest, adaptive, predicted_latency ----
     // ---- cost and fairness strategies: cheapest, fair_catchup ----
+    StrategyInfo {
+        name: "cheapest",
+        aliases: &[],
+        summary: "The lowest estimated cost of this request (catalog prices); ties by load, then at random",
+        traits: &[Trait::LoadAware, Trait::SingleWinner],
+        options: &[OptionSpec {
+            key: "default_output_tokens",
+            kind: OptionKind::Integer,
+            default: "256",
+            help: "expected output tokens of a request without max_tokens / max_completion_tokens (>= 1)",
+            check: Some(positive_integer),
+        }],
+        build: |opts, ctx| {
+            let output = opts
+                .get("default_output_tokens")
+                .and_then(|v| v.as_integer())
+                .map_or(DEFAULT_OUTPUT_TOKENS, |v| v.max(1) as u64);
+            Box::new(Cheapest::new(ctx.seed, ctx.prices.clone(), output))
+        },
+    },
+    StrategyInfo {
+        name: "fair_catchup",
+        aliases: &["catch_up"],
+        summary: "Weighted shares kept over a sliding window; targets that missed picks (outage) catch up at a bounded rate",
+        traits: &[Trait::Weighted, Trait::Stateful, Trait::SingleWinner],
+        options: &[
+            OptionSpec {
+                key: "window",
+                kind: OptionKind::Duration,
+                default: "60s",
+                help: "how long assignments are remembered (12 time buckets; a pick is forgotten after 11/12 to 12/12 of it)",
+                check: Some(cost_positive_duration),
+            },
+            OptionSpec {
+                key: "max_catchup_share",
+                kind: OptionKind::Float,
+                default: "0.5",
+                help: "largest fraction of the route's picks per bucket that may repay deficits, in (0, 1]",
+                check: Some(cost_unit_share),
+            },
+            OptionSpec {
+                key: "base_strategy",
+                kind: OptionKind::String,
+                default: "round_robin",
+                help: "the strategy that picks when no candidate is owed (any name or alias but fair_catchup)",
+                check: Some(cost_base_strategy),
+            },
+        ],
+        build: |opts, ctx| {
+            let window = opts
+                .get("window")
+                .and_then(|v| v.as_str())
+                .and_then(|s| humantime::parse_duration(s).ok())
+                .unwrap_or(DEFAULT_WINDOW);
+            let share = opts
+                .get("max_catchup_share")
+                .and_then(cost_number)
+                .unwrap_or(DEFAULT_MAX_CATCHUP_SHARE);
+            let name = opts
+                .get("base_strategy")
+                .and_then(|v| v.as_str())
+                .unwrap_or("round_robin");
+            let info = lookup(name).expect("base_strategy validated at load");
+            let base = (info.build)(&toml::Table::new(), ctx);
+            Box::new(FairCatchup::from_context(base, ctx, window, share))
+        },
+    },
 ];
 
 /// `within_tier` names a registered strategy other than failover itself.
@@ -314,6 +383,42 @@ pub fn validate_spec(
 pub fn build(spec: &StrategySpec, ctx: &BuildContext) -> Box<dyn Strategy> {
     let info = lookup(spec.name).expect("strategy validated at configuration load");
     (info.build)(&spec.options, ctx)
+}
+
+/// A number written as a float or an integer.
+fn cost_number(v: &toml::Value) -> Option<f64> {
+    v.as_float().or_else(|| v.as_integer().map(|i| i as f64))
+}
+
+/// `max_catchup_share` is a fraction in (0, 1].
+fn cost_unit_share(v: &toml::Value) -> Result<(), String> {
+    match cost_number(v) {
+        Some(x) if x > 0.0 && x <= 1.0 => Ok(()),
+        _ => Err("must be a fraction greater than 0 and at most 1, such as 0.5".into()),
+    }
+}
+
+/// `window` is a duration longer than zero.
+fn cost_positive_duration(v: &toml::Value) -> Result<(), String> {
+    match v.as_str().map(humantime::parse_duration) {
+        Some(Ok(d)) if !d.is_zero() => Ok(()),
+        _ => Err("must be a duration longer than zero, such as \"60s\"".into()),
+    }
+}
+
+/// `base_strategy` names a registered strategy other than fair_catchup itself.
+fn cost_base_strategy(v: &toml::Value) -> Result<(), String> {
+    let name = v.as_str().unwrap_or("");
+    match lookup(name) {
+        Some(info) if info.name == "fair_catchup" => {
+            Err("fair_catchup cannot be its own base_strategy".into())
+        }
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "unknown strategy `{name}`; valid names: {}",
+            valid_names()
+        )),
+    }
 }
 
 #[cfg(test)]
