@@ -4,11 +4,14 @@
 //! Owns the mapping from configuration to strategy objects. It must not hold per-request
 //! state; `validate_spec` runs at configuration load, `build` once per route per worker.
 
+use super::adaptive::{Adaptive, AdaptiveOptions};
 use super::cheapest::{Cheapest, DEFAULT_OUTPUT_TOKENS};
 use super::failover::Failover;
 use super::fair_catchup::{FairCatchup, DEFAULT_MAX_CATCHUP_SHARE, DEFAULT_WINDOW};
+use super::fastest::{Fastest, FastestOptions};
 use super::least_loaded::LeastLoaded;
 use super::power_of_two::PowerOfTwo;
+use super::predicted_latency::{PredictedLatency, PredictedLatencyOptions};
 use super::random::Random;
 use super::random_weighted::RandomWeighted;
 use super::round_robin::RoundRobin;
@@ -195,6 +198,118 @@ static STRATEGIES: &[StrategyInfo] = &[
         },
     },
     // ---- latency strategies: fastest, adaptive, predicted_latency ----
+    StrategyInfo {
+        name: "fastest",
+        aliases: &[],
+        summary: "The lowest time-decayed EWMA of time to first token; unmeasured targets first",
+        traits: &[Trait::LoadAware, Trait::Stateful, Trait::SingleWinner],
+        options: &[
+            OptionSpec {
+                key: "half_life",
+                kind: OptionKind::Duration,
+                default: "10s",
+                help: "time after which an old TTFT average keeps half its weight against a new sample",
+                check: Some(positive_duration),
+            },
+            OptionSpec {
+                key: "min_samples",
+                kind: OptionKind::Integer,
+                default: "3",
+                help: "successful samples before a target counts as measured; unmeasured targets are picked first, least loaded among them",
+                check: Some(positive_integer),
+            },
+            OptionSpec {
+                key: "tie_tolerance",
+                kind: OptionKind::Float,
+                default: "0",
+                help: "relative margin: targets within best × (1 + tie_tolerance) tie and load decides",
+                check: Some(non_negative_number),
+            },
+        ],
+        build: |opts, ctx| Box::new(Fastest::new(FastestOptions::from_table(opts), ctx)),
+    },
+    StrategyInfo {
+        name: "adaptive",
+        aliases: &[],
+        summary: "Lowest weighted blend of normalised latency, estimated cost and load; global kill switch",
+        traits: &[Trait::LoadAware, Trait::Stateful, Trait::SingleWinner],
+        options: &[
+            OptionSpec {
+                key: "w_latency",
+                kind: OptionKind::Float,
+                default: "1.0",
+                help: "weight of the normalised TTFT average (unmeasured targets score 0)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "w_cost",
+                kind: OptionKind::Float,
+                default: "1.0",
+                help: "weight of the normalised estimated request cost (unknown price scores 1, the worst)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "w_load",
+                kind: OptionKind::Float,
+                default: "1.0",
+                help: "weight of the normalised load",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "half_life",
+                kind: OptionKind::Duration,
+                default: "10s",
+                help: "half-life of the TTFT average",
+                check: Some(positive_duration),
+            },
+            OptionSpec {
+                key: "default_output_tokens",
+                kind: OptionKind::Integer,
+                default: "256",
+                help: "output tokens assumed for the cost estimate when the request sets no max_tokens",
+                check: Some(non_negative_integer),
+            },
+            OptionSpec {
+                key: "fallback_strategy",
+                kind: OptionKind::String,
+                default: "least_loaded",
+                help: "the strategy used while the adaptive kill switch is off (any name or alias but adaptive)",
+                check: Some(fallback_strategy),
+            },
+        ],
+        build: |opts, ctx| {
+            let name = opts
+                .get("fallback_strategy")
+                .and_then(|v| v.as_str())
+                .unwrap_or("least_loaded");
+            let info = lookup(name).expect("fallback_strategy validated at load");
+            let fallback = (info.build)(&toml::Table::new(), ctx);
+            Box::new(Adaptive::new(
+                AdaptiveOptions::from_table(opts),
+                fallback,
+                ctx,
+            ))
+        },
+    },
+    StrategyInfo {
+        name: "predicted_latency",
+        aliases: &[],
+        summary: "Lowest TTFT predicted by a per-target online model of queue depth and prompt size",
+        traits: &[Trait::LoadAware, Trait::Stateful, Trait::SingleWinner],
+        options: &[OptionSpec {
+            key: "forgetting",
+            kind: OptionKind::Float,
+            default: "0.995",
+            help: "weight an old sample keeps per new one, in (0.9, 1]; 1 never forgets, 0.995 remembers about 200 samples",
+            check: Some(forgetting),
+        }],
+        build: |opts, ctx| {
+            Box::new(PredictedLatency::new(
+                PredictedLatencyOptions::from_table(opts),
+                ctx,
+            ))
+        },
+    },
     // ---- cost and fairness strategies: cheapest, fair_catchup ----
     StrategyInfo {
         name: "cheapest",
@@ -227,21 +342,21 @@ static STRATEGIES: &[StrategyInfo] = &[
                 kind: OptionKind::Duration,
                 default: "60s",
                 help: "how long assignments are remembered (12 time buckets; a pick is forgotten after 11/12 to 12/12 of it)",
-                check: Some(cost_positive_duration),
+                check: Some(positive_duration),
             },
             OptionSpec {
                 key: "max_catchup_share",
                 kind: OptionKind::Float,
                 default: "0.5",
                 help: "largest fraction of the route's picks per bucket that may repay deficits, in (0, 1]",
-                check: Some(cost_unit_share),
+                check: Some(unit_share),
             },
             OptionSpec {
                 key: "base_strategy",
                 kind: OptionKind::String,
                 default: "round_robin",
                 help: "the strategy that picks when no candidate is owed (any name or alias but fair_catchup)",
-                check: Some(cost_base_strategy),
+                check: Some(base_strategy),
             },
         ],
         build: |opts, ctx| {
@@ -252,7 +367,7 @@ static STRATEGIES: &[StrategyInfo] = &[
                 .unwrap_or(DEFAULT_WINDOW);
             let share = opts
                 .get("max_catchup_share")
-                .and_then(cost_number)
+                .and_then(number)
                 .unwrap_or(DEFAULT_MAX_CATCHUP_SHARE);
             let name = opts
                 .get("base_strategy")
@@ -267,17 +382,7 @@ static STRATEGIES: &[StrategyInfo] = &[
 
 /// `within_tier` names a registered strategy other than failover itself.
 fn sub_strategy(v: &toml::Value) -> Result<(), String> {
-    let name = v.as_str().unwrap_or("");
-    match lookup(name) {
-        Some(info) if info.name == "failover" => {
-            Err("failover cannot be its own within_tier strategy".into())
-        }
-        Some(_) => Ok(()),
-        None => Err(format!(
-            "unknown strategy `{name}`; valid names: {}",
-            valid_names()
-        )),
-    }
+    other_strategy(v, "failover", "within_tier strategy")
 }
 
 fn positive_integer(v: &toml::Value) -> Result<(), String> {
@@ -373,6 +478,9 @@ pub fn validate_spec(
         }
     }
     if errors.is_empty() {
+        errors = combined_checks(info.name, options);
+    }
+    if errors.is_empty() {
         Ok(info.name)
     } else {
         Err(errors)
@@ -385,34 +493,56 @@ pub fn build(spec: &StrategySpec, ctx: &BuildContext) -> Box<dyn Strategy> {
     (info.build)(&spec.options, ctx)
 }
 
-/// A number written as a float or an integer.
-fn cost_number(v: &toml::Value) -> Option<f64> {
-    v.as_float().or_else(|| v.as_integer().map(|i| i as f64))
+/// A finite number written as a float or an integer.
+fn number(v: &toml::Value) -> Option<f64> {
+    match v {
+        toml::Value::Float(f) if f.is_finite() => Some(*f),
+        toml::Value::Integer(i) => Some(*i as f64),
+        _ => None,
+    }
 }
 
 /// `max_catchup_share` is a fraction in (0, 1].
-fn cost_unit_share(v: &toml::Value) -> Result<(), String> {
-    match cost_number(v) {
+fn unit_share(v: &toml::Value) -> Result<(), String> {
+    match number(v) {
         Some(x) if x > 0.0 && x <= 1.0 => Ok(()),
         _ => Err("must be a fraction greater than 0 and at most 1, such as 0.5".into()),
     }
 }
 
-/// `window` is a duration longer than zero.
-fn cost_positive_duration(v: &toml::Value) -> Result<(), String> {
+fn positive_duration(v: &toml::Value) -> Result<(), String> {
     match v.as_str().map(humantime::parse_duration) {
         Some(Ok(d)) if !d.is_zero() => Ok(()),
-        _ => Err("must be a duration longer than zero, such as \"60s\"".into()),
+        _ => Err("must be a duration longer than zero, such as \"10s\"".into()),
     }
 }
 
-/// `base_strategy` names a registered strategy other than fair_catchup itself.
-fn cost_base_strategy(v: &toml::Value) -> Result<(), String> {
+fn non_negative_number(v: &toml::Value) -> Result<(), String> {
+    match number(v) {
+        Some(f) if f >= 0.0 => Ok(()),
+        _ => Err("must be a finite number >= 0".into()),
+    }
+}
+
+fn non_negative_integer(v: &toml::Value) -> Result<(), String> {
+    match v.as_integer() {
+        Some(n) if n >= 0 => Ok(()),
+        _ => Err("must be an integer >= 0".into()),
+    }
+}
+
+fn forgetting(v: &toml::Value) -> Result<(), String> {
+    match number(v) {
+        Some(f) if f > 0.9 && f <= 1.0 => Ok(()),
+        _ => Err("must be a number in (0.9, 1], e.g. 0.995".into()),
+    }
+}
+
+/// A strategy option naming another registered strategy, not `own` itself.
+fn other_strategy(v: &toml::Value, own: &str, option: &str) -> Result<(), String> {
     let name = v.as_str().unwrap_or("");
     match lookup(name) {
-        Some(info) if info.name == "fair_catchup" => {
-            Err("fair_catchup cannot be its own base_strategy".into())
-        }
+        Some(info) if info.name == own => Err(format!("{own} cannot be its own {option}")),
         Some(_) => Ok(()),
         None => Err(format!(
             "unknown strategy `{name}`; valid names: {}",
@@ -421,9 +551,49 @@ fn cost_base_strategy(v: &toml::Value) -> Result<(), String> {
     }
 }
 
+/// `base_strategy` of fair_catchup.
+fn base_strategy(v: &toml::Value) -> Result<(), String> {
+    other_strategy(v, "fair_catchup", "base_strategy")
+}
+
+/// `fallback_strategy` of adaptive.
+fn fallback_strategy(v: &toml::Value) -> Result<(), String> {
+    other_strategy(v, "adaptive", "fallback_strategy")
+}
+
+/// Checks across several options of one strategy, after each option passed on its own.
+fn combined_checks(name: &str, options: &toml::Table) -> Vec<(String, String)> {
+    let mut errors = Vec::new();
+    if name == "adaptive" {
+        let weight = |k: &str| options.get(k).and_then(number).unwrap_or(1.0);
+        if ["w_latency", "w_cost", "w_load"]
+            .iter()
+            .all(|k| weight(k) == 0.0)
+        {
+            errors.push((
+                "w_latency".to_string(),
+                "every weight is 0, so adaptive would score all targets alike; give at least \
+                 one of w_latency, w_cost, w_load a value above 0"
+                    .to_string(),
+            ));
+        }
+    }
+    errors
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adaptive_needs_one_weight_above_zero() {
+        let t: toml::Table = toml::from_str("w_latency = 0\nw_cost = 0.0\nw_load = 0").unwrap();
+        let errs = validate_spec("adaptive", &t).unwrap_err();
+        assert_eq!(errs[0].0, "w_latency");
+        assert!(errs[0].1.contains("at least"), "{errs:?}");
+        let t: toml::Table = toml::from_str("w_latency = 0\nw_cost = 0").unwrap();
+        assert_eq!(validate_spec("adaptive", &t), Ok("adaptive"));
+    }
 
     #[test]
     fn aliases_resolve() {
