@@ -8,7 +8,8 @@
 //!    `serde_ignored` and reported with the closest valid key. A type error stops here.
 //! 2. `validate`: every value is checked and converted (URLs parsed and resolved, `${VAR}`
 //!    expanded, durations parsed, route references resolved, strategies checked by
-//!    `crate::strategy::registry::validate_spec`), collecting all errors.
+//!    `crate::strategy::registry::validate_spec`, and every route that ranks by price
+//!    checked to know a price for each model its targets serve), collecting all errors.
 
 mod error;
 mod model;
@@ -24,9 +25,10 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::*;
 pub use validate::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN,
-    DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_POOL_MAX_IDLE, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE,
-    DEFAULT_STRATEGY, FORBIDDEN_TARGET_HEADERS, IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
+    DEFAULT_ADAPTIVE_W_COST, DEFAULT_ADMIN_LISTEN, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_POOL_IDLE_TIMEOUT,
+    DEFAULT_POOL_MAX_IDLE, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STRATEGY,
+    FORBIDDEN_TARGET_HEADERS, IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
 };
 
 use error::Collector;

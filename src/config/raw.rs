@@ -19,6 +19,45 @@ pub(crate) struct RawConfig {
     pub server: Option<RawServer>,
     pub targets: Option<Vec<RawTarget>>,
     pub routes: Option<Vec<RawRoute>>,
+    pub health: Option<RawHealth>,
+    pub metrics_scrape: Option<RawScrape>,
+    pub admin: Option<RawAdmin>,
+    pub catalog: Option<OrderedPrices>,
+    pub adaptive: Option<RawAdaptive>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawHealth {
+    pub active: Option<bool>,
+    pub path: Option<String>,
+    pub interval: Option<toml::Value>,
+    pub timeout: Option<toml::Value>,
+    pub healthy_threshold: Option<i64>,
+    pub unhealthy_threshold: Option<i64>,
+    pub failures: Option<i64>,
+    pub ejection_time: Option<toml::Value>,
+    pub max_ejection_time: Option<toml::Value>,
+    pub max_ejected_percent: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawScrape {
+    pub enabled: Option<bool>,
+    pub path: Option<String>,
+    pub interval: Option<toml::Value>,
+    pub timeout: Option<toml::Value>,
+    pub stale_after: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawAdmin {
+    pub listen: Option<String>,
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawAdaptive {
+    pub enabled: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -55,6 +94,9 @@ pub(crate) struct RawTarget {
     pub price: Option<RawPrice>,
     pub headers: Option<OrderedStrings>,
     pub upstream_models: Option<OrderedStrings>,
+    pub health_path: Option<String>,
+    pub scrape: Option<bool>,
+    pub metrics_path: Option<String>,
     pub timeouts: Option<RawTimeouts>,
     pub pool: Option<RawPool>,
 }
@@ -127,9 +169,42 @@ impl<'de> Deserialize<'de> for OrderedStrings {
     }
 }
 
+/// `[catalog]`: upstream model name → price table, in file order.
+#[derive(Debug, Default)]
+pub(crate) struct OrderedPrices(pub Vec<(String, RawPrice)>);
+
+impl<'de> Deserialize<'de> for OrderedPrices {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OrderedPrices;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of model name = { input = …, output = … }")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, RawPrice>()? {
+                    out.push((k, v));
+                }
+                Ok(OrderedPrices(out))
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
+}
+
 /// Valid keys of each table, for unknown-key suggestions. Keep in sync with the structs above
 /// (the `known_keys_match_structs` test checks it).
-pub(crate) const TOP_KEYS: &[&str] = &["server", "targets", "routes"];
+pub(crate) const TOP_KEYS: &[&str] = &[
+    "server",
+    "targets",
+    "routes",
+    "health",
+    "metrics_scrape",
+    "admin",
+    "catalog",
+    "adaptive",
+];
 pub(crate) const SERVER_KEYS: &[&str] = &[
     "listen",
     "workers",
@@ -159,6 +234,9 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "price",
     "headers",
     "upstream_models",
+    "health_path",
+    "scrape",
+    "metrics_path",
     "timeouts",
     "pool",
 ];
@@ -175,6 +253,21 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
 ];
 pub(crate) const MATCH_KEYS: &[&str] = &["paths", "models", "header"];
 pub(crate) const HEADER_MATCH_KEYS: &[&str] = &["name", "value"];
+pub(crate) const HEALTH_KEYS: &[&str] = &[
+    "active",
+    "path",
+    "interval",
+    "timeout",
+    "healthy_threshold",
+    "unhealthy_threshold",
+    "failures",
+    "ejection_time",
+    "max_ejection_time",
+    "max_ejected_percent",
+];
+pub(crate) const SCRAPE_KEYS: &[&str] = &["enabled", "path", "interval", "timeout", "stale_after"];
+pub(crate) const ADMIN_KEYS: &[&str] = &["listen", "token"];
+pub(crate) const ADAPTIVE_KEYS: &[&str] = &["enabled"];
 
 /// One step of a key path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,7 +315,7 @@ fn render(segs: &[Seg]) -> String {
     s
 }
 
-fn is_bare_key(k: &str) -> bool {
+pub(crate) fn is_bare_key(k: &str) -> bool {
     !k.is_empty()
         && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
@@ -248,6 +341,11 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["routes"] => ("[[routes]]", ROUTE_KEYS),
         ["routes", "match"] => ("[routes.match]", MATCH_KEYS),
         ["routes", "match", "header"] => ("routes.match.header", HEADER_MATCH_KEYS),
+        ["health"] => ("[health]", HEALTH_KEYS),
+        ["metrics_scrape"] => ("[metrics_scrape]", SCRAPE_KEYS),
+        ["admin"] => ("[admin]", ADMIN_KEYS),
+        ["adaptive"] => ("[adaptive]", ADAPTIVE_KEYS),
+        ["catalog", _] => ("a [catalog] entry", PRICE_KEYS),
         _ => return None,
     })
 }

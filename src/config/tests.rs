@@ -5,8 +5,11 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use super::error::Collector;
 use super::raw;
+use super::validate::check_prices;
 use super::*;
+use crate::pricing::PriceBook;
 
 const FLEET: &str = include_str!("../../config/vllm-fleet.toml");
 const MANAGED: &str = include_str!("../../config/managed-api.toml");
@@ -34,6 +37,8 @@ fn fake_env(name: &str) -> Option<String> {
         ("TENANT", "blue"),
         ("EVIL", "x\r\nInjected: yes"),
         ("EMPTY", ""),
+        ("ROLTER_ADMIN_TOKEN", "admin-secret-42"),
+        ("SPACEY", "two words"),
     ]
     .into_iter()
     .collect();
@@ -84,6 +89,34 @@ fn vllm_fleet_example_loads() {
     assert_eq!(c.targets[2].weight, 2.0);
     assert_eq!(c.targets[0].addr, "10.0.0.11:8000".parse().unwrap());
     assert_eq!(c.targets[0].max_concurrent, Some(64));
+    assert_eq!(c.targets[0].health_path.as_deref(), Some("/health"));
+    assert_eq!(c.targets[0].metrics_path.as_deref(), Some("/metrics"));
+    assert_eq!(c.targets[1].health_path, None);
+    assert!(c.targets.iter().all(|t| t.scrape));
+    // The example spells out every default of the three sections.
+    assert_eq!(
+        c.health,
+        HealthConfig {
+            active: true,
+            ..HealthConfig::default()
+        }
+    );
+    assert_eq!(
+        c.scrape,
+        ScrapeConfig {
+            enabled: true,
+            ..ScrapeConfig::default()
+        }
+    );
+    assert_eq!(
+        c.admin,
+        Some(AdminConfig {
+            listen: "127.0.0.1:9091".parse().unwrap(),
+            token: None
+        })
+    );
+    assert!(c.catalog.is_empty());
+    assert!(c.adaptive.enabled);
 }
 
 #[test]
@@ -112,15 +145,29 @@ fn managed_api_example_loads() {
         )]
     );
     assert_eq!(t.upstream_models["gpt-4o-mini"], "gpt-4o-mini-2024-07-18");
-    assert_eq!(
-        t.price,
-        Some(Price {
-            input_per_mtok: 0.15,
-            output_per_mtok: 0.60
-        })
-    );
+    assert_eq!(t.price, None);
     assert_eq!(t.timeouts.connect, Duration::from_secs(5));
+    assert_eq!(t.health_path.as_deref(), Some(""));
+    assert!(!t.scrape);
     assert!(!c.routes[0].forward_client_auth);
+    // [health] is present (active checks on), but this target opts out of them.
+    assert!(c.health.active);
+    assert_eq!(c.health.failures, 5);
+    assert!(!c.scrape.enabled);
+    let admin = c.admin.as_ref().unwrap();
+    assert_eq!(admin.listen, "127.0.0.1:9091".parse().unwrap());
+    assert_eq!(admin.token.as_deref(), Some("admin-secret-42"));
+    // The dated upstream name is priced by [catalog].
+    let mini = Price {
+        input_per_mtok: 0.15,
+        output_per_mtok: 0.60,
+    };
+    assert_eq!(c.catalog["gpt-4o-mini-2024-07-18"], mini);
+    assert_eq!(PriceBook::new(&c).price(0, "gpt-4o-mini"), Some(mini));
+    // Every target of the example has a known price, so a price-ranked route would load.
+    let mut cheap = c.clone();
+    cheap.routes[0].strategy = spec("cheapest", "");
+    assert!(price_errors(&cheap).is_empty());
 }
 
 #[test]
@@ -129,6 +176,8 @@ fn managed_api_example_without_key_names_the_variable() {
     let e = error_at(&errs.errors, "targets[0].headers.Authorization");
     assert!(e.message.contains("OPENAI_API_KEY"), "{e}");
     assert!(e.fix.contains("export OPENAI_API_KEY"), "{e}");
+    let e = error_at(&errs.errors, "admin.token");
+    assert!(e.message.contains("ROLTER_ADMIN_TOKEN"), "{e}");
 }
 
 // ------------------------------------------------------------------ defaults
@@ -541,7 +590,7 @@ fn misspelled_table_is_an_unknown_key() {
 #[test]
 fn known_keys_match_structs() {
     // Every key listed as valid is accepted by the serde types (no unknown-key error).
-    let tables: [(&str, &[&str]); 10] = [
+    let tables: [(&str, &[&str]); 15] = [
         ("", raw::TOP_KEYS),
         ("[server]\n", raw::SERVER_KEYS),
         ("[server.limits]\n", raw::LIMITS_KEYS),
@@ -555,6 +604,11 @@ fn known_keys_match_structs() {
             "[[routes]]\n[routes.match.header]\n",
             raw::HEADER_MATCH_KEYS,
         ),
+        ("[health]\n", raw::HEALTH_KEYS),
+        ("[metrics_scrape]\n", raw::SCRAPE_KEYS),
+        ("[admin]\n", raw::ADMIN_KEYS),
+        ("[adaptive]\n", raw::ADAPTIVE_KEYS),
+        ("[catalog.m]\n", raw::PRICE_KEYS),
     ];
     for (header, keys) in tables {
         for key in keys {
@@ -1137,4 +1191,771 @@ fn edit_distance_basics() {
     assert_eq!(raw::edit_distance("listn", "listen"), 1);
     assert_eq!(raw::edit_distance("Weight", "wieght"), 2);
     assert_eq!(raw::closest("conect", raw::TIMEOUTS_KEYS), Some("connect"));
+}
+
+// ------------------------------------------------------------------ [health], [metrics_scrape], [admin], [adaptive]
+
+fn keys(errs: &[ConfigError]) -> Vec<&str> {
+    errs.iter().map(|e| e.key.as_str()).collect()
+}
+
+#[test]
+fn new_sections_absent_give_defaults() {
+    let c = load(ONE_TARGET).unwrap();
+    assert_eq!(c.health, HealthConfig::default());
+    assert!(!c.health.active);
+    assert_eq!(c.health.failures, 5, "passive ejection is on by default");
+    assert_eq!(c.scrape, ScrapeConfig::default());
+    assert!(!c.scrape.enabled);
+    assert_eq!(c.admin, None);
+    assert!(c.catalog.is_empty());
+    assert_eq!(c.adaptive, AdaptiveConfig { enabled: true });
+    let t = &c.targets[0];
+    assert_eq!(t.health_path, None);
+    assert!(t.scrape);
+    assert_eq!(t.metrics_path, None);
+}
+
+#[test]
+fn new_sections_present_but_empty_give_defaults() {
+    let c = load(&format!(
+        "[health]\n[metrics_scrape]\n[admin]\n[catalog]\n[adaptive]\n{ONE_TARGET}"
+    ))
+    .unwrap();
+    let h = &c.health;
+    assert!(h.active);
+    assert_eq!(h.path, "/health");
+    assert_eq!(h.interval, Duration::from_secs(5));
+    assert_eq!(h.timeout, Duration::from_secs(1));
+    assert_eq!(h.healthy_threshold, 2);
+    assert_eq!(h.unhealthy_threshold, 3);
+    assert_eq!(h.failures, 5);
+    assert_eq!(h.ejection_time, Duration::from_secs(10));
+    assert_eq!(h.max_ejection_time, Duration::from_secs(300));
+    assert_eq!(h.max_ejected_percent, 50);
+    let s = &c.scrape;
+    assert!(s.enabled);
+    assert_eq!(s.path, "/metrics");
+    assert_eq!(s.interval, Duration::from_secs(1));
+    assert_eq!(s.timeout, Duration::from_millis(500));
+    assert_eq!(s.stale_after, Duration::from_secs(3));
+    assert_eq!(
+        c.admin,
+        Some(AdminConfig {
+            listen: DEFAULT_ADMIN_LISTEN.parse().unwrap(),
+            token: None
+        })
+    );
+    assert_eq!(c.admin.unwrap().listen, "127.0.0.1:9091".parse().unwrap());
+    assert!(c.catalog.is_empty());
+    assert!(c.adaptive.enabled);
+}
+
+#[test]
+fn health_values() {
+    let c = load(&format!(
+        "[health]\nactive = false\npath = \"/v1/models\"\ninterval = \"2s\"\ntimeout = \"1500ms\"\n\
+         healthy_threshold = 1\nunhealthy_threshold = 7\nfailures = 0\nejection_time = \"30s\"\n\
+         max_ejection_time = \"30s\"\nmax_ejected_percent = 100\n{ONE_TARGET}"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.health,
+        HealthConfig {
+            active: false,
+            path: "/v1/models".into(),
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_millis(1500),
+            healthy_threshold: 1,
+            unhealthy_threshold: 7,
+            failures: 0,
+            ejection_time: Duration::from_secs(30),
+            max_ejection_time: Duration::from_secs(30),
+            max_ejected_percent: 100,
+        }
+    );
+    let c = load(&format!("[health]\nmax_ejected_percent = 0\n{ONE_TARGET}")).unwrap();
+    assert_eq!(c.health.max_ejected_percent, 0);
+}
+
+#[test]
+fn health_errors() {
+    let text = format!(
+        "[health]\nactive = true\npath = \"health\"\ninterval = \"0s\"\ntimeout = \"0ms\"\n\
+         healthy_threshold = 0\nunhealthy_threshold = -1\nfailures = -1\nejection_time = \"0s\"\n\
+         max_ejection_time = \"forever\"\nmax_ejected_percent = 101\n{ONE_TARGET}"
+    );
+    let errs = errors(&text);
+    let e = error_at(&errs, "health.path");
+    assert!(e.message.contains("does not start with \"/\""), "{e}");
+    assert!(e.fix.contains("\"/health\""), "{e}");
+    let e = error_at(&errs, "health.interval");
+    assert!(e.message.contains("zero"), "{e}");
+    assert!(e.fix.contains("\"5s\""), "{e}");
+    assert!(error_at(&errs, "health.timeout").message.contains("zero"));
+    let e = error_at(&errs, "health.healthy_threshold");
+    assert!(e.message.contains("at least 1"), "{e}");
+    assert!(e.fix.contains("(default 2)"), "{e}");
+    let e = error_at(&errs, "health.unhealthy_threshold");
+    assert!(e.message.contains("-1"), "{e}");
+    assert!(e.fix.contains("(default 3)"), "{e}");
+    let e = error_at(&errs, "health.failures");
+    assert!(e.message.contains("at least 0"), "{e}");
+    assert!(e.fix.contains("0 turns passive ejection off"), "{e}");
+    assert!(e.fix.contains("(default 5)"), "{e}");
+    assert!(error_at(&errs, "health.ejection_time")
+        .message
+        .contains("zero"));
+    assert!(error_at(&errs, "health.max_ejection_time")
+        .message
+        .contains("not a duration"));
+    let e = error_at(&errs, "health.max_ejected_percent");
+    assert!(e.message.contains("between 0 and 100"), "{e}");
+    assert_eq!(errs.len(), 9, "{}", ConfigErrors { errors: errs });
+
+    // A path with a space, and a duration without a unit.
+    let errs = errors(&format!(
+        "[health]\npath = \"/he alth\"\ninterval = 5\n{ONE_TARGET}"
+    ));
+    assert!(error_at(&errs, "health.path").message.contains("' '"));
+    assert!(error_at(&errs, "health.interval").fix.contains("\"5s\""));
+}
+
+#[test]
+fn health_cross_checks() {
+    // timeout must be shorter than interval.
+    let errs = errors(&format!(
+        "[health]\ninterval = \"1s\"\ntimeout = \"1s\"\n{ONE_TARGET}"
+    ));
+    let e = error_at(&errs, "health.timeout");
+    assert!(e.message.contains("not shorter than interval 1s"), "{e}");
+    assert!(e.fix.contains("timeout = \"500ms\""), "{e}");
+    assert_eq!(errs.len(), 1);
+    // The default timeout (1s) against a short interval: the message says it is the default.
+    let errs = errors(&format!("[health]\ninterval = \"800ms\"\n{ONE_TARGET}"));
+    let e = error_at(&errs, "health.timeout");
+    assert!(e.message.contains("(the default)"), "{e}");
+    // max_ejection_time must be at least ejection_time (the default 5m included).
+    let errs = errors(&format!("[health]\nejection_time = \"10m\"\n{ONE_TARGET}"));
+    let e = error_at(&errs, "health.max_ejection_time");
+    assert!(e.message.contains("shorter than ejection_time 10m"), "{e}");
+    assert!(e.message.contains("(the default)"), "{e}");
+    assert!(e.fix.contains("max_ejection_time = "), "{e}");
+    let errs = errors(&format!(
+        "[health]\nejection_time = \"1m\"\nmax_ejection_time = \"30s\"\n{ONE_TARGET}"
+    ));
+    assert_eq!(keys(&errs), vec!["health.max_ejection_time"]);
+}
+
+#[test]
+fn scrape_values() {
+    let c = load(&format!(
+        "[metrics_scrape]\nenabled = false\npath = \"/prom\"\ninterval = \"2s\"\ntimeout = \"2s\"\n\
+         stale_after = \"2s\"\n{ONE_TARGET}"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.scrape,
+        ScrapeConfig {
+            enabled: false,
+            path: "/prom".into(),
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(2),
+            stale_after: Duration::from_secs(2),
+        }
+    );
+    // stale_after defaults to three intervals.
+    let c = load(&format!(
+        "[metrics_scrape]\ninterval = \"250ms\"\ntimeout = \"100ms\"\n{ONE_TARGET}"
+    ))
+    .unwrap();
+    assert_eq!(c.scrape.stale_after, Duration::from_millis(750));
+}
+
+#[test]
+fn scrape_errors() {
+    let errs = errors(&format!(
+        "[metrics_scrape]\nenabled = true\npath = \"\"\ninterval = \"0s\"\ntimeout = \"0s\"\n\
+         stale_after = \"0s\"\n{ONE_TARGET}"
+    ));
+    let e = error_at(&errs, "metrics_scrape.path");
+    assert!(e.fix.contains("\"/metrics\""), "{e}");
+    assert!(error_at(&errs, "metrics_scrape.interval")
+        .message
+        .contains("zero"));
+    assert!(error_at(&errs, "metrics_scrape.timeout")
+        .message
+        .contains("zero"));
+    assert!(error_at(&errs, "metrics_scrape.stale_after")
+        .message
+        .contains("zero"));
+    assert_eq!(errs.len(), 4, "{}", ConfigErrors { errors: errs });
+
+    // timeout longer than interval (the default 500ms against 200ms too).
+    let errs = errors(&format!(
+        "[metrics_scrape]\ninterval = \"1s\"\ntimeout = \"2s\"\n{ONE_TARGET}"
+    ));
+    let e = error_at(&errs, "metrics_scrape.timeout");
+    assert!(e.message.contains("longer than interval 1s"), "{e}");
+    assert!(e.fix.contains("or raise interval"), "{e}");
+    let errs = errors(&format!(
+        "[metrics_scrape]\ninterval = \"200ms\"\n{ONE_TARGET}"
+    ));
+    assert!(error_at(&errs, "metrics_scrape.timeout")
+        .message
+        .contains("(the default)"));
+
+    // stale_after shorter than interval.
+    let errs = errors(&format!(
+        "[metrics_scrape]\ninterval = \"2s\"\nstale_after = \"1s\"\n{ONE_TARGET}"
+    ));
+    let e = error_at(&errs, "metrics_scrape.stale_after");
+    assert!(e.message.contains("shorter than interval 2s"), "{e}");
+    assert!(e.fix.contains("stale_after = \"6s\""), "{e}");
+    assert_eq!(errs.len(), 1);
+
+    let errs = errors(&format!(
+        "[metrics_scrape]\npath = \"metrics\"\n{ONE_TARGET}"
+    ));
+    assert!(error_at(&errs, "metrics_scrape.path")
+        .fix
+        .contains("\"/metrics\""));
+}
+
+#[test]
+fn admin_values() {
+    let c = load(&format!(
+        "[admin]\nlisten = \"0.0.0.0:9100\"\ntoken = \"${{TOKEN}}-${{ROLTER_ADMIN_TOKEN}}\"\n{ONE_TARGET}"
+    ))
+    .unwrap();
+    let a = c.admin.unwrap();
+    assert_eq!(a.listen, "0.0.0.0:9100".parse().unwrap());
+    assert_eq!(a.token.as_deref(), Some("abc-admin-secret-42"));
+    // Host names resolve like server.listen; a literal token is kept as written.
+    let c = load(&format!(
+        "[admin]\nlisten = \"localhost:9200\"\ntoken = \"literal$token\"\n{ONE_TARGET}"
+    ))
+    .unwrap();
+    let a = c.admin.unwrap();
+    assert_eq!(a.listen, "127.0.0.1:9200".parse().unwrap());
+    assert_eq!(a.token.as_deref(), Some("literal$token"));
+    // A different port on the same address as the client listener is fine.
+    load(&format!(
+        "[server]\nlisten = \"0.0.0.0:8080\"\n[admin]\nlisten = \"0.0.0.0:8081\"\n{ONE_TARGET}"
+    ))
+    .unwrap();
+}
+
+#[test]
+fn admin_errors() {
+    for (listen, needle) in [
+        ("nope", "has no port"),
+        ("127.0.0.1:99999", "invalid port"),
+        (":9091", "has no host"),
+        ("no-such-host.invalid:9091", "cannot resolve host"),
+    ] {
+        let errs = errors(&format!("[admin]\nlisten = \"{listen}\"\n{ONE_TARGET}"));
+        let e = error_at(&errs, "admin.listen");
+        assert!(e.message.contains(needle), "{listen}: {e}");
+        assert!(e.fix.contains(":9091"), "{e}");
+    }
+    // The admin listener may not take the client listener's port.
+    for (server, admin) in [
+        ("127.0.0.1:8080", "127.0.0.1:8080"),
+        ("0.0.0.0:9091", "127.0.0.1:9091"),
+    ] {
+        let errs = errors(&format!(
+            "[server]\nlisten = \"{server}\"\n[admin]\nlisten = \"{admin}\"\n{ONE_TARGET}"
+        ));
+        let e = error_at(&errs, "admin.listen");
+        assert!(e.message.contains("overlaps"), "{e}");
+        assert!(e.fix.contains("its own port"), "{e}");
+    }
+
+    for (token, needle) in [
+        ("", "token is empty"),
+        ("${EMPTY}", "empty after expanding"),
+        ("${NOT_SET_ANYWHERE}", "`NOT_SET_ANYWHERE` is not set"),
+        ("${EVIL}", "whitespace or a control character"),
+        ("${SPACEY}", "whitespace or a control character"),
+        ("tab\\there", "whitespace or a control character"),
+        ("${unclosed", "without a closing"),
+    ] {
+        let errs = errors(&format!("[admin]\ntoken = \"{token}\"\n{ONE_TARGET}"));
+        let e = error_at(&errs, "admin.token");
+        assert!(e.message.contains(needle), "{token}: {e}");
+        assert!(!e.fix.is_empty());
+        // The secret is never echoed.
+        assert!(!e.to_string().contains("two words"), "{e}");
+        assert!(!e.to_string().contains("Injected"), "{e}");
+        assert_eq!(errs.len(), 1, "{}", ConfigErrors { errors: errs });
+    }
+}
+
+#[test]
+fn adaptive_switch() {
+    let c = load(&format!("[adaptive]\nenabled = false\n{ONE_TARGET}")).unwrap();
+    assert!(!c.adaptive.enabled);
+    let c = load(&format!("[adaptive]\nenabled = true\n{ONE_TARGET}")).unwrap();
+    assert!(c.adaptive.enabled);
+    let errs = errors(&format!("[adaptive]\nenabled = \"yes\"\n{ONE_TARGET}"));
+    assert!(error_at(&errs, "adaptive.enabled")
+        .message
+        .contains("boolean"));
+}
+
+// ------------------------------------------------------------------ per-target health and scrape keys
+
+#[test]
+fn target_health_and_scrape_keys() {
+    let c = load(&format!(
+        "{ONE_TARGET}health_path = \"\"\nscrape = false\n\
+         [[targets]]\nname = \"b\"\nurl = \"http://10.0.0.2\"\nhealth_path = \"/healthz\"\n\
+         metrics_path = \"/engine/metrics\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.targets[0].health_path.as_deref(), Some(""));
+    assert!(!c.targets[0].scrape);
+    assert_eq!(c.targets[0].metrics_path, None);
+    assert_eq!(c.targets[1].health_path.as_deref(), Some("/healthz"));
+    assert!(c.targets[1].scrape);
+    assert_eq!(
+        c.targets[1].metrics_path.as_deref(),
+        Some("/engine/metrics")
+    );
+}
+
+#[test]
+fn target_health_and_scrape_key_errors() {
+    let errs = errors(&format!(
+        "{ONE_TARGET}health_path = \"healthz\"\nmetrics_path = \"\"\n\
+         [[targets]]\nname = \"b\"\nurl = \"http://10.0.0.2\"\nhealth_path = \"/a\\r\\nb\"\n\
+         metrics_path = \"metrics\"\n"
+    ));
+    let e = error_at(&errs, "targets[0].health_path");
+    assert!(e.message.contains("does not start with \"/\""), "{e}");
+    assert!(e.fix.contains("\"/healthz\""), "{e}");
+    let e = error_at(&errs, "targets[0].metrics_path");
+    assert!(e.message.contains("empty"), "{e}");
+    assert!(e.fix.contains("scrape = false"), "{e}");
+    assert!(error_at(&errs, "targets[1].health_path")
+        .message
+        .contains("'\\r'"));
+    assert!(error_at(&errs, "targets[1].metrics_path")
+        .fix
+        .contains("\"/metrics\""));
+    assert_eq!(errs.len(), 4, "{}", ConfigErrors { errors: errs });
+    // `scrape` is a boolean.
+    let errs = errors(&format!("{ONE_TARGET}scrape = \"no\"\n"));
+    assert!(error_at(&errs, "targets[0].scrape")
+        .message
+        .contains("boolean"));
+}
+
+// ------------------------------------------------------------------ unknown keys in the new tables
+
+#[test]
+fn unknown_keys_in_new_tables_with_suggestions() {
+    let text = "\
+helth = 1
+metric_scrape = 2
+[health]
+intervl = \"5s\"
+[metrics_scrape]
+enabeld = true
+[admin]
+tokn = \"x\"
+[adaptive]
+enable = false
+[catalog]
+m = { input = 1.0, output = 2.0, ouptut = 3.0 }
+\"org/model\" = { input = 1.0, output = 2.0, inptu = 3.0 }
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+helth_path = \"/h\"
+scrap = false
+metrics_pth = \"/m\"
+";
+    let errs = errors(text);
+    let expect = [
+        ("helth", "health"),
+        ("metric_scrape", "metrics_scrape"),
+        ("health.intervl", "interval"),
+        ("metrics_scrape.enabeld", "enabled"),
+        ("admin.tokn", "token"),
+        ("adaptive.enable", "enabled"),
+        ("catalog.m.ouptut", "output"),
+        ("catalog.\"org/model\".inptu", "input"),
+        ("targets[0].helth_path", "health_path"),
+        ("targets[0].scrap", "scrape"),
+        ("targets[0].metrics_pth", "metrics_path"),
+    ];
+    for (key, suggestion) in expect {
+        let e = error_at(&errs, key);
+        assert!(e.message.contains("unknown key"), "{e}");
+        assert!(
+            e.fix.contains(&format!("did you mean `{suggestion}`?")),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        errs.len(),
+        expect.len(),
+        "{}",
+        ConfigErrors { errors: errs }
+    );
+}
+
+// ------------------------------------------------------------------ [catalog]
+
+#[test]
+fn catalog_values() {
+    let c = load(&format!(
+        "[catalog]\n\"meta-llama/Llama-3.1-8B\" = {{ input = 0.05, output = 0.08 }}\n\
+         free = {{ input = 0, output = 0 }}\n{ONE_TARGET}"
+    ))
+    .unwrap();
+    assert_eq!(c.catalog.len(), 2);
+    assert_eq!(
+        c.catalog["meta-llama/Llama-3.1-8B"],
+        Price {
+            input_per_mtok: 0.05,
+            output_per_mtok: 0.08
+        }
+    );
+    assert_eq!(c.catalog["free"].output_per_mtok, 0.0);
+}
+
+#[test]
+fn catalog_errors() {
+    let errs = errors(&format!(
+        "[catalog]\na = {{ input = -1.0, output = 1.0 }}\nb = {{ input = 1.0 }}\n\
+         \"c/d\" = {{ input = nan, output = inf }}\n\"\" = {{ input = 1.0, output = 1.0 }}\n{ONE_TARGET}"
+    ));
+    let e = error_at(&errs, "catalog.a.input");
+    assert!(e.message.contains(">= 0"), "{e}");
+    let e = error_at(&errs, "catalog.b.output");
+    assert!(e.message.contains("no `output`"), "{e}");
+    assert!(
+        e.fix.contains("\"b\" = { input = 0.15, output = 0.60 }"),
+        "{e}"
+    );
+    error_at(&errs, "catalog.\"c/d\".input");
+    error_at(&errs, "catalog.\"c/d\".output");
+    let e = error_at(&errs, "catalog.\"\"");
+    assert!(e.message.contains("model name is empty"), "{e}");
+    assert_eq!(errs.len(), 5, "{}", ConfigErrors { errors: errs });
+
+    // An entry that is not a table is a type error at its key.
+    let errs = errors(&format!("[catalog]\nm = 5\n{ONE_TARGET}"));
+    let e = error_at(&errs, "catalog.m");
+    assert!(e.message.contains("expected a table"), "{e}");
+}
+
+#[test]
+fn catalog_overrides_resolve_through_price_book() {
+    let c = load(&format!(
+        "[catalog]\n\"gpt-4o-mini\" = {{ input = 1.0, output = 2.0 }}\n\
+         private-llama = {{ input = 0.01, output = 0.02 }}\n\
+         {ONE_TARGET}models = [\"mini\", \"4o\", \"llama\", \"mystery\"]\n\
+         upstream_models = {{ mini = \"gpt-4o-mini\", 4o = \"gpt-4o\", llama = \"private-llama\" }}\n\
+         [[targets]]\nname = \"b\"\nurl = \"http://10.0.0.2\"\nmodels = [\"gpt-4o-mini\"]\n\
+         price = {{ input = 9.0, output = 9.5 }}\n\
+         [[targets]]\nname = \"c\"\nurl = \"http://10.0.0.3\"\nmodels = [\"gpt-4o-mini\", \"gpt-4o\"]\n"
+    ))
+    .unwrap();
+    let p = |i: f64, o: f64| Price {
+        input_per_mtok: i,
+        output_per_mtok: o,
+    };
+    let book = PriceBook::new(&c);
+    // [catalog] beats the built-in price of gpt-4o-mini (0.15 / 0.60).
+    assert_eq!(book.price(0, "mini"), Some(p(1.0, 2.0)));
+    assert_eq!(book.price(2, "gpt-4o-mini"), Some(p(1.0, 2.0)));
+    // Models [catalog] does not name keep their built-in price.
+    assert_eq!(book.price(0, "4o"), crate::pricing::builtin("gpt-4o"));
+    assert_eq!(book.price(2, "gpt-4o"), Some(p(2.5, 10.0)));
+    // Private models are priced by [catalog] alone; unknown ones have no price.
+    assert_eq!(book.price(0, "llama"), Some(p(0.01, 0.02)));
+    assert_eq!(book.price(0, "mystery"), None);
+    // A target's own price beats both.
+    assert_eq!(book.price(1, "gpt-4o-mini"), Some(p(9.0, 9.5)));
+}
+
+// ------------------------------------------------------------------ price checks for price-ranked routes
+
+/// A strategy spec with `options` written as TOML.
+fn spec(name: &'static str, options: &str) -> StrategySpec {
+    StrategySpec {
+        name,
+        options: options.parse::<toml::Table>().unwrap(),
+    }
+}
+
+/// The errors `check_prices` reports for a loaded configuration.
+fn price_errors(c: &Config) -> Vec<ConfigError> {
+    let routes: Vec<Option<Route>> = c.routes.iter().cloned().map(Some).collect();
+    let targets: Vec<Option<Target>> = c.targets.iter().cloned().map(Some).collect();
+    let mut errs = Collector::new("test.toml");
+    check_prices(&routes, &targets, &c.catalog, &mut errs);
+    errs.into_errors().errors
+}
+
+/// Targets: 0 "priced" (own price, any model), 1 "listed" (builtin, catalog and mapped
+/// models), 2 "any" (no models, no price), 3 "private" (a model with no known price).
+/// Route 0 "all" uses every target; route 1 "known" only the first two; route 2 "matched"
+/// only serves model "known" of target 3.
+const PRICE_FIXTURE: &str = "\
+[catalog]
+house-model = { input = 0.5, output = 1.0 }
+[[targets]]
+name = \"priced\"
+url = \"http://10.0.0.1\"
+price = { input = 0.2, output = 0.4 }
+[[targets]]
+name = \"listed\"
+url = \"http://10.0.0.2\"
+models = [\"gpt-4o-mini\", \"house\", \"claude\"]
+upstream_models = { house = \"house-model\", claude = \"claude-3-5-haiku-latest\" }
+[[targets]]
+name = \"any\"
+url = \"http://10.0.0.3\"
+[[targets]]
+name = \"private\"
+url = \"http://10.0.0.4\"
+models = [\"known\", \"secret\"]
+upstream_models = { known = \"house-model\", secret = \"org/secret-7b\" }
+[[routes]]
+name = \"all\"
+targets = [\"priced\", \"listed\", \"any\", \"private\"]
+[[routes]]
+name = \"known\"
+targets = [\"priced\", \"listed\"]
+[[routes]]
+name = \"matched\"
+targets = [\"private\"]
+[routes.match]
+models = [\"known\"]
+";
+
+fn price_fixture(strategy: StrategySpec) -> Config {
+    let mut c = load(PRICE_FIXTURE).unwrap_or_else(|e| panic!("{e}"));
+    for r in &mut c.routes {
+        r.strategy = strategy.clone();
+    }
+    c
+}
+
+#[test]
+fn check_prices_cheapest_names_route_target_and_model() {
+    let errs = price_errors(&price_fixture(spec("cheapest", "")));
+    assert_eq!(errs.len(), 2, "{}", ConfigErrors { errors: errs });
+    // Route "all": target "any" has neither models nor price.
+    let e = error_at(&errs, "targets[2].price");
+    assert!(e.message.contains("route `all`"), "{e}");
+    assert!(e.message.contains("routes[0].strategy"), "{e}");
+    assert!(e.message.contains("target `any`"), "{e}");
+    assert!(e.message.contains("no `models` list"), "{e}");
+    assert!(
+        e.fix.contains(
+            "add price = { input = 0.15, output = 0.60 } (per 1M tokens) to target \"any\""
+        ),
+        "{e}"
+    );
+    assert!(!e.fix.contains("w_cost"), "{e}");
+    // Route "all": model "secret" of "private" maps to an unpriced upstream name; route
+    // "matched" only serves "known", which is priced by [catalog].
+    let e = error_at(&errs, "targets[3].price");
+    assert!(e.message.contains("route `all`"), "{e}");
+    assert!(e.message.contains("target `private`"), "{e}");
+    assert!(e.message.contains("model `secret`"), "{e}");
+    assert!(e.message.contains("upstream name `org/secret-7b`"), "{e}");
+    assert!(e.fix.contains("to target \"private\""), "{e}");
+    assert!(
+        e.fix.contains("[catalog] entry \"org/secret-7b\" = {"),
+        "{e}"
+    );
+    for e in &errs {
+        assert_eq!(e.file, "test.toml");
+        assert!(!e.fix.is_empty());
+    }
+}
+
+#[test]
+fn check_prices_skips_routes_that_do_not_rank_by_price() {
+    for s in [
+        spec("round_robin", ""),
+        spec("least_loaded", ""),
+        spec("adaptive", "w_cost = 0.0"),
+        spec("adaptive", "w_cost = 0"),
+        spec(
+            "adaptive",
+            "w_cost = 0.0\nfallback_strategy = \"least_loaded\"",
+        ),
+        spec("failover", "within_tier = \"p2c\""),
+        spec("failover", ""),
+    ] {
+        let errs = price_errors(&price_fixture(s.clone()));
+        assert!(errs.is_empty(), "{s:?}: {}", ConfigErrors { errors: errs });
+    }
+}
+
+#[test]
+fn check_prices_adaptive_with_cost_weight() {
+    for (options, needle) in [
+        ("", "w_cost = 1 (the default)"),
+        ("w_cost = 0.25", "w_cost = 0.25"),
+        ("w_cost = 2", "w_cost = 2"),
+    ] {
+        let errs = price_errors(&price_fixture(spec("adaptive", options)));
+        assert_eq!(errs.len(), 2, "{}", ConfigErrors { errors: errs });
+        let e = error_at(&errs, "targets[2].price");
+        assert!(e.message.contains(needle), "{options}: {e}");
+        assert!(
+            e.fix
+                .contains("or set w_cost = 0 in routes[0].strategy to rank without cost"),
+            "{e}"
+        );
+    }
+    // No cost weight, but cheapest as the fallback: prices are still needed.
+    let errs = price_errors(&price_fixture(spec(
+        "adaptive",
+        "w_cost = 0.0\nfallback_strategy = \"cheapest\"",
+    )));
+    let e = error_at(&errs, "targets[2].price");
+    assert!(e.message.contains("fallback_strategy `cheapest`"), "{e}");
+    assert!(!e.fix.contains("w_cost"), "{e}");
+}
+
+#[test]
+fn check_prices_failover_within_cheapest() {
+    let errs = price_errors(&price_fixture(spec(
+        "failover",
+        "within_tier = \"cheapest\"",
+    )));
+    assert_eq!(errs.len(), 2, "{}", ConfigErrors { errors: errs });
+    assert!(error_at(&errs, "targets[2].price")
+        .message
+        .contains("within_tier `cheapest`"));
+}
+
+#[test]
+fn check_prices_without_gaps_is_quiet() {
+    // Route "known" alone: own price, builtin, [catalog] through upstream_models.
+    let mut c = price_fixture(spec("cheapest", ""));
+    c.routes.remove(0);
+    assert!(price_errors(&c).is_empty());
+    // A [catalog] entry for the missing upstream name and a price on "any" close both gaps.
+    let text = PRICE_FIXTURE
+        .replace(
+            "[catalog]\n",
+            "[catalog]\n\"org/secret-7b\" = { input = 0.0, output = 0.0 }\n",
+        )
+        .replace(
+            "name = \"any\"\n",
+            "name = \"any\"\nprice = { input = 1.0, output = 1.0 }\n",
+        );
+    let mut c = load(&text).unwrap();
+    for r in &mut c.routes {
+        r.strategy = spec("cheapest", "");
+    }
+    assert!(price_errors(&c).is_empty());
+}
+
+#[test]
+fn check_prices_skips_invalid_routes_and_targets() {
+    let c = price_fixture(spec("cheapest", ""));
+    let routes: Vec<Option<Route>> = vec![None, Some(c.routes[0].clone())];
+    // Targets 2 and 3 were invalid (already reported): nothing more to say about them.
+    let targets: Vec<Option<Target>> = vec![
+        Some(c.targets[0].clone()),
+        Some(c.targets[1].clone()),
+        None,
+        None,
+    ];
+    let mut errs = Collector::new("test.toml");
+    check_prices(&routes, &targets, &c.catalog, &mut errs);
+    assert!(errs.is_empty(), "{}", errs.into_errors());
+}
+
+// ------------------------------------------------------------------ price checks at load
+//
+// These load configurations whose routes use `cheapest` or `adaptive`, so they need those
+// strategies in the registry; until then they return early.
+
+fn strategies_registered(names: &[&str]) -> bool {
+    names
+        .iter()
+        .all(|n| crate::strategy::registry::lookup(n).is_some())
+}
+
+#[test]
+fn load_rejects_cheapest_route_without_prices() {
+    if !strategies_registered(&["cheapest"]) {
+        return;
+    }
+    let text = PRICE_FIXTURE.replace(
+        "name = \"all\"\n",
+        "name = \"all\"\nstrategy = \"cheapest\"\n",
+    );
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 2, "{}", ConfigErrors { errors: errs });
+    let e = error_at(&errs, "targets[2].price");
+    assert!(
+        e.message.contains("route `all`") && e.message.contains("target `any`"),
+        "{e}"
+    );
+    let e = error_at(&errs, "targets[3].price");
+    assert!(e.message.contains("model `secret`"), "{e}");
+    assert!(e.fix.contains("\"org/secret-7b\""), "{e}");
+}
+
+#[test]
+fn load_accepts_cheapest_route_with_known_prices() {
+    if !strategies_registered(&["cheapest"]) {
+        return;
+    }
+    // Route "known" (own price, builtin, [catalog]) and route "matched" (only the priced
+    // model of "private") load; route "all" keeps round_robin.
+    let text = PRICE_FIXTURE
+        .replace(
+            "name = \"known\"\n",
+            "name = \"known\"\nstrategy = \"cheapest\"\n",
+        )
+        .replace(
+            "name = \"matched\"\n",
+            "name = \"matched\"\nstrategy = \"cheapest\"\n",
+        );
+    let c = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.routes[1].strategy.name, "cheapest");
+    let book = PriceBook::new(&c);
+    for (target, model) in [
+        (0, "anything"),
+        (1, "gpt-4o-mini"),
+        (1, "house"),
+        (1, "claude"),
+    ] {
+        assert!(book.price(target, model).is_some(), "{target} {model}");
+    }
+}
+
+#[test]
+fn load_checks_adaptive_route_prices_unless_cost_is_off() {
+    if !strategies_registered(&["adaptive"]) {
+        return;
+    }
+    let with = |strategy: &str| {
+        PRICE_FIXTURE.replace("name = \"all\"\n", &format!("name = \"all\"\n{strategy}\n"))
+    };
+    // Default w_cost (1.0): the same two gaps as for cheapest, with the w_cost hint.
+    let errs = errors(&with("strategy = \"adaptive\""));
+    assert_eq!(errs.len(), 2, "{}", ConfigErrors { errors: errs });
+    let e = error_at(&errs, "targets[2].price");
+    assert!(e.message.contains("strategy `adaptive`"), "{e}");
+    assert!(e.fix.contains("w_cost = 0"), "{e}");
+    // w_cost = 0: cost is not used, no price is needed.
+    let c = load(&with("strategy = { name = \"adaptive\", w_cost = 0.0 }"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.routes[0].strategy.name, "adaptive");
 }

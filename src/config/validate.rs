@@ -8,8 +8,9 @@ use std::time::Duration;
 use super::error::Collector;
 use super::model::*;
 use super::raw::{
-    closest, join, OrderedStrings, RawConfig, RawHeaderMatch, RawLimits, RawMatch, RawPool,
-    RawPrice, RawRoute, RawServer, RawTarget, RawTimeouts,
+    closest, is_bare_key, join, OrderedPrices, OrderedStrings, RawAdmin, RawConfig, RawHeaderMatch,
+    RawHealth, RawLimits, RawMatch, RawPool, RawPrice, RawRoute, RawScrape, RawServer, RawTarget,
+    RawTimeouts,
 };
 
 /// Resolves a host name and port to socket addresses.
@@ -56,6 +57,9 @@ pub const DEFAULT_RETRIES: u32 = 1;
 pub const MAX_RETRIES: u32 = 10;
 pub const DEFAULT_STRATEGY: &str = "round_robin";
 pub const IMPLICIT_ROUTE_NAME: &str = "default";
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9091";
+/// Default `w_cost` of the `adaptive` strategy (the price check uses it when unset).
+pub const DEFAULT_ADAPTIVE_W_COST: f64 = 1.0;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -110,8 +114,9 @@ pub(crate) fn validate(
         .collect();
     check_unique_names(&names, "targets", "target", errs);
 
-    let routes = match raw.routes {
-        None => vec![Route {
+    // One entry per [[routes]] table (None where it is invalid), so indices match the file.
+    let routes: Vec<Option<Route>> = match raw.routes {
+        None => vec![Some(Route {
             name: IMPLICIT_ROUTE_NAME.to_string(),
             matcher: RouteMatch::default(),
             targets: (0..count).collect(),
@@ -121,7 +126,7 @@ pub(crate) fn validate(
             },
             forward_client_auth: false,
             retries: DEFAULT_RETRIES,
-        }],
+        })],
         Some(r) if r.is_empty() => {
             errs.push(
                 "routes",
@@ -133,14 +138,30 @@ pub(crate) fn validate(
         Some(r) => {
             let route_names: Vec<Option<String>> = r.iter().map(|r| r.name.clone()).collect();
             check_unique_names(&route_names, "routes", "route", errs);
-            let routes: Vec<Option<Route>> = r
-                .into_iter()
+            r.into_iter()
                 .enumerate()
                 .map(|(i, r)| route(r, &format!("routes[{i}]"), &names, &targets, errs))
-                .collect();
-            routes.into_iter().flatten().collect()
+                .collect()
         }
     };
+
+    let health = health(raw.health, errs);
+    let scrape = scrape(raw.metrics_scrape, errs);
+    let admin = match raw.admin {
+        None => Some(None),
+        Some(a) => admin(a, server.as_ref(), host, errs).map(Some),
+    };
+    let catalog = catalog(raw.catalog, errs);
+    let adaptive = AdaptiveConfig {
+        enabled: raw
+            .adaptive
+            .and_then(|a| a.enabled)
+            .unwrap_or(AdaptiveConfig::default().enabled),
+    };
+    // With an invalid [catalog] every price lookup would be suspect: its errors come first.
+    if let Some(catalog) = &catalog {
+        check_prices(&routes, &targets, catalog, errs);
+    }
 
     if !errs.is_empty() {
         return None;
@@ -149,13 +170,440 @@ pub(crate) fn validate(
         source: PathBuf::from(source),
         server: server?,
         targets: targets.into_iter().collect::<Option<Vec<_>>>()?,
-        routes,
-        health: Default::default(),
-        scrape: Default::default(),
-        admin: None,
-        catalog: Default::default(),
-        adaptive: Default::default(),
+        routes: routes.into_iter().collect::<Option<Vec<_>>>()?,
+        health: health?,
+        scrape: scrape?,
+        admin: admin?,
+        catalog: catalog?,
+        adaptive,
     })
+}
+
+// ---------------------------------------------------------------- health, scrape, admin
+
+fn health(raw: Option<RawHealth>, errs: &mut Collector) -> Option<HealthConfig> {
+    let d = HealthConfig::default();
+    let Some(raw) = raw else {
+        return Some(d);
+    };
+    let path = http_path(raw.path, "health.path", &d.path, errs);
+    let interval = nonzero_duration(raw.interval.as_ref(), "health.interval", d.interval, errs);
+    let timeout = duration(
+        raw.timeout.as_ref(),
+        "health.timeout",
+        d.timeout,
+        false,
+        errs,
+    );
+    let timeout = match (interval, timeout) {
+        (Some(i), Some(t)) if t >= i => {
+            errs.push(
+                "health.timeout",
+                format!(
+                    "timeout {}{} is not shorter than interval {}",
+                    humantime::format_duration(t),
+                    if raw.timeout.is_none() {
+                        " (the default)"
+                    } else {
+                        ""
+                    },
+                    humantime::format_duration(i)
+                ),
+                format!(
+                    "set timeout below the interval, e.g. timeout = \"{}\", or raise interval",
+                    humantime::format_duration(half(i))
+                ),
+            );
+            None
+        }
+        (_, t) => t,
+    };
+    let healthy_threshold = count(
+        raw.healthy_threshold,
+        "health.healthy_threshold",
+        d.healthy_threshold,
+        1..=u32::MAX,
+        "the number of passing probes that bring a target back",
+        errs,
+    );
+    let unhealthy_threshold = count(
+        raw.unhealthy_threshold,
+        "health.unhealthy_threshold",
+        d.unhealthy_threshold,
+        1..=u32::MAX,
+        "the number of failing probes that take a target out",
+        errs,
+    );
+    let failures = count(
+        raw.failures,
+        "health.failures",
+        d.failures,
+        0..=u32::MAX,
+        "the number of failed requests in a row that eject a target; 0 turns passive ejection off",
+        errs,
+    );
+    let ejection_time = nonzero_duration(
+        raw.ejection_time.as_ref(),
+        "health.ejection_time",
+        d.ejection_time,
+        errs,
+    );
+    let max_ejection_time = nonzero_duration(
+        raw.max_ejection_time.as_ref(),
+        "health.max_ejection_time",
+        d.max_ejection_time,
+        errs,
+    );
+    let max_ejection_time = match (ejection_time, max_ejection_time) {
+        (Some(first), Some(max)) if max < first => {
+            errs.push(
+                "health.max_ejection_time",
+                format!(
+                    "max_ejection_time {}{} is shorter than ejection_time {}",
+                    humantime::format_duration(max),
+                    if raw.max_ejection_time.is_none() { " (the default)" } else { "" },
+                    humantime::format_duration(first)
+                ),
+                format!(
+                    "set max_ejection_time to at least ejection_time, e.g. max_ejection_time = \"{}\"",
+                    humantime::format_duration(first * 30)
+                ),
+            );
+            None
+        }
+        (_, m) => m,
+    };
+    let max_ejected_percent = count(
+        raw.max_ejected_percent,
+        "health.max_ejected_percent",
+        d.max_ejected_percent,
+        0..=100,
+        "the largest share of a route's targets ejected at once, in percent",
+        errs,
+    );
+    Some(HealthConfig {
+        active: raw.active.unwrap_or(true),
+        path: path?,
+        interval: interval?,
+        timeout: timeout?,
+        healthy_threshold: healthy_threshold?,
+        unhealthy_threshold: unhealthy_threshold?,
+        failures: failures?,
+        ejection_time: ejection_time?,
+        max_ejection_time: max_ejection_time?,
+        max_ejected_percent: max_ejected_percent?,
+    })
+}
+
+fn scrape(raw: Option<RawScrape>, errs: &mut Collector) -> Option<ScrapeConfig> {
+    let d = ScrapeConfig::default();
+    let Some(raw) = raw else {
+        return Some(d);
+    };
+    let path = http_path(raw.path, "metrics_scrape.path", &d.path, errs);
+    let interval = nonzero_duration(
+        raw.interval.as_ref(),
+        "metrics_scrape.interval",
+        d.interval,
+        errs,
+    );
+    let timeout = duration(
+        raw.timeout.as_ref(),
+        "metrics_scrape.timeout",
+        d.timeout,
+        false,
+        errs,
+    );
+    let timeout = match (interval, timeout) {
+        (Some(i), Some(t)) if t > i => {
+            errs.push(
+                "metrics_scrape.timeout",
+                format!(
+                    "timeout {}{} is longer than interval {}",
+                    humantime::format_duration(t),
+                    if raw.timeout.is_none() {
+                        " (the default)"
+                    } else {
+                        ""
+                    },
+                    humantime::format_duration(i)
+                ),
+                format!(
+                    "set timeout to at most the interval, e.g. timeout = \"{}\", or raise interval",
+                    humantime::format_duration(half(i))
+                ),
+            );
+            None
+        }
+        (_, t) => t,
+    };
+    let stale_default = interval.map_or(d.stale_after, |i| i * 3);
+    let stale_after = nonzero_duration(
+        raw.stale_after.as_ref(),
+        "metrics_scrape.stale_after",
+        stale_default,
+        errs,
+    );
+    let stale_after = match (interval, stale_after) {
+        (Some(i), Some(s)) if s < i => {
+            errs.push(
+                "metrics_scrape.stale_after",
+                format!(
+                    "stale_after {} is shorter than interval {}, so every scrape would be stale before the next one",
+                    humantime::format_duration(s),
+                    humantime::format_duration(i)
+                ),
+                format!(
+                    "set stale_after to at least the interval, e.g. stale_after = \"{}\" (the default, 3 × interval), or remove it",
+                    humantime::format_duration(i * 3)
+                ),
+            );
+            None
+        }
+        (_, s) => s,
+    };
+    Some(ScrapeConfig {
+        enabled: raw.enabled.unwrap_or(true),
+        path: path?,
+        interval: interval?,
+        timeout: timeout?,
+        stale_after: stale_after?,
+    })
+}
+
+/// Half a duration, rounded to whole milliseconds (at least 1ms), for examples in fixes.
+fn half(d: Duration) -> Duration {
+    Duration::from_millis((d.as_millis() / 2).max(1) as u64)
+}
+
+fn admin(
+    raw: RawAdmin,
+    server: Option<&ServerConfig>,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<AdminConfig> {
+    let listen = match raw.listen.as_deref() {
+        None => Some(
+            DEFAULT_ADMIN_LISTEN
+                .parse()
+                .expect("valid default admin listen address"),
+        ),
+        Some(s) => socket_addr(s, "admin.listen", 9091, host, errs),
+    };
+    let listen = match (listen, server) {
+        (Some(a), Some(s)) if overlaps(a, s.listen) => {
+            errs.push(
+                "admin.listen",
+                format!(
+                    "admin listener {a} overlaps the client listener server.listen = {}",
+                    s.listen
+                ),
+                format!(
+                    "give the admin listener its own port, e.g. listen = \"127.0.0.1:{}\"",
+                    if s.listen.port() == 9091 { 9092 } else { 9091 }
+                ),
+            );
+            None
+        }
+        (a, _) => a,
+    };
+    let token = match raw.token {
+        None => Some(None),
+        Some(t) => admin_token(&t, "admin.token", host, errs).map(Some),
+    };
+    Some(AdminConfig {
+        listen: listen?,
+        token: token?,
+    })
+}
+
+/// Whether two listen addresses would claim the same port on a shared address.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// `[admin].token`: non-empty after `${VAR}` expansion, without whitespace or control
+/// characters. Messages never echo the value.
+fn admin_token(value: &str, key: &str, host: &Host<'_>, errs: &mut Collector) -> Option<String> {
+    const FIX_EMPTY: &str = "write a secret such as token = \"${ROLTER_ADMIN_TOKEN}\" (e.g. from `openssl rand -hex 32`), or remove `token` to leave the admin listener without authentication";
+    if value.is_empty() {
+        errs.push(key, "token is empty", FIX_EMPTY);
+        return None;
+    }
+    let expanded = expand_env(value, key, host, errs)?;
+    if expanded.is_empty() {
+        errs.push(
+            key,
+            "token is empty after expanding its ${VAR} references",
+            "set the referenced environment variable to a non-empty secret before starting rolter",
+        );
+        return None;
+    }
+    if expanded
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        errs.push(
+            key,
+            "token contains whitespace or a control character (space, tab, CR, LF, …), which cannot be sent in an Authorization header",
+            "use a token of visible characters only, e.g. from `openssl rand -hex 32` (check the value of any ${VAR} it uses, including a trailing newline)",
+        );
+        return None;
+    }
+    Some(expanded)
+}
+
+fn catalog(raw: Option<OrderedPrices>, errs: &mut Collector) -> Option<HashMap<String, Price>> {
+    let Some(OrderedPrices(raw)) = raw else {
+        return Some(HashMap::new());
+    };
+    let mut out = HashMap::with_capacity(raw.len());
+    let mut ok = true;
+    for (name, p) in raw {
+        let key = if is_bare_key(&name) {
+            format!("catalog.{name}")
+        } else {
+            format!("catalog.{name:?}")
+        };
+        if name.is_empty() {
+            errs.push(
+                &key,
+                "model name is empty",
+                "name the entry after the model name the upstream expects, e.g. \"gpt-4o-mini\" = { input = 0.15, output = 0.60 }",
+            );
+            ok = false;
+            continue;
+        }
+        let example = format!("{name:?} = {{ input = 0.15, output = 0.60 }}");
+        match price(p, &key, &example, errs) {
+            Some(p) => {
+                out.insert(name, p);
+            }
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+// ---------------------------------------------------------------- prices
+
+/// Why a strategy ranks by price, if it does: `cheapest`; `adaptive` with `w_cost` > 0 or
+/// with `cheapest` as its fallback; `failover` with `cheapest` within each tier.
+fn price_need(spec: &StrategySpec) -> Option<String> {
+    let canonical = |n: &str| {
+        crate::strategy::registry::lookup(n).map_or(n.to_string(), |i| i.name.to_string())
+    };
+    let option_names_cheapest = |key: &str| {
+        spec.options
+            .get(key)
+            .and_then(|v| v.as_str())
+            .is_some_and(|n| canonical(n) == "cheapest")
+    };
+    match spec.name {
+        "cheapest" => Some("strategy `cheapest`".to_string()),
+        "adaptive" => {
+            let w_cost = match spec.options.get("w_cost") {
+                None => Some(DEFAULT_ADAPTIVE_W_COST),
+                Some(toml::Value::Float(f)) => Some(*f),
+                Some(toml::Value::Integer(n)) => Some(*n as f64),
+                // Any other type is reported by the strategy's own option checks.
+                Some(_) => None,
+            };
+            match w_cost {
+                Some(w) if w > 0.0 => Some(format!(
+                    "strategy `adaptive` with w_cost = {w}{}",
+                    if spec.options.contains_key("w_cost") {
+                        ""
+                    } else {
+                        " (the default)"
+                    }
+                )),
+                _ if option_names_cheapest("fallback_strategy") => {
+                    Some("strategy `adaptive` with fallback_strategy `cheapest`".to_string())
+                }
+                _ => None,
+            }
+        }
+        "failover" if option_names_cheapest("within_tier") => {
+            Some("strategy `failover` with within_tier `cheapest`".to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Every route that ranks by price (see [`price_need`]) must know a price for every model
+/// each of its targets can serve on it, resolved as `crate::pricing::PriceBook` does: the
+/// target's `price`, else `[catalog]` by upstream model name, else the built-in catalog.
+/// `routes` and `targets` are indexed as in the file; `None` entries (invalid, already
+/// reported) are skipped.
+pub(crate) fn check_prices(
+    routes: &[Option<Route>],
+    targets: &[Option<Target>],
+    catalog: &HashMap<String, Price>,
+    errs: &mut Collector,
+) {
+    for (ri, route) in routes.iter().enumerate() {
+        let Some(route) = route else { continue };
+        let Some(need) = price_need(&route.strategy) else {
+            continue;
+        };
+        let route_key = format!("routes[{ri}].strategy");
+        let extra = if route.strategy.name == "adaptive" && need.contains("w_cost") {
+            format!("; or set w_cost = 0 in {route_key} to rank without cost")
+        } else {
+            String::new()
+        };
+        for &id in &route.targets {
+            let Some(t) = targets.get(id).and_then(Option::as_ref) else {
+                continue;
+            };
+            if t.price.is_some() {
+                continue;
+            }
+            let key = format!("targets[{id}].price");
+            if t.models.is_empty() {
+                errs.push(
+                    &key,
+                    format!(
+                        "route `{}` uses {need} ({route_key}), which needs a price for every target, but target `{}` has no `price` and no `models` list, so it may serve any model at an unknown price",
+                        route.name, t.name
+                    ),
+                    format!(
+                        "add price = {{ input = 0.15, output = 0.60 }} (per 1M tokens) to target \"{}\", or list its `models` and give each a [catalog] entry such as \"model-name\" = {{ input = 0.15, output = 0.60 }}{extra}",
+                        t.name
+                    ),
+                );
+                continue;
+            }
+            for model in &t.models {
+                if !route.matcher.models.is_empty() && !route.matcher.models.contains(model) {
+                    continue;
+                }
+                let upstream = t.upstream_models.get(model).unwrap_or(model);
+                if catalog.contains_key(upstream) || crate::pricing::builtin(upstream).is_some() {
+                    continue;
+                }
+                let upstream_note = if upstream == model {
+                    String::new()
+                } else {
+                    format!(" (upstream name `{upstream}`)")
+                };
+                errs.push(
+                    &key,
+                    format!(
+                        "route `{}` uses {need} ({route_key}), which needs a price for every model, but target `{}` has no `price` and model `{model}`{upstream_note} is neither in [catalog] nor in the built-in catalog",
+                        route.name, t.name
+                    ),
+                    format!(
+                        "add price = {{ input = 0.15, output = 0.60 }} (per 1M tokens) to target \"{}\", or a [catalog] entry {upstream:?} = {{ input = ..., output = ... }}{extra}",
+                        t.name
+                    ),
+                );
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------- server
@@ -223,32 +671,44 @@ fn server(raw: RawServer, host: &Host<'_>, errs: &mut Collector) -> Option<Serve
 }
 
 fn listen_addr(s: &str, host: &Host<'_>, errs: &mut Collector) -> Option<SocketAddr> {
-    const KEY: &str = "server.listen";
-    const FIX: &str =
-        "write an address and port such as \"127.0.0.1:8080\", \"0.0.0.0:8080\" or \"[::]:8080\"";
+    socket_addr(s, "server.listen", 8080, host, errs)
+}
+
+/// A listen address `host:port` (IP literal, or a name resolved once); `port` is the port
+/// used in the examples of the fix.
+fn socket_addr(
+    s: &str,
+    key: &str,
+    port: u16,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<SocketAddr> {
+    let fix = format!(
+        "write an address and port such as \"127.0.0.1:{port}\", \"0.0.0.0:{port}\" or \"[::]:{port}\""
+    );
     if let Ok(addr) = s.parse::<SocketAddr>() {
         return Some(addr);
     }
     let Some((name, port)) = s.rsplit_once(':') else {
-        errs.push(KEY, format!("`{s}` has no port"), FIX);
+        errs.push(key, format!("`{s}` has no port"), fix);
         return None;
     };
     let Ok(port) = port.parse::<u16>() else {
-        errs.push(KEY, format!("`{s}` has an invalid port `{port}`"), FIX);
+        errs.push(key, format!("`{s}` has an invalid port `{port}`"), fix);
         return None;
     };
     if name.is_empty() {
-        errs.push(KEY, format!("`{s}` has no host"), FIX);
+        errs.push(key, format!("`{s}` has no host"), fix);
         return None;
     }
     match (host.resolve)(name, port) {
         Ok(addrs) if !addrs.is_empty() => Some(addrs[0]),
         Ok(_) => {
-            errs.push(KEY, format!("host `{name}` resolved to no address"), FIX);
+            errs.push(key, format!("host `{name}` resolved to no address"), fix);
             None
         }
         Err(e) => {
-            errs.push(KEY, format!("cannot resolve host `{name}`: {e}"), FIX);
+            errs.push(key, format!("cannot resolve host `{name}`: {e}"), fix);
             None
         }
     }
@@ -411,7 +871,32 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
 
     let price = match raw.price {
         None => Some(None),
-        Some(p) => price(p, &join(at, "price"), errs).map(Some),
+        Some(p) => price(
+            p,
+            &join(at, "price"),
+            "price = { input = 0.15, output = 0.60 }",
+            errs,
+        )
+        .map(Some),
+    };
+
+    let health_path = match raw.health_path {
+        None => Some(None),
+        // An empty path turns active checks off for this target.
+        Some(p) if p.is_empty() => Some(Some(p)),
+        Some(p) => check_path(&p, &join(at, "health_path"), "/health", errs).then_some(Some(p)),
+    };
+    let metrics_path = match raw.metrics_path {
+        None => Some(None),
+        Some(p) if p.is_empty() => {
+            errs.push(
+                join(at, "metrics_path"),
+                "metrics_path is empty",
+                "write a path such as \"/metrics\", remove the key to use [metrics_scrape].path, or set scrape = false to not scrape this target",
+            );
+            None
+        }
+        Some(p) => check_path(&p, &join(at, "metrics_path"), "/metrics", errs).then_some(Some(p)),
     };
 
     let headers = target_headers(raw.headers, &join(at, "headers"), host, errs);
@@ -449,9 +934,9 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
         max_concurrent: max_concurrent?,
         tier: tier?,
         price: price?,
-        health_path: None,
-        scrape: true,
-        metrics_path: None,
+        health_path: health_path?,
+        scrape: raw.scrape.unwrap_or(true),
+        metrics_path: metrics_path?,
         timeouts: timeouts?,
         pool: pool?,
     })
@@ -726,13 +1211,15 @@ fn ca_file(
     Some((path, certs))
 }
 
-fn price(raw: RawPrice, at: &str, errs: &mut Collector) -> Option<Price> {
+/// A price table; `example` shows a complete one in the fix (`price = { … }` on a target,
+/// `"model" = { … }` in `[catalog]`).
+fn price(raw: RawPrice, at: &str, example: &str, errs: &mut Collector) -> Option<Price> {
     let one = |v: Option<f64>, key: &str, errs: &mut Collector| match v {
         None => {
             errs.push(
                 join(at, key),
                 format!("price has no `{key}`"),
-                "set both prices per 1M tokens, e.g. price = { input = 0.15, output = 0.60 }",
+                format!("set both prices per 1M tokens, e.g. {example}"),
             );
             None
         }
@@ -1355,6 +1842,98 @@ fn positive(v: Option<i64>, key: &str, errs: &mut Collector) -> Option<Option<i6
         }
         other => Some(other),
     }
+}
+
+/// An optional integer in `range`; `what` says what it counts, for the fix.
+fn count(
+    v: Option<i64>,
+    key: &str,
+    default: u32,
+    range: std::ops::RangeInclusive<u32>,
+    what: &str,
+    errs: &mut Collector,
+) -> Option<u32> {
+    let Some(n) = v else {
+        return Some(default);
+    };
+    match u32::try_from(n) {
+        Ok(v) if range.contains(&v) => Some(v),
+        _ => {
+            let name = key.rsplit('.').next().unwrap_or(key);
+            let (lo, hi) = (*range.start(), *range.end());
+            let (bound, whole) = if hi == u32::MAX {
+                (
+                    format!("at least {lo}"),
+                    format!("a whole number of at least {lo}"),
+                )
+            } else {
+                (
+                    format!("between {lo} and {hi}"),
+                    format!("a whole number from {lo} to {hi}"),
+                )
+            };
+            errs.push(
+                key,
+                format!("{name} is {n}; it must be {bound}"),
+                format!("set {name} to {whole}: {what} (default {default})"),
+            );
+            None
+        }
+    }
+}
+
+/// A request path for probes and scrapes: starts with "/", no whitespace or control
+/// characters. `example` is shown in the fix.
+fn check_path(p: &str, key: &str, example: &str, errs: &mut Collector) -> bool {
+    if !p.starts_with('/') {
+        let fix = if p.is_empty() {
+            format!("write an absolute path such as \"{example}\"")
+        } else {
+            format!("write it as an absolute path: \"/{p}\"")
+        };
+        errs.push(key, format!("path {p:?} does not start with \"/\""), fix);
+        return false;
+    }
+    if let Some(bad) = p.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        errs.push(
+            key,
+            format!("path {p:?} contains {bad:?}, which cannot appear in a request line"),
+            "remove the character, or percent-encode it (a space is %20)",
+        );
+        return false;
+    }
+    true
+}
+
+/// An optional path (`check_path`), or `default` when absent.
+fn http_path(v: Option<String>, key: &str, default: &str, errs: &mut Collector) -> Option<String> {
+    match v {
+        None => Some(default.to_string()),
+        Some(p) => check_path(&p, key, default, errs).then_some(p),
+    }
+}
+
+/// A duration that must be greater than zero (an interval or a period, not a timeout).
+fn nonzero_duration(
+    v: Option<&toml::Value>,
+    key: &str,
+    default: Duration,
+    errs: &mut Collector,
+) -> Option<Duration> {
+    let d = duration(v, key, default, true, errs)?;
+    if d.is_zero() {
+        let name = key.rsplit('.').next().unwrap_or(key);
+        errs.push(
+            key,
+            format!("{name} is zero; it must be greater than zero"),
+            format!(
+                "use a positive duration such as \"{}\" (the default)",
+                humantime::format_duration(default)
+            ),
+        );
+        return None;
+    }
+    Some(d)
 }
 
 /// A list of non-empty, distinct strings.
