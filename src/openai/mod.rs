@@ -5,6 +5,7 @@
 
 pub mod facts;
 pub mod models;
+pub mod usage;
 
 /// The inference endpoints the gateway proxies.
 pub const PROXIED_PATHS: &[&str] = &[

@@ -112,6 +112,7 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
             HeadRead::Head(h) => h,
             HeadRead::Closed => return,
             HeadRead::Reject(e) => {
+                state.record_gateway(e.status, e.code);
                 reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
                 return;
             }
@@ -120,6 +121,7 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
             match read_body(&mut io, &mut rbuf, &mut bufs.body, &head, &limits).await {
                 Ok(v) => v,
                 Err(Some(e)) => {
+                    state.record_gateway(e.status, e.code);
                     reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
                     return;
                 }
@@ -192,6 +194,7 @@ async fn dispatch(
     let body = match local {
         Ok(body) => body,
         Err(e) => {
+            state.record_gateway(e.status, e.code);
             return respond(
                 &mut io.wr,
                 &mut bufs.out,
@@ -199,7 +202,7 @@ async fn dispatch(
                 req.close,
                 limits.write_timeout,
             )
-            .await
+            .await;
         }
     };
     bufs.out.clear();

@@ -10,15 +10,16 @@
 use std::time::Instant as StdInstant;
 
 use super::conn::{respond, ClientIo};
-use super::relay::{exchange, ClientSide, Outcome};
-use super::state::{InFlight, WorkerState};
+use super::relay::{exchange, ClientSide, Outcome, Report};
+use super::state::WorkerState;
 use crate::config::{Route, Target};
 use crate::error::{GatewayError, Retry};
 use crate::http::head::{HeaderSpan, RequestHead};
 use crate::http::response::{write_content_length, write_header};
 use crate::http::{header_tokens, is_hop_by_hop};
 use crate::openai::facts::{self, RequestFacts};
-use crate::strategy::{AsyncInputs, Candidate, PickRequest, SessionKey};
+use crate::signals::exchange::{Record, Verdict};
+use crate::strategy::{AsyncInputs, Candidate, PickRequest, Sample, SessionKey};
 
 /// What happens to the client connection after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,11 +122,15 @@ pub async fn forward(
     let write_timeout = state.config.server.limits.write_timeout;
     let facts = match facts::extract(req.body) {
         Ok(f) => f,
-        Err(e) => return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await,
+        Err(e) => {
+            state.record_gateway(e.status, e.code);
+            return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
+        }
     };
     if facts.model.is_empty() {
         let e =
             GatewayError::client(400, "missing_model", "`model` is required").with_param("model");
+        state.record_gateway(e.status, e.code);
         return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
     }
     let path = req.head.path(req.buf);
@@ -139,6 +144,7 @@ pub async fn forward(
         Some(i) => i,
         None => {
             let e = model_not_found(&facts.model);
+            state.record_gateway(e.status, e.code);
             return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
         }
     };
@@ -165,6 +171,7 @@ pub async fn forward(
             Ok(v) => v,
             Err(e) => {
                 let e = last_err.take().unwrap_or(e);
+                state.record_gateway(e.status, e.code);
                 break respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
             }
         };
@@ -173,8 +180,10 @@ pub async fn forward(
             .saturating_sub(attempts)
             .min(others);
         build_upstream_request(&mut bufs.up, req, &facts, route, target);
+        let load_at_send = state.load.load(tid);
+        let mut report = Report::default();
         let outcome = {
-            let _in_flight = InFlight::enter(&state.in_flight[tid]);
+            let _in_flight = state.load.enter(tid);
             exchange(
                 state,
                 tid,
@@ -186,9 +195,28 @@ pub async fn forward(
                     close: req.close,
                 },
                 retries_left > 0,
+                &mut report,
             )
             .await
         };
+        let verdict = verdict(&outcome, &report);
+        let finished = StdInstant::now();
+        let sent = report.sent.unwrap_or(finished);
+        state.record_attempt(
+            route_idx,
+            Sample {
+                target: tid,
+                status: report.status,
+                success: verdict == Verdict::Success,
+                ttft: report.first_byte.map(|f| f.saturating_duration_since(sent)),
+                duration: finished.saturating_duration_since(sent),
+                load_at_send,
+                prompt_tokens: preq.prompt_tokens,
+                usage: report.usage,
+                finished,
+            },
+            verdict,
+        );
         tried[attempts] = tid;
         attempts += 1;
         match outcome {
@@ -209,6 +237,22 @@ pub async fn forward(
         Fate::Close
     } else {
         fate
+    }
+}
+
+/// What an attempt says about its target.
+fn verdict(outcome: &Outcome, report: &Report) -> Verdict {
+    match outcome {
+        Outcome::ClientGone => Verdict::ClientGone,
+        Outcome::Relayed { .. } if !report.completed => Verdict::TargetFailed,
+        Outcome::Relayed { .. } | Outcome::Failed(_) => match report.status {
+            200..=299 if report.completed => Verdict::Success,
+            // No response, or a server error (including the retryable 502/503/504).
+            0 | 500..=599 => Verdict::TargetFailed,
+            // A head was read but the response was malformed or cut before the client got it.
+            200..=299 => Verdict::TargetFailed,
+            _ => Verdict::Answered,
+        },
     }
 }
 
@@ -254,19 +298,28 @@ fn pick_target(
     preq: &PickRequest<'_>,
     tried: &[usize],
 ) -> Result<(usize, usize), GatewayError> {
+    state.drain_signals();
     let mut cands = state.candidates.borrow_mut();
     cands.clear();
     let mut full = 0;
+    let mut out = 0;
     for &t in &route.targets {
         let target = &state.config.targets[t];
         if !serves(target, preq.model) || tried.contains(&t) {
             continue;
         }
-        let load = state.in_flight[t].get();
-        if target.max_concurrent.is_some_and(|m| load >= u64::from(m)) {
+        if !state.load.eligible(t) {
+            out += 1;
+            continue;
+        }
+        if target
+            .max_concurrent
+            .is_some_and(|m| state.load.in_flight(t) >= u64::from(m))
+        {
             full += 1;
             continue;
         }
+        let load = state.load.load(t);
         cands.push(Candidate {
             target: t,
             weight: target.weight,
@@ -277,6 +330,8 @@ fn pick_target(
     if cands.is_empty() {
         let msg = if full > 0 {
             "every target for this model is at its max_concurrent limit"
+        } else if out > 0 {
+            "every target for this model is unhealthy or ejected"
         } else {
             "no target is available for this model"
         };
@@ -288,7 +343,15 @@ fn pick_target(
         .borrow_mut()
         .pick(preq, &cands, now);
     match pick {
-        Some(p) if p.index < cands.len() => Ok((cands[p.index].target, cands.len() - 1)),
+        Some(p) if p.index < cands.len() => {
+            if let Some(reason) = p.fallback {
+                state.links.record(Record::Fallback {
+                    route: route_idx as u16,
+                    reason,
+                });
+            }
+            Ok((cands[p.index].target, cands.len() - 1))
+        }
         _ => Err(GatewayError::internal(
             503,
             "no_available_target",

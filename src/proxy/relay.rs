@@ -21,6 +21,8 @@ use super::state::WorkerState;
 use crate::error::{GatewayError, Retry};
 use crate::http::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
 use crate::http::response::{write_content_length, write_header, write_status_line};
+use crate::openai::usage;
+use crate::strategy::Usage;
 use crate::upstream::conn::UpstreamConn;
 use crate::upstream::connect::{connect, ConnectError};
 use crate::upstream::response::{self, RespFraming, ResponseHead};
@@ -40,6 +42,21 @@ fn retryable_status(status: u16) -> bool {
     matches!(status, 429 | 502 | 503 | 504)
 }
 
+/// What one exchange observed, for learning, health and metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Report {
+    /// When the request was written upstream.
+    pub sent: Option<std::time::Instant>,
+    /// The final response status (0 when no response head arrived).
+    pub status: u16,
+    /// When the first response body byte arrived (the head, for an empty body).
+    pub first_byte: Option<std::time::Instant>,
+    /// The response was relayed to its end.
+    pub completed: bool,
+    /// Token usage found in a successful response.
+    pub usage: Option<Usage>,
+}
+
 /// What the relay needs to know about the client's side of the exchange.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientSide {
@@ -49,7 +66,9 @@ pub struct ClientSide {
     pub close: bool,
 }
 
-/// Runs one exchange with target `tid`. `bufs.up` holds the request bytes.
+/// Runs one exchange with target `tid`. `bufs.up` holds the request bytes; what happened is
+/// written to `report` as it happens.
+#[allow(clippy::too_many_arguments)]
 pub async fn exchange(
     state: &WorkerState,
     tid: usize,
@@ -58,6 +77,7 @@ pub async fn exchange(
     bufs: &mut IoBufs,
     client: ClientSide,
     may_retry: bool,
+    report: &mut Report,
 ) -> Outcome {
     let target = &state.config.targets[tid];
     let t = &target.timeouts;
@@ -108,7 +128,10 @@ pub async fn exchange(
         let req = std::mem::take(&mut bufs.up);
         let deadline = Instant::now() + t.first_byte;
         match race(up.write_all(req), watch, deadline).await {
-            Race::Done((Ok(_), req)) => bufs.up = req,
+            Race::Done((Ok(_), req)) => {
+                bufs.up = req;
+                report.sent = Some(std::time::Instant::now());
+            }
             Race::Done((Err(e), req)) => {
                 bufs.up = req;
                 if reused {
@@ -190,6 +213,7 @@ pub async fn exchange(
             }
         };
 
+        report.status = head.status;
         if may_retry && retryable_status(head.status) {
             let mut e = GatewayError::upstream(
                 head.status,
@@ -200,7 +224,7 @@ pub async fn exchange(
             e.retry_after = head.retry_after;
             return Outcome::Failed(e);
         }
-        return relay_body(state, tid, up, head, wr, watch, bufs, client).await;
+        return relay_body(state, tid, up, head, wr, watch, bufs, client, report).await;
     }
 }
 
@@ -287,8 +311,11 @@ async fn relay_body(
     watch: &Reader,
     bufs: &mut IoBufs,
     client: ClientSide,
+    report: &mut Report,
 ) -> Outcome {
     let target = &state.config.targets[tid];
+    // Usage is looked for only in successful responses.
+    let scan_usage = (200..300).contains(&head.status);
     let write_timeout = state.config.server.limits.write_timeout;
     let idle = target.timeouts.idle;
     let client_chunked =
@@ -337,11 +364,17 @@ async fn relay_body(
 
     let mut tail = SseTail::default();
     let first = &bufs.ubuf[head.len..];
+    if scan_usage && !first.is_empty() {
+        report.usage = usage::scan(first).or(report.usage);
+    }
     let Ok((mut done, mut overrun)) = feed_body(&mut body, first, out, client_chunked, &mut tail)
     else {
         // Nothing has reached the client yet: a plain 502, not a cut-off stream.
         return Outcome::Failed(bad_response(&target.name));
     };
+    if tail.sent || done {
+        report.first_byte = Some(std::time::Instant::now());
+    }
     let mut read_size = MIN_UPSTREAM_READ;
     let end = loop {
         if done && client_chunked {
@@ -372,10 +405,16 @@ async fn relay_body(
                 } else {
                     MIN_UPSTREAM_READ
                 };
+                if scan_usage {
+                    report.usage = usage::scan(&bufs.ubuf).or(report.usage);
+                }
                 match feed_body(&mut body, &bufs.ubuf, out, client_chunked, &mut tail) {
                     Ok((d, o)) => {
                         done = d;
                         overrun |= o;
+                        if report.first_byte.is_none() && (tail.sent || done) {
+                            report.first_byte = Some(std::time::Instant::now());
+                        }
                     }
                     Err(()) => break StreamEnd::UpstreamFailed,
                 }
@@ -397,7 +436,7 @@ async fn relay_body(
         }
     };
     match end {
-        StreamEnd::Complete => {}
+        StreamEnd::Complete => report.completed = true,
         StreamEnd::ClientGone => return Outcome::ClientGone,
         StreamEnd::UpstreamFailed => {
             return fail_midstream(

@@ -12,8 +12,10 @@ use crate::http::head::HeadLimits;
 use crate::openai::models;
 use crate::pricing::PriceBook;
 use crate::proxy::forward::IoBufs;
+use crate::signals::exchange::{Record, Verdict, WorkerLinks};
+use crate::signals::load::LoadView;
 use crate::strategy::registry::{self, BuildContext};
-use crate::strategy::{Candidate, Strategy, Switches};
+use crate::strategy::{Candidate, Sample, Strategy, Switches};
 use crate::upstream::pool::{Pool, PoolLimits};
 use crate::upstream::tls::UpstreamTls;
 
@@ -29,8 +31,10 @@ pub struct WorkerState {
     pub pool: Pool,
     /// TLS client settings per target (built once by the gateway, shared by every core).
     pub tls: Arc<UpstreamTls>,
-    /// Requests this core is proxying, per target.
-    pub in_flight: Vec<Cell<u64>>,
+    /// In-flight counts (this core exact, other cores by snapshot), queue depth, eligibility.
+    pub load: LoadView,
+    /// Channels to the other cores and the control thread.
+    pub links: WorkerLinks,
     /// Pre-built `GET /v1/models` body.
     pub models_body: Vec<u8>,
     pub head_limits: HeadLimits,
@@ -88,6 +92,8 @@ impl WorkerState {
         tls: Arc<UpstreamTls>,
         prices: &PriceBook,
         switches: &Arc<Switches>,
+        links: WorkerLinks,
+        workers: usize,
     ) -> Self {
         let seed = fastrand::u64(..) ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let routes = config
@@ -127,7 +133,8 @@ impl WorkerState {
             routes,
             pool,
             tls,
-            in_flight: config.targets.iter().map(|_| Cell::new(0)).collect(),
+            load: LoadView::new(config.targets.len(), workers),
+            links,
             models_body: models::list_body(&config, created),
             head_limits: HeadLimits {
                 max_head_bytes: limits.max_head_bytes,
@@ -155,20 +162,41 @@ impl WorkerState {
     }
 }
 
-/// Decrements a target's in-flight count when dropped.
-pub struct InFlight<'a> {
-    cell: &'a Cell<u64>,
-}
-
-impl<'a> InFlight<'a> {
-    pub fn enter(cell: &'a Cell<u64>) -> Self {
-        cell.set(cell.get() + 1);
-        InFlight { cell }
+impl WorkerState {
+    /// Applies whatever the other cores and the control thread sent: load snapshots,
+    /// target eligibility and queue depth, and samples to learn from. Cheap when the inbox
+    /// is empty (one atomic load).
+    pub fn drain_signals(&self) {
+        if self.links.has_mail() {
+            self.links.drain(&self.load, |s| self.observe(s));
+        }
     }
-}
 
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.cell.set(self.cell.get().saturating_sub(1));
+    /// Teaches every route's strategy on this core.
+    pub fn observe(&self, sample: &Sample) {
+        for r in &self.routes {
+            r.strategy.borrow_mut().observe(sample);
+        }
+    }
+
+    /// Learns from an attempt on this core and reports it to the other cores and control.
+    pub fn record_attempt(&self, route: usize, sample: Sample, verdict: Verdict) {
+        self.observe(&sample);
+        self.links.record(Record::Attempt {
+            route: route as u16,
+            sample,
+            verdict,
+        });
+    }
+
+    /// Counts a response the gateway produced itself.
+    pub fn record_gateway(&self, status: u16, code: &'static str) {
+        self.links.record(Record::Gateway { status, code });
+    }
+
+    /// The signal tick: publish this core's changes, apply the others'.
+    pub fn signal_tick(&self) {
+        self.links.publish(&self.load);
+        self.drain_signals();
     }
 }

@@ -12,17 +12,22 @@ use std::time::{Duration, Instant};
 
 use super::driver::{self, ActiveDriver};
 use super::listener;
-use super::worker::{self, Control};
+use super::worker::{self, Control, WorkerSetup};
 use crate::config::Config;
+use crate::control::ControlContext;
 use crate::pricing::PriceBook;
+use crate::signals::exchange::mesh;
 use crate::strategy::Switches;
 use crate::upstream::tls::UpstreamTls;
 
 pub struct Gateway {
     addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     driver: ActiveDriver,
     control: Arc<Control>,
     workers: Vec<JoinHandle<()>>,
+    control_thread: Option<JoinHandle<()>>,
+    switches: Arc<Switches>,
 }
 
 impl Gateway {
@@ -34,6 +39,18 @@ impl Gateway {
         let count = config.server.workers.max(1);
         let listeners = listener::bind_all(config.server.listen, count)?;
         let addr = listeners[0].local_addr()?;
+        let admin = match &config.admin {
+            Some(a) => {
+                let l = std::net::TcpListener::bind(a.listen).map_err(|e| {
+                    io::Error::new(e.kind(), format!("admin listener {}: {e}", a.listen))
+                })?;
+                l.set_nonblocking(true)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+        let (mut worker_links, control_links) = mesh(count);
         let config = Arc::new(config);
         let prices = Arc::new(PriceBook::new(&config));
         let switches = Arc::new(Switches::new(config.adaptive.enabled));
@@ -53,6 +70,7 @@ impl Gateway {
             let tls = tls.clone();
             let control = control.clone();
             let (prices, switches) = (prices.clone(), switches.clone());
+            let links = worker_links.remove(0);
             let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
             let ready = ready_tx.clone();
             let handle = std::thread::Builder::new()
@@ -64,7 +82,18 @@ impl Gateway {
                     let started = ready.clone();
                     let result = driver::block_on(driver, async move {
                         let _ = started.send(Ok(()));
-                        worker::run(id, config, tls, l, control, prices, switches).await;
+                        worker::run(WorkerSetup {
+                            id,
+                            config,
+                            tls,
+                            listener: l,
+                            control,
+                            prices,
+                            switches,
+                            links,
+                            workers: count,
+                        })
+                        .await;
                     });
                     if let Err(e) = result {
                         let _ = ready.send(Err(e));
@@ -73,6 +102,16 @@ impl Gateway {
             workers.push(handle);
         }
         drop(ready_tx);
+        let control_thread = crate::control::spawn(ControlContext {
+            config: config.clone(),
+            tls: tls.clone(),
+            links: control_links,
+            switches: switches.clone(),
+            flags: control.clone(),
+            admin,
+            driver,
+            workers: count,
+        })?;
         for _ in 0..count {
             match ready_rx.recv_timeout(Duration::from_secs(10)) {
                 Ok(Ok(())) => {}
@@ -89,16 +128,32 @@ impl Gateway {
             pinned = !cores.is_empty(),
             "rolter listening"
         );
+        if let Some(a) = admin_addr {
+            tracing::info!(%a, "admin listening");
+        }
         Ok(Gateway {
             addr,
+            admin_addr,
             driver,
             control,
             workers,
+            control_thread: Some(control_thread),
+            switches,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The admin listener's address, when `[admin]` is configured.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// Run-time switches (the adaptive kill switch), as the admin API flips them.
+    pub fn switches(&self) -> &Arc<Switches> {
+        &self.switches
     }
 
     pub fn driver(&self) -> ActiveDriver {
@@ -119,6 +174,9 @@ impl Gateway {
         self.control.stop.store(true, Ordering::Relaxed);
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+        if let Some(c) = self.control_thread.take() {
+            let _ = c.join();
         }
     }
 }

@@ -16,11 +16,17 @@ use crate::config::Config;
 use crate::pricing::PriceBook;
 use crate::proxy::conn;
 use crate::proxy::state::WorkerState;
+use crate::signals::exchange::WorkerLinks;
 use crate::strategy::Switches;
 use crate::upstream::tls::UpstreamTls;
 
-/// How often a worker checks for shutdown and evicts stale pooled connections.
-const TICK: Duration = Duration::from_millis(100);
+/// The signal tick: how often a worker publishes its load snapshot and records and drains
+/// its inbox. A change on one core reaches every other core's view within one tick (plus the
+/// time a busy worker takes to reach its tick); see docs/architecture.md.
+pub const SIGNAL_TICK: Duration = Duration::from_millis(2);
+
+/// Housekeeping (pool eviction, shutdown checks) runs every this many signal ticks (100 ms).
+const HOUSEKEEPING_EVERY: u32 = 50;
 
 /// Shared flags the gateway handle uses to stop workers.
 pub struct Control {
@@ -30,17 +36,36 @@ pub struct Control {
     pub stop: AtomicBool,
 }
 
+/// What one worker starts with.
+pub struct WorkerSetup {
+    pub id: usize,
+    pub config: Arc<Config>,
+    pub tls: Arc<UpstreamTls>,
+    pub listener: StdListener,
+    pub control: Arc<Control>,
+    pub prices: Arc<PriceBook>,
+    pub switches: Arc<Switches>,
+    pub links: WorkerLinks,
+    /// How many workers the gateway runs.
+    pub workers: usize,
+}
+
 /// The body of a worker thread, run inside its runtime.
-pub async fn run(
-    id: usize,
-    config: Arc<Config>,
-    tls: Arc<UpstreamTls>,
-    listener: StdListener,
-    control: Arc<Control>,
-    prices: Arc<PriceBook>,
-    switches: Arc<Switches>,
-) {
-    let state = Rc::new(WorkerState::new(id, config, tls, &prices, &switches));
+pub async fn run(setup: WorkerSetup) {
+    let WorkerSetup {
+        id,
+        config,
+        tls,
+        listener,
+        control,
+        prices,
+        switches,
+        links,
+        workers,
+    } = setup;
+    let state = Rc::new(WorkerState::new(
+        id, config, tls, &prices, &switches, links, workers,
+    ));
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -72,8 +97,15 @@ pub async fn run(
         }
     });
     let mut listening = true;
+    let mut ticks = 0u32;
     loop {
-        monoio::time::sleep(TICK).await;
+        monoio::time::sleep(SIGNAL_TICK).await;
+        state.signal_tick();
+        ticks += 1;
+        if ticks < HOUSEKEEPING_EVERY && !control.stop.load(Ordering::Relaxed) {
+            continue;
+        }
+        ticks = 0;
         state.pool.evict_expired(std::time::Instant::now());
         if control.stop.load(Ordering::Relaxed) {
             break;
@@ -91,5 +123,6 @@ pub async fn run(
             }
         }
     }
+    state.signal_tick();
     state.pool.clear();
 }
