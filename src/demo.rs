@@ -24,8 +24,9 @@ pub struct Demo {
 /// The three demo engines: name, time to first token, inter-token latency.
 const ENGINES: &[(&str, u64, u64)] = &[("fast", 40, 20), ("medium", 90, 40), ("slow", 200, 80)];
 
-/// Starts the mock fleet and the gateway on `listen`.
-pub fn start(listen: SocketAddr, workers: usize) -> io::Result<Demo> {
+/// Starts the mock fleet and the gateway on `listen`, with its admin listener on `admin`
+/// (or on a free port when that one is taken).
+pub fn start(listen: SocketAddr, workers: usize, admin: SocketAddr) -> io::Result<Demo> {
     let mut engines = Vec::new();
     for &(name, ttft, itl) in ENGINES {
         let handle = rolter_mock::spawn(MockConfig {
@@ -38,7 +39,12 @@ pub fn start(listen: SocketAddr, workers: usize) -> io::Result<Demo> {
         })?;
         engines.push((name.to_string(), handle));
     }
-    let config = demo_config(listen, workers, &engines)
+    let admin = if std::net::TcpListener::bind(admin).is_ok() {
+        admin
+    } else {
+        SocketAddr::new(admin.ip(), 0)
+    };
+    let config = demo_config(listen, workers, admin, &engines)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     let gateway = Gateway::start(config)?;
     Ok(Demo { gateway, engines })
@@ -47,9 +53,15 @@ pub fn start(listen: SocketAddr, workers: usize) -> io::Result<Demo> {
 fn demo_config(
     listen: SocketAddr,
     workers: usize,
+    admin: SocketAddr,
     engines: &[(String, MockHandle)],
 ) -> Result<Config, config::ConfigErrors> {
-    let mut text = format!("[server]\nlisten = \"{listen}\"\nworkers = {workers}\n\n");
+    let mut text = format!(
+        "[server]\nlisten = \"{listen}\"\nworkers = {workers}\n\n\
+         [admin]\nlisten = \"{admin}\"\n\n\
+         [health]\ninterval = \"2s\"\n\n\
+         [metrics_scrape]\ninterval = \"1s\"\n\n"
+    );
     for (name, h) in engines {
         text.push_str(&format!(
             "[[targets]]\nname = \"{name}\"\nurl = \"http://{}\"\nmodels = [\"{DEMO_MODEL}\"]\n\n",
@@ -59,7 +71,8 @@ fn demo_config(
     text.push_str("[[routes]]\nname = \"demo\"\ntargets = [");
     let names: Vec<String> = engines.iter().map(|(n, _)| format!("\"{n}\"")).collect();
     text.push_str(&names.join(", "));
-    text.push_str("]\nstrategy = \"round_robin\"\n");
+    // `fastest` measures every engine first, then sends traffic to the quickest.
+    text.push_str("]\nstrategy = \"fastest\"\n");
     config::load_str(&text, "<demo>")
 }
 
@@ -75,6 +88,12 @@ pub fn banner(demo: &Demo) -> String {
         s.push_str(&format!(
             "  {name:<7} http://{}  (first token {ttft} ms, then one every {itl} ms)\n",
             h.addr()
+        ));
+    }
+    if let Some(admin) = demo.gateway.admin_addr() {
+        s.push_str(&format!(
+            "\nThe route uses `fastest`: each engine is measured, then traffic goes to the quickest.\n\
+             Watch it on the admin listener:\n  curl http://{admin}/admin/targets\n  curl http://{admin}/metrics\n"
         ));
     }
     s.push_str(&format!(

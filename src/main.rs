@@ -49,6 +49,10 @@ enum Command {
         /// Worker threads (0 = one per core).
         #[arg(long, default_value_t = 0)]
         workers: usize,
+        /// Admin listener (metrics, targets, kill switch); a free port is used instead when
+        /// this one is taken.
+        #[arg(long, default_value = "127.0.0.1:9091")]
+        admin: SocketAddr,
     },
     /// List every strategy with its aliases, traits and options.
     Strategies,
@@ -92,6 +96,20 @@ fn main() -> ExitCode {
                     c.targets.len(),
                     c.routes.len()
                 );
+                for r in &c.routes {
+                    println!("  route {}: strategy {}", r.name, r.strategy.name);
+                }
+                let on_off = |b: bool| if b { "on" } else { "off" };
+                println!(
+                    "  health: active checks {}, passive ejection {}",
+                    on_off(c.health.active),
+                    on_off(c.health.failures > 0)
+                );
+                println!("  metrics scrape: {}", on_off(c.scrape.enabled));
+                match &c.admin {
+                    Some(a) => println!("  admin listener: {}", a.listen),
+                    None => println!("  admin listener: off"),
+                }
                 ExitCode::SUCCESS
             }
             Err(errors) => {
@@ -130,9 +148,13 @@ fn main() -> ExitCode {
             gateway.shutdown(grace);
             ExitCode::SUCCESS
         }
-        Command::Demo { listen, workers } => {
+        Command::Demo {
+            listen,
+            workers,
+            admin,
+        } => {
             init_logging();
-            let demo = match rolter::demo::start(listen, workers) {
+            let demo = match rolter::demo::start(listen, workers, admin) {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::error!("cannot start the demo: {e}");

@@ -49,7 +49,13 @@ pub struct Plane {
     published: Option<Arc<[TargetSignal]>>,
     last_publish: Option<Instant>,
     events: Vec<HealthEvent>,
+    /// Per (route, reason): when a fallback was last logged and how many happened since.
+    fallbacks: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
 }
+
+/// Fallback picks are logged at most this often per route and reason (the metrics count
+/// every one).
+const FALLBACK_LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl Plane {
     pub fn new(config: Arc<Config>, switches: Arc<Switches>, workers: usize) -> Self {
@@ -67,6 +73,7 @@ impl Plane {
             published: None,
             last_publish: None,
             events: Vec::new(),
+            fallbacks: Default::default(),
             config,
         }
     }
@@ -153,10 +160,40 @@ impl Plane {
                 }
             }
             Record::Fallback { route, reason } => {
-                self.metrics.record_fallback(route as usize, reason)
+                self.metrics.record_fallback(route as usize, reason);
+                self.log_fallback(route, reason, now);
             }
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
         }
+    }
+
+    /// Says in the log that a route's strategy is running on its fallback: at the first
+    /// fallback pick, then at most once a minute with the count since.
+    fn log_fallback(&mut self, route: u16, reason: &'static str, now: Instant) {
+        let (logged, since) = match self.fallbacks.get_mut(&(route, reason)) {
+            Some(e) => {
+                e.1 += 1;
+                if now.saturating_duration_since(e.0) < FALLBACK_LOG_EVERY {
+                    return;
+                }
+                let v = *e;
+                *e = (now, 0);
+                (false, v.1)
+            }
+            None => {
+                self.fallbacks.insert((route, reason), (now, 0));
+                (true, 1)
+            }
+        };
+        let r = &self.config.routes[route as usize];
+        tracing::info!(
+            route = %r.name,
+            strategy = r.strategy.name,
+            reason,
+            picks = since,
+            first = logged,
+            "strategy picked by its fallback (every such pick is counted in rolter_strategy_fallbacks_total)"
+        );
     }
 
     fn log_event(&mut self, e: HealthEvent) {
