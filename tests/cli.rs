@@ -38,8 +38,21 @@ fn demo_streams_tokens_one_by_one() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no address in banner: {first}"));
-    let banner: Vec<String> = lines.by_ref().take(8).map(|l| l.unwrap()).collect();
+    let banner: Vec<String> = lines.by_ref().take(14).map(|l| l.unwrap()).collect();
     assert!(banner.iter().any(|l| l.contains("curl -N")), "{banner:?}");
+    // The admin listener is on, at the address the banner gives.
+    let admin: SocketAddr = banner
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("curl http://")?.strip_suffix("/admin/targets"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in banner: {banner:?}"));
+    let mut a = TcpStream::connect(admin).unwrap();
+    a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(a, "GET /admin/targets HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut targets = String::new();
+    a.read_to_string(&mut targets).unwrap();
+    assert!(targets.starts_with("HTTP/1.1 200 OK\r\n"), "{targets}");
+    assert!(targets.contains("\"name\": \"fast\""), "{targets}");
 
     let body =
         r#"{"model":"demo-model","stream":true,"messages":[{"role":"user","content":"Hello"}]}"#;
