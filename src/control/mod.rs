@@ -130,6 +130,20 @@ async fn run(ctx: ControlContext) {
     }
 }
 
+/// Runs `probe` every `interval` (measured from the start of one run to the next) until
+/// the gateway stops.
+async fn every<F, Fut>(interval: Duration, flags: &Control, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    while !flags.stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        probe().await;
+        monoio::time::sleep(interval.saturating_sub(started.elapsed())).await;
+    }
+}
+
 /// Scrapes one target's metrics on the configured interval.
 async fn scrape_loop(
     t: usize,
@@ -141,8 +155,7 @@ async fn scrape_loop(
     let target = &config.targets[t];
     let cfg = &config.scrape;
     let path = target.metrics_path.as_deref().unwrap_or(&cfg.path);
-    while !flags.stop.load(Ordering::Relaxed) {
-        let started = Instant::now();
+    every(cfg.interval, &flags, || async {
         let params = tls.get(t).map(|x| x.params());
         let result = match probe::get(target, params, path, cfg.timeout).await {
             Ok((status, body)) if (200..300).contains(&status) => {
@@ -155,9 +168,8 @@ async fn scrape_loop(
             Err(e) => Err(e.to_string()),
         };
         plane.borrow_mut().scraped(t, result, Instant::now());
-        let spent = started.elapsed();
-        monoio::time::sleep(cfg.interval.saturating_sub(spent)).await;
-    }
+    })
+    .await;
 }
 
 /// Probes one target's health path on the configured interval.
@@ -171,8 +183,7 @@ async fn health_loop(
     let target = &config.targets[t];
     let cfg = &config.health;
     let path = target.health_path.as_deref().unwrap_or(&cfg.path);
-    while !flags.stop.load(Ordering::Relaxed) {
-        let started = Instant::now();
+    every(cfg.interval, &flags, || async {
         let params = tls.get(t).map(|x| x.params());
         let result = probe::get(target, params, path, cfg.timeout).await;
         let ok = matches!(result, Ok((s, _)) if (200..300).contains(&s));
@@ -181,7 +192,6 @@ async fn health_loop(
             Err(e) => e.to_string(),
         };
         plane.borrow_mut().probed(t, ok, &detail, Instant::now());
-        let spent = started.elapsed();
-        monoio::time::sleep(cfg.interval.saturating_sub(spent)).await;
-    }
+    })
+    .await;
 }
