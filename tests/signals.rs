@@ -473,3 +473,36 @@ fn admin_listener_guards_and_switches() {
     let r = call(g.local_addr(), &request("GET", "/admin/targets", &auth, ""));
     assert_eq!(r.status, 404);
 }
+
+/// `/admin/targets` shows what each route's strategy learned, from every core's samples.
+#[test]
+fn admin_shows_what_learning_strategies_learned() {
+    let a = mock("a", |_| {});
+    let b = mock("b", |_| {});
+    let g = gateway_signals(
+        rolter::config::DriverChoice::Auto,
+        2,
+        &[&a, &b],
+        &[],
+        "strategy = \"predicted_latency\"",
+        "",
+    );
+    for _ in 0..20 {
+        assert_eq!(completion(g.local_addr(), &[]).status, 200);
+    }
+    wait_for("twenty samples", SHORT, || {
+        let v = targets_json(&g);
+        let learned = &v["routes"][0]["learned"];
+        learned["t0"]["samples"].as_f64().unwrap_or(0.0)
+            + learned["t1"]["samples"].as_f64().unwrap_or(0.0)
+            == 20.0
+    });
+    let v = targets_json(&g);
+    assert_eq!(v["routes"][0]["strategy"], "predicted_latency");
+    let learned = &v["routes"][0]["learned"];
+    for t in ["t0", "t1"] {
+        if learned[t]["samples"].as_f64().unwrap() >= 8.0 {
+            assert!(learned[t]["base_ms"].is_number(), "{v}");
+        }
+    }
+}

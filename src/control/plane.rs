@@ -12,11 +12,13 @@ use crossbeam_channel::Receiver;
 
 use crate::config::Config;
 use crate::metrics::{GatewayMetrics, ScrapeStatus, TargetGauges};
+use crate::pricing::PriceBook;
 use crate::signals::exchange::{Record, ToControl, Verdict};
 use crate::signals::health::{HealthBook, HealthEvent};
 use crate::signals::load::TargetSignal;
 use crate::signals::scrape::EngineMetrics;
-use crate::strategy::Switches;
+use crate::strategy::registry::{self, BuildContext};
+use crate::strategy::{Strategy, Switches};
 
 /// Signals are re-sent at least this often even when unchanged, so a worker that missed a
 /// message (full inbox) catches up.
@@ -49,6 +51,9 @@ pub struct Plane {
     published: Option<Arc<[TargetSignal]>>,
     last_publish: Option<Instant>,
     events: Vec<HealthEvent>,
+    /// One instance of each route's strategy, taught by every sample like the workers'
+    /// instances, so the admin API can show what the routes have learned. It never picks.
+    mirrors: Vec<Box<dyn Strategy>>,
     /// Per (route, reason): when a fallback was last logged and how many happened since.
     fallbacks: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
 }
@@ -63,7 +68,26 @@ impl Plane {
         let strategies: Vec<&'static str> = config.routes.iter().map(|r| r.strategy.name).collect();
         let target_names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
         let n = config.targets.len();
+        let prices = PriceBook::new(&config);
+        let mirrors = config
+            .routes
+            .iter()
+            .map(|r| {
+                registry::build(
+                    &r.strategy,
+                    &BuildContext {
+                        target_count: n,
+                        seed: 0,
+                        targets: &config.targets,
+                        route_targets: &r.targets,
+                        prices: &prices,
+                        switches: &switches,
+                    },
+                )
+            })
+            .collect();
         Plane {
+            mirrors,
             health: HealthBook::new(&config.health, &config.targets, &config.routes),
             metrics: GatewayMetrics::new(&route_names, &strategies, &target_names),
             switches,
@@ -143,6 +167,9 @@ impl Plane {
             } => {
                 self.metrics.record_attempt(route as usize, sample);
                 self.metrics.record_decision(route as usize, sample.target);
+                for m in &mut self.mirrors {
+                    m.observe(sample);
+                }
                 if verdict == Verdict::Success {
                     if let (Some(ttft), Some(slot)) =
                         (sample.ttft, self.ttft.get_mut(sample.target))
@@ -388,7 +415,34 @@ impl Plane {
                 })
             })
             .collect();
-        serde_json::json!({ "targets": items })
+        let routes: Vec<serde_json::Value> = self
+            .config
+            .routes
+            .iter()
+            .zip(&self.mirrors)
+            .map(|(r, m)| {
+                let learned: serde_json::Map<String, serde_json::Value> = r
+                    .targets
+                    .iter()
+                    .filter_map(|&t| {
+                        let facts = m.learned(t);
+                        (!facts.is_empty()).then(|| {
+                            let obj: serde_json::Map<String, serde_json::Value> = facts
+                                .into_iter()
+                                .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+                                .collect();
+                            (self.config.targets[t].name.clone(), obj.into())
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "name": r.name,
+                    "strategy": r.strategy.name,
+                    "learned": learned,
+                })
+            })
+            .collect();
+        serde_json::json!({ "targets": items, "routes": routes })
     }
 
     /// Ready: every route has at least one eligible target.

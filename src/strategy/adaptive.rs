@@ -243,6 +243,10 @@ impl Strategy for Adaptive {
         })
     }
 
+    fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
+        self.ewma.get(target).map_or(Vec::new(), |e| e.describe())
+    }
+
     fn observe(&mut self, sample: &Sample) {
         if let Some(ms) = teaching_ttft_ms(sample, &self.in_route) {
             self.ewma[sample.target].update(ms, sample.finished, self.half_life_secs);

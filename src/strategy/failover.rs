@@ -36,6 +36,14 @@ impl Strategy for Failover {
         self.within.needs()
     }
 
+    fn observe(&mut self, sample: &super::Sample) {
+        self.within.observe(sample);
+    }
+
+    fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
+        self.within.learned(target)
+    }
+
     fn pick(
         &mut self,
         req: &PickRequest<'_>,
@@ -104,5 +112,23 @@ mod tests {
             assert_eq!(recovered[p.index].target, 1);
         }
         assert_eq!(f.pick(&req(), &[], now), None);
+    }
+
+    #[test]
+    fn a_learning_sub_strategy_learns_through_failover() {
+        let ctx = crate::strategy::testing::context(&[1.0, 1.0], &[]);
+        let spec = crate::config::StrategySpec {
+            name: "failover",
+            options: toml::from_str("within_tier = \"fastest\"").unwrap(),
+        };
+        let mut s = crate::strategy::registry::build(&spec, &ctx);
+        for _ in 0..5 {
+            s.observe(&crate::strategy::testing::sample(0, 90, 0, 10));
+            s.observe(&crate::strategy::testing::sample(1, 10, 0, 10));
+        }
+        let cands = [c(0, 0), c(1, 0)];
+        let p = s.pick(&req(), &cands, Instant::now()).unwrap();
+        assert_eq!(p.index, 1, "the faster member of the tier, once measured");
+        assert!(!s.learned(1).is_empty());
     }
 }

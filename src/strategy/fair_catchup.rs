@@ -276,6 +276,10 @@ impl Strategy for FairCatchup {
     fn observe(&mut self, sample: &Sample) {
         self.base.observe(sample);
     }
+
+    fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
+        self.base.learned(target)
+    }
 }
 
 #[cfg(test)]

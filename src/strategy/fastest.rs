@@ -59,6 +59,15 @@ impl TtftEwma {
         self.samples = self.samples.saturating_add(1);
     }
 
+    /// The average and the sample count, for the admin API.
+    pub(super) fn describe(&self) -> Vec<(&'static str, f64)> {
+        let mut v = vec![("ttft_samples", f64::from(self.samples))];
+        if self.samples > 0 {
+            v.push(("ttft_ewma_ms", self.value_ms));
+        }
+        v
+    }
+
     /// The average once at least `min_samples` samples taught it.
     #[inline]
     pub(super) fn value_if(&self, min_samples: u32) -> Option<f64> {
@@ -237,6 +246,10 @@ impl Strategy for Fastest {
             score: warm(candidates[i].target),
             fallback: None,
         })
+    }
+
+    fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
+        self.ewma.get(target).map_or(Vec::new(), |e| e.describe())
     }
 
     fn observe(&mut self, sample: &Sample) {

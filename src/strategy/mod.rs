@@ -225,6 +225,12 @@ pub trait Strategy {
     /// Learns from a finished attempt on any core (latency, failures). Samples for targets
     /// outside the strategy's route arrive too and must be ignored cheaply.
     fn observe(&mut self, _sample: &Sample) {}
+
+    /// What the strategy has learned about `target`, as named numbers (a TTFT average,
+    /// model coefficients), for the admin API. Never called on the request path.
+    fn learned(&self, _target: TargetId) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
 }
 
 /// Test helpers: candidates and a request built from plain values.

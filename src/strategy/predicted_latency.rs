@@ -246,6 +246,24 @@ impl Strategy for PredictedLatency {
         })
     }
 
+    fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
+        let Some(m) = self.models.get(target) else {
+            return Vec::new();
+        };
+        let mut v = vec![("samples", f64::from(m.samples))];
+        if m.known() {
+            v.extend([
+                ("base_ms", m.theta[0]),
+                ("ms_per_queued_request", m.theta[1]),
+                (
+                    "ms_per_1k_prompt_tokens",
+                    m.theta[2] * PROMPT_SCALE * 1000.0,
+                ),
+            ]);
+        }
+        v
+    }
+
     fn observe(&mut self, sample: &Sample) {
         if let Some(ms) = teaching_ttft_ms(sample, &self.in_route) {
             let x = features(sample.load_at_send, sample.prompt_tokens);
