@@ -43,7 +43,11 @@ fn demo_streams_tokens_one_by_one() {
     // The admin listener is on, at the address the banner gives.
     let admin: SocketAddr = banner
         .iter()
-        .find_map(|l| l.trim().strip_prefix("curl http://")?.strip_suffix("/admin/targets"))
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("curl http://")?
+                .strip_suffix("/admin/targets")
+        })
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("no admin address in banner: {banner:?}"));
     let mut a = TcpStream::connect(admin).unwrap();
