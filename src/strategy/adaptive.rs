@@ -2,8 +2,11 @@
 //! `w_latency × norm(TTFT EWMA) + w_cost × norm(estimated cost) + w_load × norm(load)`;
 //! the lowest score wins, load breaks ties, then a seeded random choice.
 //!
-//! `norm` is min–max across the candidates (all equal: 0). A target without a latency
-//! sample scores latency 0 (optimistic, so it gets measured); a target without a known price
+//! `norm` is the value's share of the largest across the candidates (`v / max`; 0 when all
+//! are 0), so terms count in proportion: loads 5 and 4 differ by 0.2, not by the whole
+//! range, and one request of load cannot outweigh a threefold latency gap (min–max scaling
+//! let it). A target without a latency sample scores latency 0 (optimistic, so it is not
+//! avoided before it is measured); a target without a known price
 //! for the requested model scores cost 1 (the worst). When the global kill switch
 //! ([`super::Switches::adaptive`], read on every pick) is off, the route's
 //! `fallback_strategy` picks and the pick is marked `kill_switch`; blending resumes at the
@@ -93,11 +96,12 @@ impl Range {
         self.max = self.max.max(v);
     }
 
-    /// Min–max normalisation into [0, 1]; 0 when every value is equal.
+    /// The value's share of the largest, in [0, 1] for the non-negative signals scored
+    /// here; 0 when the largest is 0.
     #[inline]
     fn norm(&self, v: f64) -> f64 {
-        if self.max > self.min {
-            (v - self.min) / (self.max - self.min)
+        if self.max > 0.0 {
+            v / self.max
         } else {
             0.0
         }
@@ -317,17 +321,19 @@ mod tests {
     fn each_weight_alone_reproduces_its_single_signal_choice() {
         let (ctx, c, t0) = three();
         let r = request(1000, Some(200));
-        for (opts, expected) in [
-            (weights(1.0, 0.0, 0.0), 0),
-            (weights(0.0, 1.0, 0.0), 1),
-            (weights(0.0, 0.0, 1.0), 2),
+        // Latency 50/900/300 ms, cost 16000/160/4800 (µ$), load 8/4/0: each alone picks
+        // its smallest, scored as its share of the largest.
+        for (opts, expected, score) in [
+            (weights(1.0, 0.0, 0.0), 0, 50.0 / 900.0),
+            (weights(0.0, 1.0, 0.0), 1, 160.0 / 16000.0),
+            (weights(0.0, 0.0, 1.0), 2, 0.0),
         ] {
             let mut s = adaptive(&ctx, opts);
             train(&mut s, t0);
             for _ in 0..50 {
                 let p = s.pick(&r, &c, t0).unwrap();
                 assert_eq!((p.index, p.fallback), (expected, None), "{opts:?}");
-                assert_eq!(p.score, Some(0.0));
+                assert!((p.score.unwrap() - score).abs() < 1e-9, "{opts:?}: {p:?}");
             }
         }
     }
@@ -335,17 +341,17 @@ mod tests {
     #[test]
     fn blends_normalised_terms() {
         let (ctx, c, t0) = three();
-        // Latency norms: 0 → 0, 1 → 1, 2 → 250/850; load norms: 1, 0.5, 0.
+        // Latency norms: 50/900, 1, 300/900; load norms: 1, 0.5, 0.
         let mut s = adaptive(&ctx, weights(1.0, 0.0, 1.0));
         train(&mut s, t0);
         let p = s.pick(&request(10, None), &c, t0).unwrap();
         assert_eq!(p.index, 2);
-        assert!((p.score.unwrap() - 250.0 / 850.0).abs() < 1e-12);
+        assert!((p.score.unwrap() - 300.0 / 900.0).abs() < 1e-12);
         // A heavier latency weight tips the balance to the fast, busy target.
         let mut s = adaptive(&ctx, weights(4.0, 0.0, 1.0));
         train(&mut s, t0);
         assert_eq!(s.pick(&request(10, None), &c, t0).unwrap().index, 0);
-        // Defaults (1, 1, 1): scores 0+1+1, 1+0+0.5, 0.29+0.29+0 → target 2.
+        // Defaults (1, 1, 1): scores 0.06+1+1, 1+0.01+0.5, 0.33+0.3+0 → target 2.
         let mut s = adaptive(&ctx, AdaptiveOptions::default());
         train(&mut s, t0);
         assert_eq!(s.pick(&request(1000, Some(200)), &c, t0).unwrap().index, 2);
