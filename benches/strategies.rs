@@ -52,6 +52,7 @@ fn bench_picks(c: &mut Criterion) {
                     weight: 1.0 + (i % 3) as f64,
                     load: (i * 7 % 11) as u64,
                     tier: 0,
+                    ..Candidate::default()
                 })
                 .collect();
             let spec = StrategySpec {

@@ -310,6 +310,12 @@ impl Plane {
                     .queue_depth(t, now)
                     .map(|q| q.min(u64::from(u32::MAX)) as u32)
                     .unwrap_or(0),
+                kv_usage: self.scrapes[t]
+                    .metrics
+                    .as_ref()
+                    .filter(|_| self.scrape_fresh(t, now))
+                    .and_then(|m| m.kv_usage)
+                    .map(|k| k as f32),
             })
             .collect();
         let due = self

@@ -3,6 +3,7 @@
 //!
 //! Owns knowledge of the API's shapes. It must not do I/O or pick targets.
 
+pub mod canonical;
 pub mod facts;
 pub mod models;
 pub mod usage;

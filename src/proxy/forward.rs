@@ -17,9 +17,10 @@ use crate::error::{GatewayError, Retry};
 use crate::http::head::{HeaderSpan, RequestHead};
 use crate::http::response::{write_content_length, write_header};
 use crate::http::{header_tokens, is_hop_by_hop};
+use crate::openai::canonical;
 use crate::openai::facts::{self, RequestFacts};
 use crate::signals::exchange::{Record, Verdict};
-use crate::strategy::{AsyncInputs, Candidate, PickRequest, Sample, SessionKey};
+use crate::strategy::{AsyncInputs, Candidate, Needs, PickRequest, Sample, SessionKey};
 
 /// What happens to the client connection after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +68,8 @@ pub struct IoBufs {
     pub hdrs: Vec<u8>,
     /// A request body decoded from chunked framing.
     pub body: Vec<u8>,
+    /// The canonical prompt, for strategies that ask for it.
+    pub prompt: Vec<u8>,
 }
 
 impl IoBufs {
@@ -77,6 +80,7 @@ impl IoBufs {
             ubuf: Vec::with_capacity(MIN_UPSTREAM_READ),
             hdrs: Vec::with_capacity(512),
             body: Vec::new(),
+            prompt: Vec::new(),
         }
     }
 }
@@ -94,6 +98,7 @@ impl IoBufs {
             &mut self.ubuf,
             &mut self.hdrs,
             &mut self.body,
+            &mut self.prompt,
         ] {
             b.clear();
             if b.capacity() > Self::KEEP {
@@ -150,13 +155,25 @@ pub async fn forward(
     };
     let route = &state.config.routes[route_idx];
     let inputs = AsyncInputs::default();
+    // Strategies that compare prompts get them whitespace-free, in a buffer lent for the
+    // request (taken out of `bufs`, which the exchange borrows mutably meanwhile).
+    let mut canonical = std::mem::take(&mut bufs.prompt);
+    let prompt: &[u8] = if state.routes[route_idx]
+        .needs
+        .contains(Needs::CANONICAL_PROMPT)
+    {
+        canonical::minify(facts.prompt, &mut canonical);
+        &canonical
+    } else {
+        facts.prompt
+    };
     let preq = PickRequest {
         model: &facts.model,
         session: SessionKey {
             header: req.header("x-session-id").filter(|v| !v.is_empty()),
-            prompt: facts.prompt,
+            prompt,
         },
-        prompt: facts.prompt,
+        prompt,
         prompt_tokens: facts.prompt_tokens,
         max_tokens: facts.max_tokens,
         inputs: &inputs,
@@ -175,6 +192,12 @@ pub async fn forward(
                 break respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
             }
         };
+        state.routes[route_idx].strategy.borrow_mut().routed(
+            &preq,
+            tid,
+            state.share.borrow_mut().for_route(route_idx),
+            StdInstant::now(),
+        );
         let target = &state.config.targets[tid];
         let retries_left = (route.retries as usize)
             .saturating_sub(attempts)
@@ -231,6 +254,7 @@ pub async fn forward(
             }
         }
     };
+    bufs.prompt = canonical;
     // The client's reader kept watching throughout: a client that closed while the
     // response was being written ends the connection.
     if io.reader.is_gone() {
@@ -325,6 +349,8 @@ fn pick_target(
             weight: target.weight,
             load,
             tier: target.tier,
+            queue_depth: state.load.queue_depth(t),
+            kv_usage: state.load.kv_usage(t),
         });
     }
     if cands.is_empty() {

@@ -15,13 +15,15 @@ use crate::proxy::forward::IoBufs;
 use crate::signals::exchange::{Record, Verdict, WorkerLinks};
 use crate::signals::load::LoadView;
 use crate::strategy::registry::{self, BuildContext};
-use crate::strategy::{Candidate, Sample, Strategy, Switches};
+use crate::strategy::{Candidate, Needs, Sample, ShareSink, Strategy, Switches};
 use crate::upstream::pool::{Pool, PoolLimits};
 use crate::upstream::tls::UpstreamTls;
 
 /// One route's per-core strategy instance.
 pub struct RouteState {
     pub strategy: RefCell<Box<dyn Strategy>>,
+    /// What the strategy asks for before it picks.
+    pub needs: Needs,
 }
 
 pub struct WorkerState {
@@ -35,6 +37,8 @@ pub struct WorkerState {
     pub load: LoadView,
     /// Channels to the other cores and the control thread.
     pub links: WorkerLinks,
+    /// What this core's strategies learned from routing this tick, for the other cores.
+    pub share: RefCell<ShareSink>,
     /// Pre-built `GET /v1/models` body.
     pub models_body: Vec<u8>,
     pub head_limits: HeadLimits,
@@ -108,8 +112,10 @@ impl WorkerState {
                     prices,
                     switches,
                 };
+                let strategy = registry::build(&r.strategy, &ctx);
                 RouteState {
-                    strategy: RefCell::new(registry::build(&r.strategy, &ctx)),
+                    needs: strategy.needs(),
+                    strategy: RefCell::new(strategy),
                 }
             })
             .collect();
@@ -135,6 +141,7 @@ impl WorkerState {
             tls,
             load: LoadView::new(config.targets.len(), workers),
             links,
+            share: RefCell::new(ShareSink::default()),
             models_body: models::list_body(&config, created),
             head_limits: HeadLimits {
                 max_head_bytes: limits.max_head_bytes,
@@ -168,7 +175,18 @@ impl WorkerState {
     /// is empty (one atomic load).
     pub fn drain_signals(&self) {
         if self.links.has_mail() {
-            self.links.drain(&self.load, |s| self.observe(s));
+            self.links.drain(
+                &self.load,
+                |s| self.observe(s),
+                |batch| {
+                    let now = std::time::Instant::now();
+                    for (route, item) in batch.iter() {
+                        if let Some(r) = self.routes.get(route) {
+                            r.strategy.borrow_mut().apply_shared(&item, now);
+                        }
+                    }
+                },
+            );
         }
     }
 
@@ -197,6 +215,12 @@ impl WorkerState {
     /// The signal tick: publish this core's changes, apply the others'.
     pub fn signal_tick(&self) {
         self.links.publish(&self.load);
+        {
+            let mut share = self.share.borrow_mut();
+            if !share.is_empty() {
+                self.links.share(share.take_batch());
+            }
+        }
         self.drain_signals();
     }
 }

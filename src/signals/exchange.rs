@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use super::load::{LoadView, TargetSignal};
-use crate::strategy::Sample;
+use crate::strategy::{Sample, ShareBatch};
 
 /// Messages a worker receives.
 pub enum ToWorker {
@@ -21,6 +21,8 @@ pub enum ToWorker {
     Load { from: usize, snapshot: Arc<[u32]> },
     /// Attempts that finished on another core.
     Samples(Arc<[Sample]>),
+    /// What another core's strategies learned from their routing (prefixes, sessions).
+    Shared(Arc<ShareBatch>),
     /// The control thread's eligibility and queue depth per target.
     Targets(Arc<[TargetSignal]>),
 }
@@ -159,13 +161,31 @@ impl WorkerLinks {
         send(&self.control, ToControl::Records(batch));
     }
 
+    /// Sends this core's shared routing state of the tick to every other core.
+    pub fn share(&self, batch: ShareBatch) {
+        if batch.is_empty() || !self.peers.iter().any(Option::is_some) {
+            return;
+        }
+        let batch = Arc::new(batch);
+        for p in self.peers.iter().flatten() {
+            send(p, ToWorker::Shared(batch.clone()));
+        }
+    }
+
     /// Applies everything waiting in the inbox: peers' snapshots and the control thread's
-    /// target view go into `view`; peers' samples go to `learn`.
-    pub fn drain(&self, view: &LoadView, mut learn: impl FnMut(&Sample)) {
+    /// target view go into `view`; peers' samples go to `learn`, their shared routing state
+    /// to `apply`.
+    pub fn drain(
+        &self,
+        view: &LoadView,
+        mut learn: impl FnMut(&Sample),
+        mut apply: impl FnMut(&ShareBatch),
+    ) {
         while let Ok(msg) = self.inbox.try_recv() {
             match msg {
                 ToWorker::Load { from, snapshot } => view.apply_peer(from, snapshot),
                 ToWorker::Samples(samples) => samples.iter().for_each(&mut learn),
+                ToWorker::Shared(batch) => apply(&batch),
                 ToWorker::Targets(targets) => view.apply_targets(&targets),
             }
         }
@@ -216,7 +236,7 @@ mod tests {
             l.publish(v);
         }
         for (l, v) in links.iter().zip(&views) {
-            l.drain(v, |_| {});
+            l.drain(v, |_| {}, |_| {});
         }
         for v in &views {
             for t in 0..targets {
@@ -236,7 +256,7 @@ mod tests {
             l.publish(v);
         }
         for (l, v) in links.iter().zip(&views) {
-            l.drain(v, |_| {});
+            l.drain(v, |_| {}, |_| {});
         }
         for v in &views {
             for t in 0..targets {
@@ -262,10 +282,14 @@ mod tests {
         links[0].publish(&views[0]);
         let mut seen = [0; 3];
         for (i, (l, v)) in links.iter().zip(&views).enumerate() {
-            l.drain(v, |s| {
-                assert_eq!(s.ttft, sample.ttft);
-                seen[i] += 1;
-            });
+            l.drain(
+                v,
+                |s| {
+                    assert_eq!(s.ttft, sample.ttft);
+                    seen[i] += 1;
+                },
+                |_| {},
+            );
         }
         assert_eq!(seen, [0, 1, 1], "the sender learned locally already");
         let records: Vec<Record> = control
@@ -289,10 +313,42 @@ mod tests {
         }
         assert!(links[1].has_mail());
         let v1 = LoadView::new(1, 2);
-        links[1].drain(&v1, |_| {});
+        links[1].drain(&v1, |_| {}, |_| {});
         // The inbox held INBOX snapshots (each saying one request); the rest were dropped
         // without blocking the sender.
         assert_eq!(v1.in_flight(0), 1);
         assert!(!links[1].has_mail());
+    }
+
+    #[test]
+    fn shared_routing_state_reaches_every_other_core() {
+        let (links, _control) = mesh(3);
+        let views: Vec<LoadView> = (0..3).map(|_| LoadView::new(2, 3)).collect();
+        let mut sink = crate::strategy::ShareSink::default();
+        sink.for_route(1).prefix(1, b"[{\"role\":\"system\"");
+        sink.for_route(0).session_pin(42, 0);
+        links[2].share(sink.take_batch());
+        assert!(sink.is_empty());
+        let mut got = vec![Vec::new(); 3];
+        for (i, (l, v)) in links.iter().zip(&views).enumerate() {
+            l.drain(
+                v,
+                |_| {},
+                |b| {
+                    for (route, item) in b.iter() {
+                        got[i].push(format!("{route}:{item:?}"));
+                    }
+                },
+            );
+        }
+        assert!(got[2].is_empty(), "not sent back to its sender");
+        assert_eq!(got[0], got[1]);
+        assert_eq!(got[0].len(), 2);
+        assert!(
+            got[0][0].starts_with("1:Prefix { target: 1"),
+            "{:?}",
+            got[0]
+        );
+        assert!(got[0][1].starts_with("0:SessionPin { key: 42, target: 0"));
     }
 }

@@ -20,6 +20,8 @@ pub struct LoadView {
     peers: RefCell<Vec<Option<Arc<[u32]>>>>,
     /// Engine queue depth from the scrape (0 when off or stale).
     queue: Box<[Cell<u32>]>,
+    /// Engine KV-cache use from the scrape (NaN when unknown).
+    kv: Box<[Cell<f32>]>,
     /// Healthy and not ejected.
     eligible: Box<[Cell<bool>]>,
     /// The local counts changed since the last snapshot was published.
@@ -34,6 +36,7 @@ impl LoadView {
             remote: cells(0),
             peers: RefCell::new(vec![None; workers]),
             queue: cells(0),
+            kv: (0..targets).map(|_| Cell::new(f32::NAN)).collect(),
             eligible: (0..targets).map(|_| Cell::new(true)).collect(),
             dirty: Cell::new(false),
         }
@@ -56,6 +59,19 @@ impl LoadView {
     #[inline]
     pub fn load(&self, t: TargetId) -> u64 {
         self.in_flight(t) + u64::from(self.queue[t].get())
+    }
+
+    /// The engine's waiting queue from a fresh scrape (0 when unknown).
+    #[inline]
+    pub fn queue_depth(&self, t: TargetId) -> u64 {
+        u64::from(self.queue[t].get())
+    }
+
+    /// The engine's KV-cache use in [0, 1] from a fresh scrape.
+    #[inline]
+    pub fn kv_usage(&self, t: TargetId) -> Option<f32> {
+        let v = self.kv[t].get();
+        (!v.is_nan()).then_some(v)
     }
 
     #[inline]
@@ -98,18 +114,21 @@ impl LoadView {
     pub fn apply_targets(&self, targets: &[TargetSignal]) {
         for (t, s) in targets.iter().enumerate().take(self.queue.len()) {
             self.queue[t].set(s.queue_depth);
+            self.kv[t].set(s.kv_usage.unwrap_or(f32::NAN));
             self.eligible[t].set(s.eligible);
         }
     }
 }
 
 /// The control thread's word on one target, as every worker receives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TargetSignal {
     /// Healthy and not ejected.
     pub eligible: bool,
     /// The engine's waiting queue from a fresh scrape; 0 when scraping is off or stale.
     pub queue_depth: u32,
+    /// The engine's KV-cache use in [0, 1] from a fresh scrape.
+    pub kv_usage: Option<f32>,
 }
 
 /// Decrements a target's in-flight count when dropped.
@@ -169,15 +188,19 @@ mod tests {
             TargetSignal {
                 eligible: true,
                 queue_depth: 7,
+                kv_usage: Some(0.5),
             },
             TargetSignal {
                 eligible: false,
                 queue_depth: 0,
+                kv_usage: None,
             },
         ]);
         assert_eq!(v.load(0), 8);
         assert_eq!(v.in_flight(0), 1);
         assert!(v.eligible(0));
         assert!(!v.eligible(1));
+        assert_eq!(v.queue_depth(0), 7);
+        assert_eq!((v.kv_usage(0), v.kv_usage(1)), (Some(0.5), None));
     }
 }

@@ -264,6 +264,7 @@ mod tests {
             weight: 1.0,
             load: 0,
             tier: 0,
+            ..Candidate::default()
         }];
         assert_eq!(
             s.pick(&req(), &far, now),

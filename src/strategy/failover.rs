@@ -80,6 +80,7 @@ mod tests {
             weight: 1.0,
             load: 0,
             tier,
+            ..Candidate::default()
         }
     }
 

@@ -552,6 +552,7 @@ mod tests {
             weight: 1.0,
             load: 0,
             tier: 0,
+            ..Candidate::default()
         }];
         assert_eq!(f.pick(&req(), &stranger, now).unwrap().index, 0);
     }

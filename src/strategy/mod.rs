@@ -29,15 +29,19 @@ use std::time::{Duration, Instant};
 use crate::config::TargetId;
 
 /// One eligible target, as a strategy sees it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Candidate {
     pub target: TargetId,
     /// Effective weight (> 0).
     pub weight: f64,
-    /// Requests in flight to this target plus its engine queue depth when known.
+    /// Requests in flight to this target (every core) plus its engine queue depth when known.
     pub load: u64,
     /// Failover tier (0 = primary).
     pub tier: u32,
+    /// The engine's own waiting queue from a fresh scrape (0 when unknown; part of `load`).
+    pub queue_depth: u64,
+    /// The engine's KV-cache use in [0, 1] from a fresh scrape, when known.
+    pub kv_usage: Option<f32>,
 }
 
 /// Asynchronous inputs a strategy may ask for.
@@ -52,6 +56,9 @@ impl Needs {
     pub const CACHE_LOOKUP: Needs = Needs(2);
     /// A value from the shared state store (a cursor, a ledger).
     pub const SHARED_STATE: Needs = Needs(4);
+    /// `PickRequest::prompt` in canonical form (whitespace-free JSON, see
+    /// `openai::canonical`), for prefix matching and conversation keys.
+    pub const CANONICAL_PROMPT: Needs = Needs(8);
 
     pub const fn union(self, other: Needs) -> Needs {
         Needs(self.0 | other.0)
@@ -81,7 +88,8 @@ pub struct PickRequest<'a> {
     pub model: &'a str,
     /// The session this request belongs to; hashed only by strategies that read it.
     pub session: SessionKey<'a>,
-    /// Raw prompt bytes (messages, prompt or input JSON).
+    /// The prompt (messages, prompt or input JSON): canonical (whitespace-free) when the
+    /// strategy asked for [`Needs::CANONICAL_PROMPT`], else as the client sent it.
     pub prompt: &'a [u8],
     pub prompt_tokens: u32,
     pub max_tokens: Option<u64>,
@@ -172,6 +180,118 @@ pub struct Usage {
     pub completion_tokens: u32,
 }
 
+/// Learned routing state one core passes to the same route's strategy on every other core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared<'a> {
+    /// A prompt prefix is now warm on `target`; `data` is in the strategy's own encoding
+    /// (canonical prompt bytes, or block hashes).
+    Prefix { target: TargetId, data: &'a [u8] },
+    /// Session `key` was last served by `target`.
+    SessionPin { key: u64, target: TargetId },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum SharedKind {
+    Prefix,
+    SessionPin,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SharedEntry {
+    route: u16,
+    kind: SharedKind,
+    target: TargetId,
+    key: u64,
+    start: u32,
+    end: u32,
+}
+
+/// Collects what a core's strategies share during one signal tick, in reused buffers.
+#[derive(Debug, Default)]
+pub struct ShareSink {
+    route: u16,
+    entries: Vec<SharedEntry>,
+    bytes: Vec<u8>,
+}
+
+impl ShareSink {
+    /// Sets the route whose strategy writes next (done by the worker).
+    pub fn for_route(&mut self, route: usize) -> &mut Self {
+        self.route = route as u16;
+        self
+    }
+
+    pub fn prefix(&mut self, target: TargetId, data: &[u8]) {
+        let start = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(data);
+        self.entries.push(SharedEntry {
+            route: self.route,
+            kind: SharedKind::Prefix,
+            target,
+            key: 0,
+            start,
+            end: self.bytes.len() as u32,
+        });
+    }
+
+    pub fn session_pin(&mut self, key: u64, target: TargetId) {
+        self.entries.push(SharedEntry {
+            route: self.route,
+            kind: SharedKind::SessionPin,
+            target,
+            key,
+            start: 0,
+            end: 0,
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The tick's batch, leaving the sink empty with its capacity kept.
+    pub fn take_batch(&mut self) -> ShareBatch {
+        let (ne, nb) = (self.entries.capacity(), self.bytes.capacity());
+        let entries = std::mem::replace(&mut self.entries, Vec::with_capacity(ne));
+        let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(nb));
+        ShareBatch { entries, bytes }
+    }
+}
+
+/// One core's shared items of one tick, sent to every other core.
+#[derive(Debug, Default)]
+pub struct ShareBatch {
+    entries: Vec<SharedEntry>,
+    bytes: Vec<u8>,
+}
+
+impl ShareBatch {
+    /// Every item with the index of the route whose strategy shared it.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, Shared<'_>)> {
+        self.entries.iter().map(|e| {
+            let item = match e.kind {
+                SharedKind::Prefix => Shared::Prefix {
+                    target: e.target,
+                    data: &self.bytes[e.start as usize..e.end as usize],
+                },
+                SharedKind::SessionPin => Shared::SessionPin {
+                    key: e.key,
+                    target: e.target,
+                },
+            };
+            (e.route as usize, item)
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 /// Run-time switches the control plane flips for every core at once (admin API).
 #[derive(Debug)]
 pub struct Switches {
@@ -226,6 +346,22 @@ pub trait Strategy {
     /// outside the strategy's route arrive too and must be ignored cheaply.
     fn observe(&mut self, _sample: &Sample) {}
 
+    /// Called after the request was sent to `target` (each attempt, so a retry elsewhere is
+    /// recorded where it went): the place to learn from the routing itself (a prefix now
+    /// warm on `target`, a session now served there) and to pass that on to the other
+    /// cores through `share`.
+    fn routed(
+        &mut self,
+        _req: &PickRequest<'_>,
+        _target: TargetId,
+        _share: &mut ShareSink,
+        _now: Instant,
+    ) {
+    }
+
+    /// Applies what another core's instance of this route's strategy shared.
+    fn apply_shared(&mut self, _item: &Shared<'_>, _now: Instant) {}
+
     /// What the strategy has learned about `target`, as named numbers (a TTFT average,
     /// model coefficients), for the admin API. Never called on the request path.
     fn learned(&self, _target: TargetId) -> Vec<(&'static str, f64)> {
@@ -246,7 +382,7 @@ pub(crate) mod testing {
                 target: i,
                 weight,
                 load,
-                tier: 0,
+                ..Candidate::default()
             })
             .collect()
     }
