@@ -154,3 +154,44 @@ fn failover_keeps_traffic_on_the_primary_and_promotes_past_a_failing_one() {
         }
     }
 }
+
+/// `x-rolter-explain: 1` names the route, the strategy, the winning score and any fallback;
+/// without it only `x-rolter-target` is added.
+#[test]
+fn explain_header_says_why_a_target_was_chosen() {
+    for d in drivers() {
+        let a = mock("a", |_| {});
+        let b = mock("b", |_| {});
+        let mut rest = target("t0", a.addr(), "price = { input = 1.0, output = 2.0 }");
+        rest.push_str(&target(
+            "t1",
+            b.addr(),
+            "price = { input = 3.0, output = 4.0 }",
+        ));
+        rest.push_str(
+            "[[routes]]\nname = \"cost\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"cheapest\"\n",
+        );
+        let g = gateway(d, &rest);
+        let body = r#"{"model":"m","prompt":"x","max_tokens":10}"#;
+        let r = call(
+            g.local_addr(),
+            &post("/v1/completions", &[("x-rolter-explain", "1")], body),
+        );
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("x-rolter-target"), Some("t0"));
+        assert_eq!(r.header("x-rolter-route"), Some("cost"));
+        assert_eq!(r.header("x-rolter-strategy"), Some("cheapest"));
+        assert_eq!(r.header("x-rolter-attempt"), Some("1"));
+        let score: f64 = r.header("x-rolter-score").unwrap().parse().unwrap();
+        assert!(score > 0.0, "the estimated cost is the score: {score}");
+        assert!(r.header("x-rolter-fallback").is_none());
+        let r = call(g.local_addr(), &post("/v1/completions", &[], body));
+        assert_eq!(r.header("x-rolter-target"), Some("t0"));
+        assert!(
+            r.header("x-rolter-route").is_none(),
+            "under {}",
+            driver_name(d)
+        );
+        assert!(r.header("x-rolter-score").is_none());
+    }
+}

@@ -10,7 +10,7 @@
 use std::time::Instant as StdInstant;
 
 use super::conn::{respond, ClientIo};
-use super::relay::{exchange, ClientSide, Outcome, Report};
+use super::relay::{exchange, ClientSide, Explain, Outcome, Report};
 use super::state::WorkerState;
 use crate::config::{Route, Target};
 use crate::error::{GatewayError, Retry};
@@ -20,7 +20,7 @@ use crate::http::{header_tokens, is_hop_by_hop};
 use crate::openai::canonical;
 use crate::openai::facts::{self, RequestFacts};
 use crate::signals::exchange::{Record, Verdict};
-use crate::strategy::{AsyncInputs, Candidate, Needs, PickRequest, Sample, SessionKey};
+use crate::strategy::{AsyncInputs, Candidate, Needs, Pick, PickRequest, Sample, SessionKey};
 
 /// What happens to the client connection after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,12 +179,13 @@ pub async fn forward(
         inputs: &inputs,
     };
 
+    let explain = req.header("x-rolter-explain").is_some_and(|v| v == b"1");
     let mut tried = [usize::MAX; MAX_ATTEMPTS];
     let mut attempts = 0usize;
     let mut last_err: Option<GatewayError> = None;
     let fate = loop {
         let picked = pick_target(state, route_idx, route, &preq, &tried[..attempts]);
-        let (tid, others) = match picked {
+        let (tid, others, pick) = match picked {
             Ok(v) => v,
             Err(e) => {
                 let e = last_err.take().unwrap_or(e);
@@ -216,6 +217,12 @@ pub async fn forward(
                 ClientSide {
                     http10: req.head.http10,
                     close: req.close,
+                    explain: explain.then_some(Explain {
+                        route: route_idx,
+                        score: pick.score,
+                        fallback: pick.fallback,
+                        attempt: attempts + 1,
+                    }),
                 },
                 retries_left > 0,
                 &mut report,
@@ -313,15 +320,15 @@ pub fn match_route(
     })
 }
 
-/// Builds the candidate set and asks the route's strategy. Returns the chosen target and how
-/// many other candidates remain for a retry.
+/// Builds the candidate set and asks the route's strategy. Returns the chosen target, how
+/// many other candidates remain for a retry, and the strategy's pick (score, fallback).
 fn pick_target(
     state: &WorkerState,
     route_idx: usize,
     route: &Route,
     preq: &PickRequest<'_>,
     tried: &[usize],
-) -> Result<(usize, usize), GatewayError> {
+) -> Result<(usize, usize, Pick), GatewayError> {
     state.drain_signals();
     let mut cands = state.candidates.borrow_mut();
     cands.clear();
@@ -376,7 +383,7 @@ fn pick_target(
                     reason,
                 });
             }
-            Ok((cands[p.index].target, cands.len() - 1))
+            Ok((cands[p.index].target, cands.len() - 1, p))
         }
         _ => Err(GatewayError::internal(
             503,

@@ -64,6 +64,20 @@ pub struct ClientSide {
     pub http10: bool,
     /// The client asked to close after this exchange.
     pub close: bool,
+    /// `x-rolter-explain: 1`: say in the response head why this target was chosen.
+    pub explain: Option<Explain>,
+}
+
+/// Why a request went where it did, for `x-rolter-explain`.
+#[derive(Debug, Clone, Copy)]
+pub struct Explain {
+    pub route: usize,
+    /// The winning score, when the strategy scores.
+    pub score: Option<f64>,
+    /// The fallback the strategy took, if any.
+    pub fallback: Option<&'static str>,
+    /// Attempt number (1 = first try).
+    pub attempt: usize,
 }
 
 /// Runs one exchange with target `tid`. `bufs.up` holds the request bytes; what happened is
@@ -326,6 +340,23 @@ async fn relay_body(
     write_status_line(out, head.status);
     out.extend_from_slice(&bufs.hdrs);
     write_header(out, b"x-rolter-target", target.name.as_bytes());
+    if let Some(x) = client.explain {
+        let route = &state.config.routes[x.route];
+        write_header(out, b"x-rolter-route", route.name.as_bytes());
+        write_header(out, b"x-rolter-strategy", route.strategy.name.as_bytes());
+        match x.score {
+            // Explaining is opt-in per request, so formatting here is acceptable.
+            Some(s) if s.is_finite() => {
+                write_header(out, b"x-rolter-score", format!("{s:.6}").as_bytes())
+            }
+            _ => write_header(out, b"x-rolter-score", b"none"),
+        }
+        if let Some(f) = x.fallback {
+            write_header(out, b"x-rolter-fallback", f.as_bytes());
+        }
+        let mut b = itoa::Buffer::new();
+        write_header(out, b"x-rolter-attempt", b.format(x.attempt).as_bytes());
+    }
     let mut body = match head.framing {
         RespFraming::Length(n) => {
             write_content_length(out, n);
