@@ -235,6 +235,9 @@ pub(crate) struct Gen {
     pub length: bool,
     include_usage: bool,
     seq: u64,
+    /// Prompt tokens found in the prefix cache; `Some` only with the cache on, and then
+    /// reported as `usage.prompt_tokens_details.cached_tokens` (chat and completions).
+    pub cached_tokens: Option<u64>,
 }
 
 impl Gen {
@@ -264,6 +267,15 @@ impl Gen {
             length,
             include_usage,
             seq: 0,
+            cached_tokens: None,
+        }
+    }
+
+    /// The `usage.prompt_tokens_details` value of a full body.
+    fn details(&self) -> String {
+        match self.cached_tokens {
+            Some(n) => format!("{{\"cached_tokens\":{n}}}"),
+            None => "null".to_string(),
         }
     }
 
@@ -284,12 +296,12 @@ impl Gen {
             Api::Chat => {
                 let _ = write!(out, "{{\"id\":\"{id}\",\"object\":\"chat.completion\",\"created\":{created},\"model\":{model},\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":\"");
                 push_text(out, self.tokens);
-                let _ = write!(out, "\",\"tool_calls\":[]}},\"logprobs\":null,\"finish_reason\":\"{fin}\",\"stop_reason\":null}}],\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c},\"prompt_tokens_details\":null}},\"prompt_logprobs\":null}}", p + c);
+                let _ = write!(out, "\",\"tool_calls\":[]}},\"logprobs\":null,\"finish_reason\":\"{fin}\",\"stop_reason\":null}}],\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c},\"prompt_tokens_details\":{}}},\"prompt_logprobs\":null}}", p + c, self.details());
             }
             Api::Completions => {
                 let _ = write!(out, "{{\"id\":\"{id}\",\"object\":\"text_completion\",\"created\":{created},\"model\":{model},\"choices\":[{{\"index\":0,\"text\":\"");
                 push_text(out, self.tokens);
-                let _ = write!(out, "\",\"logprobs\":null,\"finish_reason\":\"{fin}\",\"stop_reason\":null}}],\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c},\"prompt_tokens_details\":null}}}}", p + c);
+                let _ = write!(out, "\",\"logprobs\":null,\"finish_reason\":\"{fin}\",\"stop_reason\":null}}],\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c},\"prompt_tokens_details\":{}}}}}", p + c, self.details());
             }
             Api::Messages => {
                 let _ = write!(out, "{{\"id\":\"{id}\",\"type\":\"message\",\"role\":\"assistant\",\"model\":{model},\"content\":[{{\"type\":\"text\",\"text\":\"");
@@ -401,7 +413,11 @@ impl Gen {
                     } else {
                         "text_completion"
                     };
-                    let _ = write!(ev, "data: {{\"id\":\"{}\",\"object\":\"{object}\",\"created\":{},\"model\":{},\"choices\":[],\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c}}}}}\n\n", self.id, self.created, self.model, p + c);
+                    let _ = write!(ev, "data: {{\"id\":\"{}\",\"object\":\"{object}\",\"created\":{},\"model\":{},\"choices\":[],\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{},\"completion_tokens\":{c}", self.id, self.created, self.model, p + c);
+                    if self.cached_tokens.is_some() {
+                        let _ = write!(ev, ",\"prompt_tokens_details\":{}", self.details());
+                    }
+                    ev.extend_from_slice(b"}}\n\n");
                     emit(ev);
                 }
                 ev.extend_from_slice(b"data: [DONE]\n\n");
@@ -460,6 +476,38 @@ mod tests {
         assert_eq!(b.prompt_tokens(), 3);
         let b: GenBody = serde_json::from_str(r#"{"prompt":""}"#).unwrap();
         assert_eq!(b.prompt_tokens(), 1);
+    }
+
+    #[test]
+    fn cached_tokens_in_usage() {
+        for api in [Api::Chat, Api::Completions] {
+            let mut g = Gen::new(api, "m", 40, 2, false, true);
+            let mut out = Vec::new();
+            g.full_body(&mut out);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert!(v["usage"]["prompt_tokens_details"].is_null());
+            let mut ev = Vec::new();
+            let mut events = Vec::new();
+            g.end_events(&mut ev, &mut |ev: &mut Vec<u8>| {
+                events.push(String::from_utf8(std::mem::take(ev)).unwrap())
+            });
+            assert!(!events[0].contains("prompt_tokens_details"));
+
+            g.cached_tokens = Some(32);
+            out.clear();
+            g.full_body(&mut out);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["usage"]["prompt_tokens"], 40);
+            assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+            events.clear();
+            g.end_events(&mut ev, &mut |ev: &mut Vec<u8>| {
+                events.push(String::from_utf8(std::mem::take(ev)).unwrap())
+            });
+            let data = events[0].strip_prefix("data: ").unwrap().trim_end();
+            let v: serde_json::Value = serde_json::from_str(data).unwrap();
+            assert_eq!(v["usage"]["total_tokens"], 42);
+            assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+        }
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub struct MockConfig {
     pub driver: Driver,
     /// Keep every received request (see `MockHandle::requests`).
     pub record_requests: bool,
+    /// Prefix-cache model for chat and completions requests; `None` (the default) turns
+    /// it off, leaving prompt accounting, usage bodies and timing as without it.
+    pub prefix_cache: Option<PrefixCacheConfig>,
 }
 
 impl Default for MockConfig {
@@ -84,6 +87,42 @@ impl Default for MockConfig {
             max_running: 0,
             driver: Driver::Auto,
             record_requests: false,
+            prefix_cache: None,
+        }
+    }
+}
+
+/// A simulated prefix (KV) cache, modelled on vLLM's automatic prefix caching.
+///
+/// The prompt of a chat or completions request (its `messages` or `prompt` value,
+/// re-serialised compactly so JSON whitespace does not matter) is cut into blocks of
+/// `block_tokens * chars_per_token` bytes. Only full blocks are cached; each is keyed by
+/// a hash chained over the previous block's key, so a block hits only when the whole
+/// prefix before it matches. Hits are counted over the leading blocks and stop at the
+/// first miss. Every request then inserts (or refreshes) all its full blocks; the cache
+/// keeps at most `capacity_blocks`, evicting the least recently used ones.
+///
+/// With the cache on, the first token comes after the queue wait, plus `ttft` (or the
+/// `x-mock-ttft-ms` override), plus `prefill_us_per_token` for each uncached prompt token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefixCacheConfig {
+    /// Tokens per cache block (vLLM's `block_size`, 16 by default).
+    pub block_tokens: u32,
+    /// Cache size in blocks (0 caches nothing).
+    pub capacity_blocks: usize,
+    /// Prefill cost of each uncached prompt token, in microseconds.
+    pub prefill_us_per_token: u64,
+    /// Prompt bytes per token, used to turn prompt bytes into tokens (4 by default).
+    pub chars_per_token: u32,
+}
+
+impl Default for PrefixCacheConfig {
+    fn default() -> Self {
+        PrefixCacheConfig {
+            block_tokens: 16,
+            capacity_blocks: 4096,
+            prefill_us_per_token: 100,
+            chars_per_token: 4,
         }
     }
 }

@@ -28,6 +28,7 @@ use monoio::time::Instant;
 use crate::admission::Admission;
 use crate::api::{self, Api, FaultBody, Gen, GenBody};
 use crate::http::{self, Body, Head, Length, Parse, Route};
+use crate::prefix::{self, PrefixQuery};
 use crate::stats::{inc, Stats};
 use crate::{Fault, Shared};
 
@@ -372,6 +373,14 @@ impl Conn {
                         .map_err(|e| format!("invalid JSON body: {e}"))
                 }
             });
+        // With the prefix cache on, chat and completions prompts are keyed here, while
+        // the body bytes are at hand; the lookup itself happens on admission.
+        let prefix_query: Option<PrefixQuery> = match (&self.shared.prefix, head.route) {
+            (Some(cache), Route::Chat | Route::Completions) => {
+                prefix::canonical_prompt(body_bytes).map(|p| cache.query(&p))
+            }
+            _ => None,
+        };
         drop(body);
         self.rbuf.drain(..consumed);
 
@@ -428,7 +437,7 @@ impl Conn {
             }
             route => {
                 let parsed = parsed.unwrap_or_else(|| Err("missing body".into()));
-                self.inference(route, head, parsed).await
+                self.inference(route, head, parsed, prefix_query).await
             }
         }
     }
@@ -467,6 +476,7 @@ impl Conn {
         route: Route,
         head: Head,
         parsed: Result<GenBody, String>,
+        prefix_query: Option<PrefixQuery>,
     ) -> Flow {
         let shared = self.shared.clone();
         let cfg = &shared.cfg;
@@ -518,7 +528,10 @@ impl Conn {
             _ => (natural, false),
         };
         let model = gb.model.as_deref().unwrap_or(&shared.default_model);
-        let prompt = gb.prompt_tokens();
+        let prompt = match &prefix_query {
+            Some(q) => q.prompt_tokens,
+            None => gb.prompt_tokens(),
+        };
         stats.prompt_tokens.fetch_add(prompt, Relaxed);
 
         if self.reader.eof {
@@ -532,6 +545,21 @@ impl Conn {
         if stall_after == Some(0) {
             return self.stall(&head, 0).await;
         }
+        // Prefix-cache lookup on admission (as vLLM's scheduler does); the uncached
+        // prompt tokens add their prefill time to the constant TTFT.
+        let (first_token, cached_tokens) = match (&shared.prefix, &prefix_query) {
+            (Some(cache), Some(q)) => {
+                let hit = cache.lookup(q);
+                stats
+                    .prefix_cache_queries
+                    .fetch_add(hit.prompt_tokens, Relaxed);
+                stats
+                    .prefix_cache_hits
+                    .fetch_add(hit.cached_tokens, Relaxed);
+                (cache.first_token_delay(ttft, &hit), Some(hit.cached_tokens))
+            }
+            _ => (ttft, None),
+        };
 
         let api = match route {
             Route::Chat => Api::Chat,
@@ -565,7 +593,8 @@ impl Conn {
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
         let mut gen = Gen::new(api, model, prompt, tokens, length, include_usage);
-        let token_time = |i: u32| start + ttft + itl * i;
+        gen.cached_tokens = cached_tokens;
+        let token_time = |i: u32| start + first_token + itl * i;
 
         if !stream {
             let fault_at = match (reset_after, stall_after) {
@@ -613,7 +642,7 @@ impl Conn {
             &shared.engine_header,
             None,
         );
-        if !ttft.is_zero() && !self.flush().await {
+        if !first_token.is_zero() && !self.flush().await {
             return self.abort(&head, 0);
         }
         if !self.wait_until(token_time(0)).await {

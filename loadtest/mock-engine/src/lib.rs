@@ -6,7 +6,8 @@
 //! Module map: [`config`] (configuration types), `server` (threads, runtimes, accept
 //! loop), `conn` (per-connection request loop, abort detection, timing, faults),
 //! `http` (HTTP/1.1 parsing and response heads), `api` (vLLM's JSON and SSE formats),
-//! `admission` (the `max_running` FIFO queue), [`stats`] (counters and `/metrics`).
+//! `admission` (the `max_running` FIFO queue), `prefix` (the prefix-cache model),
+//! [`stats`] (counters and `/metrics`).
 
 pub mod client;
 pub mod config;
@@ -16,6 +17,7 @@ mod admission;
 mod api;
 mod conn;
 mod http;
+mod prefix;
 mod server;
 
 use std::net::SocketAddr;
@@ -23,8 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-pub use config::{Driver, Fault, MockConfig};
-pub use stats::StatsSnapshot;
+pub use config::{Driver, Fault, MockConfig, PrefixCacheConfig};
+pub use stats::{PrefixCacheStats, StatsSnapshot};
 
 /// A request as received (kept when `MockConfig::record_requests` is set).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +57,8 @@ pub(crate) struct Shared {
     pub metrics_model: String,
     pub models_body: Vec<u8>,
     pub stats: Arc<stats::Stats>,
+    /// The prefix cache, when `cfg.prefix_cache` is set.
+    pub prefix: Option<prefix::PrefixCache>,
     fault_set: AtomicBool,
     fault: Mutex<Option<Fault>>,
     pub recorded: Mutex<Vec<RecordedRequest>>,
@@ -94,6 +98,7 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
         default_model,
         models_body: api::models_body(&cfg.models),
         stats: Arc::new(stats::Stats::default()),
+        prefix: cfg.prefix_cache.as_ref().map(prefix::PrefixCache::new),
         fault_set: AtomicBool::new(false),
         fault: Mutex::new(None),
         recorded: Mutex::new(Vec::new()),
@@ -155,6 +160,18 @@ impl MockHandle {
 
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot()
+    }
+
+    /// The prefix cache's counters and occupancy; `None` when the cache is off.
+    pub fn prefix_cache_stats(&self) -> Option<PrefixCacheStats> {
+        let cache = self.shared.prefix.as_ref()?;
+        let s = self.shared.stats.snapshot();
+        Some(PrefixCacheStats {
+            queries: s.prefix_cache_queries,
+            hits: s.prefix_cache_hits,
+            resident_blocks: cache.resident_blocks(),
+            evicted_blocks: cache.evicted_blocks(),
+        })
     }
 
     /// Requests received so far (empty unless `record_requests`).

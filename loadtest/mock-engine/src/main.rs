@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
-use rolter_mock::{Driver, MockConfig};
+use rolter_mock::{Driver, MockConfig, PrefixCacheConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -40,6 +40,18 @@ struct Args {
     /// I/O driver: auto, io_uring or epoll.
     #[arg(long, default_value = "auto")]
     driver: Driver,
+    /// Prefix-cache size in blocks; turns the prefix-cache model on (chat and completions).
+    #[arg(long)]
+    prefix_cache_blocks: Option<usize>,
+    /// Prefill cost per uncached prompt token, microseconds (with the prefix cache).
+    #[arg(long, default_value_t = 100)]
+    prefill_us_per_token: u64,
+    /// Tokens per prefix-cache block.
+    #[arg(long, default_value_t = 16)]
+    block_tokens: u32,
+    /// Prompt bytes per token, for the prefix cache's token estimate.
+    #[arg(long, default_value_t = 4)]
+    chars_per_token: u32,
     /// Keep received requests in memory (tests only).
     #[arg(long, hide = true)]
     record_requests: bool,
@@ -68,6 +80,14 @@ fn main() {
         max_running: args.max_running,
         driver: args.driver,
         record_requests: args.record_requests,
+        prefix_cache: args
+            .prefix_cache_blocks
+            .map(|capacity_blocks| PrefixCacheConfig {
+                block_tokens: args.block_tokens,
+                capacity_blocks,
+                prefill_us_per_token: args.prefill_us_per_token,
+                chars_per_token: args.chars_per_token,
+            }),
     };
     let handle = match rolter_mock::spawn(cfg) {
         Ok(h) => h,

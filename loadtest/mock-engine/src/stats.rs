@@ -26,6 +26,24 @@ pub struct StatsSnapshot {
     /// TCP connections accepted since start (keep-alive reuse shows as fewer connections
     /// than requests).
     pub connections: u64,
+    /// Prefix-cache queries, in prompt tokens (`vllm:prefix_cache_queries_total`); 0 when
+    /// the prefix cache is off.
+    pub prefix_cache_queries: u64,
+    /// Prefix-cache hits, in cached prompt tokens (`vllm:prefix_cache_hits_total`).
+    pub prefix_cache_hits: u64,
+}
+
+/// The prefix cache's counters and occupancy (see `MockHandle::prefix_cache_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PrefixCacheStats {
+    /// Prompt tokens looked up.
+    pub queries: u64,
+    /// Prompt tokens found cached (leading full blocks).
+    pub hits: u64,
+    /// Blocks held now.
+    pub resident_blocks: u64,
+    /// Blocks evicted since start.
+    pub evicted_blocks: u64,
 }
 
 #[derive(Default)]
@@ -39,6 +57,8 @@ pub(crate) struct Stats {
     pub prompt_tokens: AtomicU64,
     pub faulted: AtomicU64,
     pub connections: AtomicU64,
+    pub prefix_cache_queries: AtomicU64,
+    pub prefix_cache_hits: AtomicU64,
     pub finished_stop: AtomicU64,
     pub finished_length: AtomicU64,
     pub finished_abort: AtomicU64,
@@ -63,6 +83,8 @@ impl Stats {
             generation_tokens: self.generation_tokens.load(Relaxed),
             faulted: self.faulted.load(Relaxed),
             connections: self.connections.load(Relaxed),
+            prefix_cache_queries: self.prefix_cache_queries.load(Relaxed),
+            prefix_cache_hits: self.prefix_cache_hits.load(Relaxed),
         }
     }
 
@@ -105,13 +127,13 @@ impl Stats {
             "vllm:prefix_cache_queries_total",
             "counter",
             "Prefix cache queries, in terms of number of queried tokens.",
-            0.0,
+            self.prefix_cache_queries.load(Relaxed) as f64,
         );
         metric(
             "vllm:prefix_cache_hits_total",
             "counter",
             "Prefix cache hits, in terms of number of cached tokens.",
-            0.0,
+            self.prefix_cache_hits.load(Relaxed) as f64,
         );
         metric(
             "vllm:prompt_tokens_total",

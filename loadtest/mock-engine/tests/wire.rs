@@ -409,3 +409,107 @@ fn several_threads_serve() {
     assert_eq!(m.stats().completed, 20);
     m.shutdown();
 }
+
+#[test]
+fn prefix_cache_reports_cached_tokens_and_metrics() {
+    let m = start(rolter_mock::Driver::Auto, |c| {
+        c.tokens = 2;
+        c.threads = 2;
+        c.prefix_cache = Some(rolter_mock::PrefixCacheConfig {
+            block_tokens: 4,
+            capacity_blocks: 1000,
+            prefill_us_per_token: 0,
+            chars_per_token: 4,
+        });
+    });
+    let a = m.addr();
+    let question = "a fairly long question about prefix caching ".repeat(4);
+    let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{question}"}}]}}"#);
+    let canonical = format!(r#"[{{"content":"{question}","role":"user"}}]"#);
+    let prompt_tokens = canonical.len().div_ceil(4) as u64;
+    let full_block_tokens = (canonical.len() / 16 * 4) as u64;
+
+    let r = call(a, &post(CHAT, &[], &body)).json();
+    assert_eq!(r["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(r["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    // Same messages, other whitespace, streamed with usage.
+    let spaced = body.replace(":[{", " : [ {").replace(",\"", ",\n \"");
+    let r = call(
+        a,
+        &post(
+            CHAT,
+            &[],
+            &spaced.replace(
+                "}]}",
+                r#"}], "stream": true, "stream_options": {"include_usage": true}}"#,
+            ),
+        ),
+    );
+    let events = sse_events(&r.body);
+    let usage: Value = serde_json::from_str(&events[events.len() - 2].1).unwrap();
+    assert_eq!(usage["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(
+        usage["usage"]["prompt_tokens_details"]["cached_tokens"],
+        full_block_tokens
+    );
+
+    let s = m.stats();
+    assert_eq!(s.prefix_cache_queries, 2 * prompt_tokens);
+    assert_eq!(s.prefix_cache_hits, full_block_tokens);
+    let pc = m.prefix_cache_stats().unwrap();
+    assert_eq!(
+        (pc.queries, pc.hits),
+        (2 * prompt_tokens, full_block_tokens)
+    );
+    assert_eq!(pc.resident_blocks, full_block_tokens / 4);
+    assert_eq!(
+        metric(a, "vllm:prefix_cache_queries_total"),
+        (2 * prompt_tokens) as f64
+    );
+    assert_eq!(
+        metric(a, "vllm:prefix_cache_hits_total"),
+        full_block_tokens as f64
+    );
+    assert_eq!(
+        metric(a, "vllm:prompt_tokens_total"),
+        (2 * prompt_tokens) as f64
+    );
+    let j = call(a, &request("GET", "/mock/stats", &[], "")).json();
+    assert_eq!(j["prefix_cache_hits"], full_block_tokens);
+
+    // Off by default: no details, no counters.
+    let m = start(rolter_mock::Driver::Auto, |c| c.tokens = 2);
+    let r = call(m.addr(), &post(CHAT, &[], &body)).json();
+    assert!(r["usage"]["prompt_tokens_details"].is_null());
+    assert!(m.prefix_cache_stats().is_none());
+    assert_eq!(m.stats().prefix_cache_queries, 0);
+}
+
+#[test]
+fn prefix_cache_prefill_delays_first_token() {
+    let m = start(rolter_mock::Driver::Auto, |c| {
+        c.tokens = 1;
+        c.prefix_cache = Some(rolter_mock::PrefixCacheConfig {
+            block_tokens: 16,
+            capacity_blocks: 1000,
+            prefill_us_per_token: 1000,
+            chars_per_token: 4,
+        });
+    });
+    // About 100 prompt tokens: ~100 ms cold, a few ms warm.
+    let body = format!(r#"{{"prompt":"{}"}}"#, "x".repeat(400));
+    let t = Instant::now();
+    let r = call(m.addr(), &post("/v1/completions", &[], &body)).json();
+    let cold = t.elapsed();
+    assert_eq!(r["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    assert!(cold >= Duration::from_millis(100), "{cold:?}");
+    let t = Instant::now();
+    let r = call(
+        m.addr(),
+        &post("/v1/completions", &[("x-mock-ttft-ms", "0")], &body),
+    )
+    .json();
+    let warm = t.elapsed();
+    assert_eq!(r["usage"]["prompt_tokens_details"]["cached_tokens"], 96);
+    assert!(warm < cold, "{warm:?} vs {cold:?}");
+}
