@@ -8,7 +8,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use rolter::config::{Price, StrategySpec, Target};
 use rolter::pricing::PriceBook;
 use rolter::strategy::registry::{self, BuildContext};
-use rolter::strategy::{AsyncInputs, Candidate, PickRequest, Sample, Switches};
+use rolter::strategy::{
+    AsyncInputs, Candidate, PickRequest, Sample, SessionKey, ShareSink, Switches,
+};
 
 /// `n` targets from a parsed configuration, weights 1..3 and tiers 0..1.
 fn bench_targets(n: usize) -> Vec<Target> {
@@ -108,5 +110,197 @@ fn bench_picks(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_picks);
+/// cache_aware: pick (and index insert) cost with 4, 16 and 64 targets and 1 KiB / 32 KiB
+/// prompts. Every target holds 16 prompts sharing its own system prompt; the request shares
+/// the system prompt of target `n / 2` and differs in its last 256 bytes.
+fn bench_cache_aware(c: &mut Criterion) {
+    use rolter::strategy::prefix_index::PrefixIndex;
+    use rolter::strategy::{SessionKey, ShareSink};
+
+    fn text(seed: u64, len: usize) -> Vec<u8> {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        (0..len).map(|_| rng.alphanumeric() as u8).collect()
+    }
+    let inputs = AsyncInputs::default();
+    let mut g = c.benchmark_group("cache_aware");
+    for (size, label) in [(1024usize, "1KiB"), (32 * 1024, "32KiB")] {
+        for n in [4usize, 16, 64] {
+            let cands: Vec<Candidate> = (0..n)
+                .map(|i| Candidate {
+                    target: i,
+                    weight: 1.0,
+                    load: (i * 7 % 11) as u64,
+                    tier: 0,
+                    ..Candidate::default()
+                })
+                .collect();
+            let targets = bench_targets(n);
+            let route_targets: Vec<usize> = (0..n).collect();
+            let prices = PriceBook::fixed(&vec![None; n]);
+            let switches = Arc::new(Switches::default());
+            let spec = StrategySpec {
+                name: "cache_aware",
+                options: toml::Table::new(),
+            };
+            let mut s = registry::build(
+                &spec,
+                &BuildContext {
+                    target_count: n,
+                    seed: 1,
+                    targets: &targets,
+                    route_targets: &route_targets,
+                    prices: &prices,
+                    switches: &switches,
+                },
+            );
+            let mut sink = ShareSink::default();
+            let now = Instant::now();
+            let mut request = Vec::new();
+            for t in 0..n {
+                let mut p = text(t as u64, size);
+                for k in 0..16u64 {
+                    p[size - 256..].copy_from_slice(&text(1000 + k, 256));
+                    let r = PickRequest {
+                        model: "m",
+                        session: SessionKey {
+                            header: None,
+                            prompt: &p,
+                        },
+                        prompt: &p,
+                        prompt_tokens: (size / 4) as u32,
+                        max_tokens: Some(256),
+                        inputs: &inputs,
+                    };
+                    s.routed(&r, t, &mut sink, now);
+                }
+                let _ = sink.take_batch();
+                if t == n / 2 {
+                    p[size - 256..].copy_from_slice(&text(99, 256));
+                    request = p;
+                }
+            }
+            let req = PickRequest {
+                model: "m",
+                session: SessionKey {
+                    header: None,
+                    prompt: &request,
+                },
+                prompt: &request,
+                prompt_tokens: (size / 4) as u32,
+                max_tokens: Some(256),
+                inputs: &inputs,
+            };
+            assert_eq!(
+                cands[s.pick(&req, &cands, now).expect("pick").index].target,
+                n / 2
+            );
+            g.bench_function(format!("pick/{n}/{label}"), |b| {
+                b.iter(|| s.pick(black_box(&req), black_box(&cands), now))
+            });
+        }
+        // Index cost alone: insert a prompt whose last 256 bytes are new, and a full scan.
+        let mut ix = PrefixIndex::new(1, 4 << 20);
+        let mut p = text(7, size);
+        let now = Instant::now();
+        let mut i = 0u64;
+        g.bench_function(format!("insert/{label}"), |b| {
+            b.iter(|| {
+                i += 1;
+                p[size - 8..].copy_from_slice(&i.to_le_bytes());
+                ix.insert(0, black_box(&p), now)
+            })
+        });
+        g.bench_function(format!("matched/{label}"), |b| {
+            b.iter(|| ix.matched(0, black_box(&p)))
+        });
+    }
+    g.finish();
+}
+
+/// `pipeline` with its default scorers (load + prefix) and a warm prefix index: 4, 16 and
+/// 64 targets, prompts of 1 KiB and 32 KiB sharing a long system prompt with what each
+/// target was sent before.
+fn bench_pipeline(c: &mut Criterion) {
+    let inputs = AsyncInputs::default();
+    let mut g = c.benchmark_group("pipeline");
+    for n in [4usize, 16, 64] {
+        for size in [1024usize, 32 * 1024] {
+            let targets = bench_targets(n);
+            let route_targets: Vec<usize> = (0..n).collect();
+            let prices = PriceBook::fixed(&vec![None; n]);
+            let switches = Arc::new(Switches::default());
+            let spec = StrategySpec {
+                name: "pipeline",
+                options: toml::Table::new(),
+            };
+            let mut s = registry::build(
+                &spec,
+                &BuildContext {
+                    target_count: n,
+                    seed: 1,
+                    targets: &targets,
+                    route_targets: &route_targets,
+                    prices: &prices,
+                    switches: &switches,
+                },
+            );
+            // A shared system prompt of 3/4 of the size, then a per-conversation tail.
+            let system: Vec<u8> = (0..size * 3 / 4).map(|i| b'a' + (i % 26) as u8).collect();
+            let prompt_for = |conv: usize| {
+                let mut p = system.clone();
+                p.extend(
+                    format!("{conv:08}")
+                        .bytes()
+                        .cycle()
+                        .take(size - system.len()),
+                );
+                p
+            };
+            let mut sink = ShareSink::default();
+            let now = Instant::now();
+            for conv in 0..4 * n {
+                let p = prompt_for(conv);
+                let r = PickRequest {
+                    model: "m",
+                    session: SessionKey {
+                        header: None,
+                        prompt: &p,
+                    },
+                    prompt: &p,
+                    prompt_tokens: (size / 4) as u32,
+                    max_tokens: Some(256),
+                    inputs: &inputs,
+                };
+                s.routed(&r, conv % n, &mut sink, now);
+                sink.take_batch();
+            }
+            let prompt = prompt_for(1);
+            let req = PickRequest {
+                model: "m",
+                session: SessionKey {
+                    header: None,
+                    prompt: &prompt,
+                },
+                prompt: &prompt,
+                prompt_tokens: (size / 4) as u32,
+                max_tokens: Some(256),
+                inputs: &inputs,
+            };
+            let cands: Vec<Candidate> = (0..n)
+                .map(|i| Candidate {
+                    target: i,
+                    weight: 1.0 + (i % 3) as f64,
+                    load: (i * 7 % 11) as u64,
+                    ..Candidate::default()
+                })
+                .collect();
+            g.bench_function(format!("{n}/{}KiB", size / 1024), |b| {
+                b.iter(|| s.pick(black_box(&req), black_box(&cands), now))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_picks, bench_cache_aware, bench_pipeline);
 criterion_main!(benches);

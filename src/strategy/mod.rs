@@ -10,13 +10,16 @@
 //! could not be had in time, in which case the strategy falls back as the spec says.
 
 pub mod adaptive;
+pub mod cache_aware;
 pub mod cheapest;
 pub mod failover;
 pub mod fair_catchup;
 pub mod fastest;
 pub mod least_loaded;
+pub mod pipeline;
 pub mod power_of_two;
 pub mod predicted_latency;
+pub mod prefix_index;
 pub mod random;
 pub mod random_weighted;
 pub mod registry;

@@ -5,11 +5,13 @@
 //! state; `validate_spec` runs at configuration load, `build` once per route per worker.
 
 use super::adaptive::{Adaptive, AdaptiveOptions};
+use super::cache_aware::{CacheAware, CacheAwareOptions};
 use super::cheapest::{Cheapest, DEFAULT_OUTPUT_TOKENS};
 use super::failover::Failover;
 use super::fair_catchup::{FairCatchup, DEFAULT_MAX_CATCHUP_SHARE, DEFAULT_WINDOW};
 use super::fastest::{Fastest, FastestOptions};
 use super::least_loaded::LeastLoaded;
+use super::pipeline::{Pipeline, PipelineOptions};
 use super::power_of_two::PowerOfTwo;
 use super::predicted_latency::{PredictedLatency, PredictedLatencyOptions};
 use super::random::Random;
@@ -378,7 +380,194 @@ static STRATEGIES: &[StrategyInfo] = &[
             Box::new(FairCatchup::from_context(base, ctx, window, share))
         },
     },
+    // ---- prefix strategies: cache_aware ----
+    StrategyInfo {
+        name: "cache_aware",
+        aliases: &[],
+        summary: "The candidate whose prefix tree holds most of the prompt; the least warmed below the threshold; session pins; balance guard",
+        traits: &[Trait::LoadAware, Trait::Stateful, Trait::SingleWinner],
+        options: &[
+            OptionSpec {
+                key: "threshold",
+                kind: OptionKind::Float,
+                default: "0.5",
+                help: "smallest matched fraction of the prompt that sends it to the best-matching target, in [0, 1]; below it the least warmed target wins",
+                check: Some(cache_fraction),
+            },
+            OptionSpec {
+                key: "max_bytes_per_target",
+                kind: OptionKind::Integer,
+                default: "4194304",
+                help: "prompt bytes remembered per target (least recently used evicted first); the index costs about as much memory per target per core",
+                check: Some(cache_max_bytes),
+            },
+            OptionSpec {
+                key: "balance_abs_threshold",
+                kind: OptionKind::Integer,
+                default: "32",
+                help: "balance guard: pick by load when max load - min load among the candidates exceeds this and max > balance_rel_threshold x min",
+                check: Some(non_negative_integer),
+            },
+            OptionSpec {
+                key: "balance_rel_threshold",
+                kind: OptionKind::Float,
+                default: "1.5",
+                help: "balance guard: the ratio max load / min load must exceed too (>= 1)",
+                check: Some(cache_ratio),
+            },
+            OptionSpec {
+                key: "session_ttl",
+                kind: OptionKind::Duration,
+                default: "10m",
+                help: "how long a request with x-session-id keeps going to the target that last served its session",
+                check: Some(positive_duration),
+            },
+            OptionSpec {
+                key: "max_sessions",
+                kind: OptionKind::Integer,
+                default: "100000",
+                help: "sessions remembered per core (least recently used forgotten first)",
+                check: Some(positive_integer),
+            },
+        ],
+        build: |opts, ctx| {
+            Box::new(CacheAware::new(
+                CacheAwareOptions::from_table(opts),
+                ctx.target_count,
+                ctx.seed,
+            ))
+        },
+    },
+    StrategyInfo {
+        name: "pipeline",
+        aliases: &[],
+        summary: "Filter (max_queue), then the highest weighted sum of normalised scorers (weight, load, prefix, latency, cost, queue, kv_cache); ties at random; sticky sessions",
+        traits: &[
+            Trait::Weighted,
+            Trait::LoadAware,
+            Trait::Stateful,
+            Trait::SingleWinner,
+        ],
+        options: &[
+            OptionSpec {
+                key: "w_weight",
+                kind: OptionKind::Float,
+                default: "0",
+                help: "weight of the static-weight scorer (weight / largest weight)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "w_load",
+                kind: OptionKind::Float,
+                default: "1",
+                help: "weight of the load scorer (1 - load / largest load)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "w_prefix",
+                kind: OptionKind::Float,
+                default: "1",
+                help: "weight of the prefix scorer (leading prompt bytes already sent to the target / prompt length)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "w_latency",
+                kind: OptionKind::Float,
+                default: "0",
+                help: "weight of the latency scorer (smallest TTFT average / own; unmeasured scores 1)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "w_cost",
+                kind: OptionKind::Float,
+                default: "0",
+                help: "weight of the cost scorer (cheapest estimate / own; unknown price scores 0)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "w_queue",
+                kind: OptionKind::Float,
+                default: "0",
+                help: "weight of the engine-queue scorer (1 - queue_depth / largest queue_depth)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "w_kv_cache",
+                kind: OptionKind::Float,
+                default: "0",
+                help: "weight of the KV-cache scorer (1 - KV-cache use; unknown scores 0.5). All weights 0: uniform random",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "max_queue",
+                kind: OptionKind::Integer,
+                default: "none",
+                help: "drop candidates whose engine queue is longer (unless that drops them all)",
+                check: Some(non_negative_integer),
+            },
+            OptionSpec {
+                key: "session_ttl",
+                kind: OptionKind::Duration,
+                default: "10m",
+                help: "an x-session-id request goes back to the target that last served it within this time; \"0s\" turns affinity off",
+                check: Some(pipeline_session_ttl),
+            },
+            OptionSpec {
+                key: "max_sessions",
+                kind: OptionKind::Integer,
+                default: "100000",
+                help: "sessions remembered per core (least recently used forgotten first)",
+                check: Some(positive_integer),
+            },
+            OptionSpec {
+                key: "max_bytes_per_target",
+                kind: OptionKind::Integer,
+                default: "16777216",
+                help: "prompt bytes the prefix index keeps per target (least recently used evicted)",
+                check: Some(positive_integer),
+            },
+            OptionSpec {
+                key: "half_life",
+                kind: OptionKind::Duration,
+                default: "10s",
+                help: "half-life of the TTFT average of the latency scorer",
+                check: Some(positive_duration),
+            },
+            OptionSpec {
+                key: "default_output_tokens",
+                kind: OptionKind::Integer,
+                default: "256",
+                help: "output tokens the cost scorer assumes when the request sets no max_tokens",
+                check: Some(positive_integer),
+            },
+        ],
+        build: |opts, ctx| Box::new(Pipeline::new(PipelineOptions::from_table(opts), ctx)),
+    },
 ];
+
+/// `threshold` of cache_aware: a fraction in [0, 1].
+fn cache_fraction(v: &toml::Value) -> Result<(), String> {
+    match number(v) {
+        Some(x) if (0.0..=1.0).contains(&x) => Ok(()),
+        _ => Err("must be a fraction from 0 to 1, such as 0.5".into()),
+    }
+}
+
+/// `max_bytes_per_target` of cache_aware: at least one 64-byte chunk.
+fn cache_max_bytes(v: &toml::Value) -> Result<(), String> {
+    match v.as_integer() {
+        Some(n) if n >= 64 => Ok(()),
+        _ => Err("must be an integer of at least 64 (bytes), such as 4194304".into()),
+    }
+}
+
+/// `balance_rel_threshold` of cache_aware: a ratio of at least 1.
+fn cache_ratio(v: &toml::Value) -> Result<(), String> {
+    match number(v) {
+        Some(x) if x >= 1.0 => Ok(()),
+        _ => Err("must be a number >= 1, such as 1.5".into()),
+    }
+}
 
 /// `within_tier` names a registered strategy other than failover itself.
 fn sub_strategy(v: &toml::Value) -> Result<(), String> {
@@ -491,6 +680,16 @@ pub fn validate_spec(
 pub fn build(spec: &StrategySpec, ctx: &BuildContext) -> Box<dyn Strategy> {
     let info = lookup(spec.name).expect("strategy validated at configuration load");
     (info.build)(&spec.options, ctx)
+}
+
+/// `session_ttl` of pipeline: any duration, zero included (affinity off).
+fn pipeline_session_ttl(v: &toml::Value) -> Result<(), String> {
+    match v.as_str().map(humantime::parse_duration) {
+        Some(Ok(_)) => Ok(()),
+        _ => {
+            Err("must be a duration such as \"10m\", or \"0s\" to turn session affinity off".into())
+        }
+    }
 }
 
 /// A finite number written as a float or an integer.
