@@ -12,6 +12,7 @@
 pub mod adaptive;
 pub mod cache_aware;
 pub mod cheapest;
+pub mod consistent_hash;
 pub mod failover;
 pub mod fair_catchup;
 pub mod fastest;

@@ -881,8 +881,8 @@ mod tests {
         let mut sink = ShareSink::default();
         let now = Instant::now();
         let conversation = |question: &str| -> &'static [u8] {
-            let system = "You answer billing questions for the finance team, in two sentences. "
-                .repeat(6);
+            let system =
+                "You answer billing questions for the finance team, in two sentences. ".repeat(6);
             let text = format!(
                 "[{{\"role\":\"system\",\"content\":\"{system}\"}},{{\"role\":\"user\",\"content\":\"{question}\"}}]"
             );

@@ -7,6 +7,7 @@
 use super::adaptive::{Adaptive, AdaptiveOptions};
 use super::cache_aware::{CacheAware, CacheAwareOptions};
 use super::cheapest::{Cheapest, DEFAULT_OUTPUT_TOKENS};
+use super::consistent_hash::{ConsistentHash, DEFAULT_POINTS, MAX_POINTS};
 use super::failover::Failover;
 use super::fair_catchup::{FairCatchup, DEFAULT_MAX_CATCHUP_SHARE, DEFAULT_WINDOW};
 use super::fastest::{Fastest, FastestOptions};
@@ -543,6 +544,26 @@ static STRATEGIES: &[StrategyInfo] = &[
         ],
         build: |opts, ctx| Box::new(Pipeline::new(PipelineOptions::from_table(opts), ctx)),
     },
+    StrategyInfo {
+        name: "consistent_hash",
+        aliases: &[],
+        summary: "Hash ring keyed by the session (x-session-id, else the conversation); a target's keys move only while it is not a candidate",
+        traits: &[Trait::Weighted, Trait::SingleWinner],
+        options: &[OptionSpec {
+            key: "points",
+            kind: OptionKind::Integer,
+            default: "100",
+            help: "ring points per target at weight 1 (scaled by weight, rounded, at least 1), 1 to 10000",
+            check: Some(hash_points),
+        }],
+        build: |opts, ctx| {
+            let points = opts
+                .get("points")
+                .and_then(|v| v.as_integer())
+                .map_or(DEFAULT_POINTS, |v| v.clamp(1, MAX_POINTS) as u32);
+            Box::new(ConsistentHash::from_context(ctx, points))
+        },
+    },
 ];
 
 /// `threshold` of cache_aware: a fraction in [0, 1].
@@ -689,6 +710,16 @@ fn pipeline_session_ttl(v: &toml::Value) -> Result<(), String> {
         _ => {
             Err("must be a duration such as \"10m\", or \"0s\" to turn session affinity off".into())
         }
+    }
+}
+
+/// `points` of consistent_hash: 1 to [`MAX_POINTS`].
+fn hash_points(v: &toml::Value) -> Result<(), String> {
+    match v.as_integer() {
+        Some(n) if (1..=MAX_POINTS).contains(&n) => Ok(()),
+        _ => Err(format!(
+            "must be an integer from 1 to {MAX_POINTS}, such as 100"
+        )),
     }
 }
 
