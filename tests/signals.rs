@@ -232,6 +232,8 @@ fn active_checks_drive_failover_promotion_and_return() {
         wait_for("the primary to fail its checks", SHORT, || {
             targets_json(&g)["targets"][0]["health"]["healthy"] == false
         });
+        // The control thread tells the workers on its next tick (2 ms); leave it room.
+        std::thread::sleep(Duration::from_millis(50));
         // Health probes keep reaching the primary; only completions count here.
         let completions = |m: &MockHandle| {
             m.requests()
@@ -324,8 +326,9 @@ fn a_failing_scrape_falls_back_visibly() {
         "strategy = \"least_loaded\"",
         "[metrics_scrape]\ninterval = \"50ms\"\ntimeout = \"40ms\"\nstale_after = \"200ms\"\n",
     );
-    wait_for("a scrape failure to be counted", SHORT, || {
+    wait_for("a scrape failure and a good scrape", SHORT, || {
         admin_metric(&g, "rolter_scrape_failures_total{target=\"t0\"}").unwrap_or(0.0) >= 1.0
+            && targets_json(&g)["targets"][1]["engine"]["scrape"] == "fresh"
     });
     let v = targets_json(&g);
     assert_eq!(v["targets"][0]["engine"]["scrape"], "never", "{v}");
@@ -373,11 +376,20 @@ fn outcomes_are_recorded_per_target() {
             &post("/v1/completions", &[], r#"{"model":"nope","prompt":"x"}"#),
         );
         assert_eq!(r.status, 404);
+        // Each worker publishes its records on its own tick: wait for all of them.
         wait_for("the records to reach the control thread", SHORT, || {
             admin_metric(
                 &g,
                 "rolter_requests_total{route=\"r\",target=\"t0\",code=\"200\"}",
             ) == Some(6.0)
+                && admin_metric(
+                    &g,
+                    "rolter_requests_total{route=\"r\",target=\"t0\",code=\"429\"}",
+                ) == Some(1.0)
+                && admin_metric(
+                    &g,
+                    "rolter_gateway_responses_total{status=\"404\",code=\"model_not_found\"}",
+                ) == Some(1.0)
         });
         assert_eq!(
             admin_metric(
