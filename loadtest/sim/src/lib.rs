@@ -1,0 +1,153 @@
+//! Rolter's fleet simulator: the gateway's real strategies, built through the registry
+//! exactly as a worker builds them, routing generated workloads over modelled inference
+//! engines on a virtual clock. No sockets, no threads per request, no wall-clock reads:
+//! a run is a pure function of its seed and settings.
+//!
+//! - [`engine`]: slots, FIFO queue, serialised prefill and an LRU prefix cache of blocks.
+//! - [`workload`]: multi-turn chat, RAG, few-shot, mixed long/short, heterogeneous fleet.
+//! - [`sim`]: the event loop, N gateway cores with the cross-core exchange, the oracle.
+//! - [`report`]: Markdown and JSON.
+
+pub mod engine;
+pub mod report;
+pub mod sim;
+pub mod workload;
+
+use std::time::Duration;
+
+use engine::EngineParams;
+use report::{Report, WorkloadInfo};
+use sim::{FleetSpec, Policy, RunResult, SimConfig};
+use workload::{Kind, Sizes, Workload};
+
+/// The fleet every workload runs on unless told otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct FleetDefaults {
+    pub targets: usize,
+    pub max_running: usize,
+    pub ttft_base: Duration,
+    pub prefill_per_token: Duration,
+    pub itl: Duration,
+    /// Per-engine cache in blocks; `None`: [`cache_blocks`] of the workload.
+    pub cache_blocks: Option<usize>,
+    /// The slow replica's factor in the `hetero` workload.
+    pub slow_factor: f64,
+}
+
+impl Default for FleetDefaults {
+    fn default() -> Self {
+        FleetDefaults {
+            targets: 4,
+            max_running: 16,
+            ttft_base: Duration::from_millis(20),
+            prefill_per_token: Duration::from_micros(50),
+            itl: Duration::from_millis(10),
+            cache_blocks: None,
+            slow_factor: 3.0,
+        }
+    }
+}
+
+/// Prefix-cache blocks per engine for `kind`. Arrival rates do not change with the scale,
+/// so the live working set (and so these sizes) does not either.
+pub fn cache_blocks(kind: Kind) -> usize {
+    match kind {
+        // About 180 conversations are live at once, ~150 blocks each: the fleet's 16k
+        // blocks cannot hold them all, one engine holds a quarter of them.
+        Kind::MultiTurn | Kind::MultiTurnNoHeader | Kind::Hetero => 4000,
+        // 24 documents of 250 blocks: the fleet holds every document, one engine a quarter.
+        Kind::Rag => 1500,
+        // 6 templates of ~190 blocks: one engine holds about half of them.
+        Kind::FewShot => 600,
+        // Long unique prompts (~560 blocks each) keep churning the caches.
+        Kind::Mixed => 8192,
+    }
+}
+
+/// The fleet for `workload`.
+pub fn fleet_for(workload: &Workload, d: &FleetDefaults) -> FleetSpec {
+    FleetSpec {
+        targets: d.targets,
+        engine: EngineParams {
+            max_running: d.max_running,
+            cache_blocks: d
+                .cache_blocks
+                .unwrap_or_else(|| cache_blocks(workload.kind)),
+            ttft_base: d.ttft_base,
+            prefill_per_token: d.prefill_per_token,
+            itl: d.itl,
+        },
+        slow: (workload.kind == Kind::Hetero).then_some((0, d.slow_factor)),
+    }
+}
+
+/// Runs every workload × policy, on `threads` threads; results in workload, policy order.
+pub fn run_matrix(
+    kinds: &[Kind],
+    policies: &[Policy],
+    sizes: &Sizes,
+    fleet: &FleetDefaults,
+    cfg: &SimConfig,
+    threads: usize,
+    progress: &(dyn Fn(&RunResult) + Sync),
+) -> Report {
+    // Multi-turn variants share one generated workload.
+    let mut workloads: Vec<(Workload, WorkloadInfo)> = Vec::new();
+    for &kind in kinds {
+        let w = match workloads.iter().find(|(w, _)| {
+            matches!(
+                w.kind,
+                Kind::MultiTurn | Kind::MultiTurnNoHeader | Kind::Hetero
+            ) && matches!(
+                kind,
+                Kind::MultiTurn | Kind::MultiTurnNoHeader | Kind::Hetero
+            )
+        }) {
+            Some((w, _)) => Workload {
+                kind,
+                sessions: w.sessions.clone(),
+            },
+            None => workload::generate(kind, sizes, cfg.seed),
+        };
+        let footprint = w.footprint_blocks();
+        let spec = fleet_for(&w, fleet);
+        let info = WorkloadInfo {
+            name: kind.name().to_string(),
+            requests: w.requests(),
+            sessions: w.sessions.len(),
+            footprint_blocks: footprint,
+            fleet_cache_ratio: (spec.engine.cache_blocks * spec.targets) as f64
+                / footprint.max(1) as f64,
+            fleet: spec,
+        };
+        workloads.push((w, info));
+    }
+    let jobs: Vec<(usize, usize)> = (0..workloads.len())
+        .flat_map(|w| (0..policies.len()).map(move |p| (w, p)))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<RunResult>>> =
+        jobs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1).min(jobs.len().max(1)) {
+            scope.spawn(|| loop {
+                let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(w, p)) = jobs.get(j) else { break };
+                let (wl, info) = &workloads[w];
+                let r = sim::run(wl, &info.fleet, &policies[p], cfg);
+                progress(&r);
+                *slots[j].lock().expect("result slot") = Some(r);
+            });
+        }
+    });
+    Report {
+        seed: cfg.seed,
+        sim: *cfg,
+        sizes: *sizes,
+        workloads: workloads.into_iter().map(|(_, i)| i).collect(),
+        results: slots
+            .into_iter()
+            .map(|s| s.into_inner().expect("result slot").expect("every job ran"))
+            .collect(),
+    }
+}

@@ -1,0 +1,252 @@
+//! `rolter-sim`: runs the gateway's strategies over generated workloads on a simulated
+//! fleet and reports prefix-cache hit rate, TTFT and load spread per strategy.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rolter_sim::sim::{strategy_policy, CoreAssign, Policy, SimConfig};
+use rolter_sim::workload::{Kind, Sizes};
+use rolter_sim::FleetDefaults;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rolter-sim",
+    about = "Fleet simulator: Rolter's strategies on modelled engines over generated workloads"
+)]
+struct Args {
+    /// Small workloads: every workload and strategy in a few seconds.
+    #[arg(long)]
+    quick: bool,
+    /// Workload size multiplier (overrides the --quick / full preset).
+    #[arg(long)]
+    scale: Option<f64>,
+    /// Seed of the workloads, the strategies and the core assignment.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Workloads, comma-separated: multi-turn, multi-turn-no-header, rag, few-shot, mixed,
+    /// hetero, or `all`.
+    #[arg(long, default_value = "all")]
+    workloads: String,
+    /// Strategies by registry name or alias, comma-separated, or `all` for every registered
+    /// strategy; names the registry does not know are skipped with a warning.
+    #[arg(
+        long,
+        default_value = "round_robin,least_loaded,power_of_two,consistent_hash,cache_aware,pipeline"
+    )]
+    strategies: String,
+    /// A strategy option, `name.key=value` (value in TOML syntax, bare words as strings);
+    /// repeatable.
+    #[arg(long = "option", value_name = "NAME.KEY=VALUE")]
+    options: Vec<String>,
+    /// Leave out the oracle.
+    #[arg(long)]
+    no_oracle: bool,
+    /// Simulated gateway cores, each with its own strategy instance.
+    #[arg(long, default_value_t = 2)]
+    cores: usize,
+    /// How requests are spread over the cores.
+    #[arg(long, value_enum, default_value_t = CoreAssign::RoundRobin)]
+    core_assign: CoreAssign,
+    /// Cross-core exchange period, milliseconds.
+    #[arg(long, default_value_t = 2.0)]
+    exchange_ms: f64,
+    /// Engines in the fleet.
+    #[arg(long, default_value_t = 4)]
+    targets: usize,
+    /// Running slots per engine.
+    #[arg(long, default_value_t = 16)]
+    max_running: usize,
+    /// Prefix-cache blocks (16 tokens) per engine; default: sized per workload.
+    #[arg(long)]
+    cache_blocks: Option<usize>,
+    /// Constant part of TTFT, milliseconds.
+    #[arg(long, default_value_t = 20.0)]
+    ttft_base_ms: f64,
+    /// Prefill cost per uncached prompt token, milliseconds.
+    #[arg(long, default_value_t = 0.05)]
+    prefill_ms_per_token: f64,
+    /// Inter-token latency, milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    itl_ms: f64,
+    /// How much slower the hetero workload's slow replica is.
+    #[arg(long, default_value_t = 3.0)]
+    slow_factor: f64,
+    /// Worker threads (runs are independent; results do not depend on this).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Also write the Markdown report to this file.
+    #[arg(long)]
+    markdown: Option<std::path::PathBuf>,
+}
+
+fn ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v.max(0.0) / 1e3)
+}
+
+/// Parses `name.key=value` options into per-strategy tables.
+fn parse_options(raw: &[String]) -> Result<Vec<(String, toml::Table)>, String> {
+    let mut out: Vec<(String, toml::Table)> = Vec::new();
+    for o in raw {
+        let (path, value) = o
+            .split_once('=')
+            .ok_or_else(|| format!("option `{o}`: expected NAME.KEY=VALUE"))?;
+        let (name, key) = path
+            .split_once('.')
+            .ok_or_else(|| format!("option `{o}`: expected NAME.KEY=VALUE"))?;
+        let value = format!("v = {value}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(value.to_string()));
+        let name = name.trim().to_string();
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, t)) => {
+                t.insert(key.trim().to_string(), value);
+            }
+            None => {
+                let mut t = toml::Table::new();
+                t.insert(key.trim().to_string(), value);
+                out.push((name, t));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rolter-sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let mut sizes = if args.quick {
+        Sizes::quick()
+    } else {
+        Sizes::full()
+    };
+    if let Some(s) = args.scale {
+        if !s.is_finite() || s <= 0.0 {
+            return Err("--scale must be positive".into());
+        }
+        sizes.scale = s;
+    }
+    let kinds: Vec<Kind> = if args.workloads == "all" {
+        Kind::ALL.to_vec()
+    } else {
+        args.workloads
+            .split(',')
+            .map(|s| {
+                Kind::parse(s.trim()).ok_or_else(|| {
+                    let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+                    format!("unknown workload `{s}`; valid: {}", names.join(", "))
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let options = parse_options(&args.options)?;
+    let names: Vec<String> = if args.strategies == "all" {
+        rolter::strategy::registry::all()
+            .iter()
+            .map(|i| i.name.to_string())
+            .collect()
+    } else {
+        args.strategies
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty() && s != "oracle")
+            .collect()
+    };
+    let mut policies = Vec::new();
+    for name in &names {
+        let opts = options
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default();
+        match strategy_policy(name, opts)? {
+            Some(p) => policies.push(p),
+            None => eprintln!("warning: strategy `{name}` is not in the registry; skipped"),
+        }
+    }
+    for (name, _) in &options {
+        if !names.contains(name) {
+            eprintln!("warning: options given for `{name}`, which is not being run");
+        }
+    }
+    if !args.no_oracle {
+        policies.push(Policy::Oracle);
+    }
+    if policies.is_empty() {
+        return Err("no policy to run".into());
+    }
+    let fleet = FleetDefaults {
+        targets: args.targets.max(1),
+        max_running: args.max_running.max(1),
+        ttft_base: ms(args.ttft_base_ms),
+        prefill_per_token: ms(args.prefill_ms_per_token),
+        itl: ms(args.itl_ms),
+        cache_blocks: args.cache_blocks,
+        slow_factor: args.slow_factor,
+    };
+    let cfg = SimConfig {
+        cores: args.cores.max(1),
+        core_assign: args.core_assign,
+        exchange: ms(args.exchange_ms),
+        seed: args.seed,
+    };
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let started = Instant::now();
+    let report = rolter_sim::run_matrix(&kinds, &policies, &sizes, &fleet, &cfg, threads, &|r| {
+        eprintln!(
+            "  {:<22} {:<28} hit {:>5.1}%  ttft p99 {:>7.0} ms",
+            r.workload,
+            r.policy,
+            r.hit_rate * 100.0,
+            r.ttft_p99_ms
+        )
+    });
+    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
+    let md = report.to_markdown();
+    print!("{md}");
+    if let Some(p) = &args.markdown {
+        std::fs::write(p, &md).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &args.json {
+        std::fs::write(p, report.to_json()).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_options;
+
+    #[test]
+    fn options_parse_as_toml_values() {
+        let o = parse_options(&[
+            "cache_aware.threshold=0.3".into(),
+            "cache_aware.session_ttl=\"30s\"".into(),
+            "failover.within_tier=least_loaded".into(),
+        ])
+        .unwrap();
+        assert_eq!(o.len(), 2);
+        assert_eq!(o[0].1["threshold"].as_float(), Some(0.3));
+        assert_eq!(o[0].1["session_ttl"].as_str(), Some("30s"));
+        assert_eq!(o[1].1["within_tier"].as_str(), Some("least_loaded"));
+        assert!(parse_options(&["nodot=1".into()]).is_err());
+    }
+}

@@ -1,0 +1,107 @@
+//! The report: per workload the fleet it ran on, and per policy the metrics of its run, as
+//! Markdown and JSON.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::sim::{FleetSpec, RunResult, SimConfig};
+use crate::workload::Sizes;
+
+/// One workload as run.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadInfo {
+    pub name: String,
+    pub requests: usize,
+    pub sessions: usize,
+    /// Distinct prompt blocks over the whole workload.
+    pub footprint_blocks: usize,
+    /// Fleet cache capacity ÷ footprint (below 1: the fleet cannot hold everything).
+    pub fleet_cache_ratio: f64,
+    pub fleet: FleetSpec,
+}
+
+/// Everything one invocation produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub sim: SimConfig,
+    pub sizes: Sizes,
+    pub workloads: Vec<WorkloadInfo>,
+    pub results: Vec<RunResult>,
+}
+
+impl Report {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("report serialises")
+    }
+
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# Fleet simulation\n\nseed {}, {} gateway cores ({} assignment), exchange every {} ms, scale {}\n",
+            self.seed,
+            self.sim.cores,
+            match self.sim.core_assign {
+                crate::sim::CoreAssign::RoundRobin => "round-robin",
+                crate::sim::CoreAssign::Random => "random",
+            },
+            self.sim.exchange.as_secs_f64() * 1e3,
+            self.sizes.scale
+        );
+        for w in &self.workloads {
+            let e = &w.fleet.engine;
+            let _ = writeln!(
+                out,
+                "## {}\n\n{} requests in {} sessions; {} engines × {} slots, cache {} blocks each \
+                 (fleet holds {:.0}% of the {} distinct prompt blocks); prefill {:.3} ms/token, \
+                 ITL {:.1} ms{}\n",
+                w.name,
+                w.requests,
+                w.sessions,
+                w.fleet.targets,
+                e.max_running,
+                e.cache_blocks,
+                w.fleet_cache_ratio * 100.0,
+                w.footprint_blocks,
+                e.prefill_per_token.as_secs_f64() * 1e3,
+                e.itl.as_secs_f64() * 1e3,
+                match w.fleet.slow {
+                    Some((t, f)) => format!("; engine-{t} is {f}× slower"),
+                    None => String::new(),
+                }
+            );
+            let _ = writeln!(
+                out,
+                "| policy | requests | hit rate | TTFT mean ms | p50 ms | p99 ms | load spread | per target | sticky sessions |"
+            );
+            let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|");
+            for r in self.results.iter().filter(|r| r.workload == w.name) {
+                let per: Vec<String> = r.per_target.iter().map(|c| c.to_string()).collect();
+                let _ = writeln!(
+                    out,
+                    "| {} | {}{} | {:.1}% | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} |",
+                    r.policy,
+                    r.requests,
+                    if r.rejected > 0 {
+                        format!(" ({} rejected)", r.rejected)
+                    } else {
+                        String::new()
+                    },
+                    r.hit_rate * 100.0,
+                    r.ttft_mean_ms,
+                    r.ttft_p50_ms,
+                    r.ttft_p99_ms,
+                    r.load_spread,
+                    per.join("/"),
+                    r.sticky_sessions
+                        .map(|s| format!("{:.0}%", s * 100.0))
+                        .unwrap_or_else(|| "–".into()),
+                );
+            }
+            out.push('\n');
+        }
+        out
+    }
+}

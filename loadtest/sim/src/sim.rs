@@ -1,0 +1,712 @@
+//! The discrete-event simulation: a virtual clock, one [`Engine`] per target, N gateway
+//! cores each holding its own instance of the strategy, the gateway's cross-core exchange
+//! (shared routing items and samples every exchange period), and the metrics of one run.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rolter::config::{Price, StrategySpec, Target};
+use rolter::pricing::PriceBook;
+use rolter::strategy::registry::{self, BuildContext};
+use rolter::strategy::{
+    AsyncInputs, Candidate, PickRequest, SessionKey, ShareSink, Strategy, Switches, Usage,
+};
+use rolter::strategy::{Pick, Sample};
+use serde::Serialize;
+
+use crate::engine::{block_hashes, Engine, EngineParams};
+use crate::workload::Workload;
+
+/// The fleet a workload runs on.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FleetSpec {
+    pub targets: usize,
+    pub engine: EngineParams,
+    /// `(target, factor)`: that target's constants are `factor` times larger.
+    pub slow: Option<(usize, f64)>,
+}
+
+impl FleetSpec {
+    pub fn params(&self, target: usize) -> EngineParams {
+        match self.slow {
+            Some((t, f)) if t == target => self.engine.slowed(f),
+            _ => self.engine,
+        }
+    }
+}
+
+/// A routing policy under test.
+#[derive(Debug, Clone)]
+pub enum Policy {
+    /// A registry strategy with its options (validated).
+    Strategy(StrategySpec),
+    /// Keeps each session group (conversation, document, template) on the engine that was
+    /// least loaded when the group was first seen.
+    Oracle,
+}
+
+impl Policy {
+    pub fn label(&self) -> String {
+        match self {
+            Policy::Oracle => "oracle".to_string(),
+            Policy::Strategy(s) if s.options.is_empty() => s.name.to_string(),
+            Policy::Strategy(s) => {
+                let opts: Vec<String> = s.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{}({})", s.name, opts.join(","))
+            }
+        }
+    }
+}
+
+/// How requests are spread over the gateway's cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CoreAssign {
+    RoundRobin,
+    Random,
+}
+
+/// Gateway-side settings of a run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SimConfig {
+    pub cores: usize,
+    pub core_assign: CoreAssign,
+    /// The gateway's signal exchange period between cores.
+    #[serde(serialize_with = "ser_ms")]
+    pub exchange: Duration,
+    pub seed: u64,
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            cores: 2,
+            core_assign: CoreAssign::RoundRobin,
+            exchange: Duration::from_millis(2),
+            seed: 1,
+        }
+    }
+}
+
+/// The metrics of one workload × policy run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub workload: String,
+    pub policy: String,
+    pub requests: u64,
+    /// Picks that returned no target (counted as failed, not timed).
+    pub rejected: u64,
+    /// Picks that took a strategy's fallback path.
+    pub fallbacks: u64,
+    pub prompt_tokens: u64,
+    pub hit_tokens: u64,
+    /// hit tokens ÷ prompt tokens.
+    pub hit_rate: f64,
+    pub ttft_mean_ms: f64,
+    pub ttft_p50_ms: f64,
+    pub ttft_p99_ms: f64,
+    /// Requests routed to each target.
+    pub per_target: Vec<u64>,
+    /// The busiest target's share of requests ÷ the mean share (1.0 = even).
+    pub load_spread: f64,
+    /// Sessions of two or more routed turns whose turns all went to one target.
+    pub sticky_sessions: Option<f64>,
+    /// Simulated time from the first arrival to the last completion.
+    pub sim_seconds: f64,
+}
+
+/// What a pick ran against: a strategy instance per core, or the oracle.
+enum Router {
+    Cores(Vec<Box<dyn Strategy>>),
+    Oracle {
+        owner: HashMap<u64, usize>,
+        groups: Vec<u64>,
+    },
+}
+
+/// A small configuration of `n` equal targets, parsed by the gateway's own loader.
+pub fn fleet_targets(n: usize) -> Vec<Target> {
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!(
+            "[[targets]]\nname = \"engine-{i}\"\nurl = \"http://127.0.0.1:{}\"\n\n",
+            9000 + i
+        ));
+    }
+    let names: Vec<String> = (0..n).map(|i| format!("\"engine-{i}\"")).collect();
+    text.push_str(&format!(
+        "[[routes]]\nname = \"sim\"\ntargets = [{}]\n[routes.strategy]\nname = \"round_robin\"\n",
+        names.join(",")
+    ));
+    rolter::config::load_str(&text, "sim.toml")
+        .expect("simulator fleet configuration")
+        .targets
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// Turn `turn` of session `session` reaches the gateway.
+    Arrive { session: u32, turn: u32 },
+    /// Request `req` finished on its engine.
+    Finish { req: u32 },
+}
+
+struct InFlight {
+    session: u32,
+    turn: u32,
+    core: usize,
+    target: usize,
+    sent: Duration,
+    admitted: Duration,
+    load_at_send: u64,
+    blocks: Vec<u64>,
+    hit_tokens: u32,
+    to_first_token: Duration,
+    to_finish: Duration,
+}
+
+#[derive(Default, Clone, Copy)]
+struct SessionTrack {
+    first: Option<usize>,
+    moved: bool,
+    routed: u32,
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+/// Runs `workload` on `fleet` with `policy`.
+pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimConfig) -> RunResult {
+    let n = fleet.targets;
+    let targets = fleet_targets(n);
+    let route_targets: Vec<usize> = (0..n).collect();
+    let price = Price {
+        input_per_mtok: 0.5,
+        output_per_mtok: 1.5,
+    };
+    let prices = PriceBook::fixed(&vec![Some(price); n]);
+    let switches = Arc::new(Switches::default());
+    let cores = cfg.cores.max(1);
+    let mut router = match policy {
+        Policy::Oracle => Router::Oracle {
+            owner: HashMap::new(),
+            groups: vec![0; n],
+        },
+        Policy::Strategy(spec) => Router::Cores(
+            (0..cores)
+                .map(|c| {
+                    registry::build(
+                        spec,
+                        &BuildContext {
+                            target_count: n,
+                            seed: cfg.seed.wrapping_mul(0x9e37_79b9).wrapping_add(c as u64),
+                            targets: &targets,
+                            route_targets: &route_targets,
+                            prices: &prices,
+                            switches: &switches,
+                        },
+                    )
+                })
+                .collect(),
+        ),
+    };
+    let mut sinks: Vec<ShareSink> = (0..cores).map(|_| ShareSink::default()).collect();
+    let mut pending_samples: Vec<(usize, Sample)> = Vec::new();
+    let mut engines: Vec<Engine> = (0..n).map(|t| Engine::new(fleet.params(t))).collect();
+    let mut in_flight = vec![0u64; n];
+    let mut per_target = vec![0u64; n];
+    let mut core_rng = fastrand::Rng::with_seed(cfg.seed ^ 0xc0de);
+    let mut next_core = 0usize;
+
+    let base = Instant::now();
+    let inputs = AsyncInputs::default();
+    let sessions = &workload.sessions;
+    let header = workload.kind.header();
+    let mut tracks = vec![SessionTrack::default(); sessions.len()];
+    let mut reqs: Vec<InFlight> = Vec::new();
+    let mut ttfts: Vec<f64> = Vec::new();
+    let (mut prompt_total, mut hit_total) = (0u64, 0u64);
+    let (mut rejected, mut fallbacks) = (0u64, 0u64);
+    let mut last_finish = Duration::ZERO;
+
+    let mut seq = 0u64;
+    let mut heap: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
+    let mut push = |heap: &mut BinaryHeap<_>, at: Duration, ev: Event| {
+        seq += 1;
+        heap.push(Reverse((ns(at), seq, ev)));
+    };
+    for (i, s) in sessions.iter().enumerate() {
+        push(
+            &mut heap,
+            s.start,
+            Event::Arrive {
+                session: i as u32,
+                turn: 0,
+            },
+        );
+    }
+    let period = ns(cfg.exchange).max(1);
+    let mut next_tick = period;
+
+    while let Some(Reverse((t_ns, _, ev))) = heap.pop() {
+        let now = Duration::from_nanos(t_ns);
+        // The exchange ticks that passed since the last event: everything shared or
+        // finished before them reaches the other cores at the first one (later ticks
+        // carry nothing, as no event happened in between).
+        if t_ns >= next_tick {
+            let tick_at = base + Duration::from_nanos(next_tick);
+            if let Router::Cores(instances) = &mut router {
+                exchange(instances, &mut sinks, &mut pending_samples, tick_at);
+            }
+            next_tick = (t_ns / period + 1) * period;
+        }
+        let at = base + now;
+        match ev {
+            Event::Arrive { session, turn } => {
+                let s = &sessions[session as usize];
+                let tr = &s.turns[turn as usize];
+                let core = match cfg.core_assign {
+                    CoreAssign::RoundRobin => {
+                        next_core = (next_core + 1) % cores;
+                        next_core
+                    }
+                    CoreAssign::Random => core_rng.usize(..cores),
+                };
+                let candidates: Vec<Candidate> = (0..n)
+                    .map(|t| Candidate {
+                        target: t,
+                        weight: targets[t].weight,
+                        load: in_flight[t] + engines[t].queue_depth() as u64,
+                        tier: 0,
+                        queue_depth: engines[t].queue_depth() as u64,
+                        kv_usage: Some(engines[t].kv_usage()),
+                    })
+                    .collect();
+                let session_id = format!("session-{}", s.id);
+                let req = PickRequest {
+                    model: "m",
+                    session: SessionKey {
+                        header: header.then_some(session_id.as_bytes()),
+                        prompt: &tr.prompt,
+                    },
+                    prompt: &tr.prompt,
+                    prompt_tokens: tr.prompt_tokens,
+                    max_tokens: Some(tr.output_tokens as u64),
+                    inputs: &inputs,
+                };
+                let pick: Option<Pick> = match &mut router {
+                    Router::Cores(instances) => instances[core].pick(&req, &candidates, at),
+                    Router::Oracle { owner, groups } => {
+                        Some(oracle_pick(owner, groups, s.group, &candidates))
+                    }
+                };
+                let Some(pick) = pick else {
+                    rejected += 1;
+                    if let Some(next) = s.turns.get(turn as usize + 1) {
+                        push(
+                            &mut heap,
+                            now + next.think,
+                            Event::Arrive {
+                                session,
+                                turn: turn + 1,
+                            },
+                        );
+                    }
+                    continue;
+                };
+                if pick.fallback.is_some() {
+                    fallbacks += 1;
+                }
+                let target = candidates[pick.index].target;
+                let load_at_send = candidates[pick.index].load;
+                if let Router::Cores(instances) = &mut router {
+                    instances[core].routed(&req, target, sinks[core].for_route(0), at);
+                }
+                per_target[target] += 1;
+                let track = &mut tracks[session as usize];
+                match track.first {
+                    None => track.first = Some(target),
+                    Some(f) if f != target => track.moved = true,
+                    _ => {}
+                }
+                track.routed += 1;
+                in_flight[target] += 1;
+                let id = reqs.len();
+                reqs.push(InFlight {
+                    session,
+                    turn,
+                    core,
+                    target,
+                    sent: now,
+                    admitted: now,
+                    load_at_send,
+                    blocks: block_hashes(&tr.prompt),
+                    hit_tokens: 0,
+                    to_first_token: Duration::ZERO,
+                    to_finish: Duration::ZERO,
+                });
+                if engines[target].has_free_slot() {
+                    let fin = admit(&mut engines[target], &mut reqs[id], sessions, now);
+                    push(&mut heap, fin, Event::Finish { req: id as u32 });
+                } else {
+                    engines[target].enqueue(id);
+                }
+            }
+            Event::Finish { req } => {
+                let r = &reqs[req as usize];
+                let (target, core) = (r.target, r.core);
+                let tr = &sessions[r.session as usize].turns[r.turn as usize];
+                let ttft = (r.admitted - r.sent) + r.to_first_token;
+                ttfts.push(ttft.as_secs_f64() * 1e3);
+                prompt_total += tr.prompt_tokens as u64;
+                hit_total += r.hit_tokens as u64;
+                last_finish = last_finish.max(now);
+                let sample = Sample {
+                    target,
+                    status: 200,
+                    success: true,
+                    ttft: Some(ttft),
+                    duration: now - r.sent,
+                    load_at_send: r.load_at_send,
+                    prompt_tokens: tr.prompt_tokens,
+                    usage: Some(Usage {
+                        prompt_tokens: tr.prompt_tokens,
+                        completion_tokens: tr.output_tokens,
+                    }),
+                    finished: at,
+                };
+                let (session, turn) = (r.session, r.turn);
+                let held = r.blocks.len();
+                in_flight[target] -= 1;
+                if let Some(next) = engines[target].release(held) {
+                    let fin = admit(&mut engines[target], &mut reqs[next], sessions, now);
+                    push(&mut heap, fin, Event::Finish { req: next as u32 });
+                }
+                // Free the finished request's blocks list; it is not needed any more.
+                reqs[req as usize].blocks = Vec::new();
+                if let Router::Cores(instances) = &mut router {
+                    instances[core].observe(&sample);
+                    if instances.len() > 1 {
+                        pending_samples.push((core, sample));
+                    }
+                }
+                let s = &sessions[session as usize];
+                if let Some(next) = s.turns.get(turn as usize + 1) {
+                    push(
+                        &mut heap,
+                        now + next.think,
+                        Event::Arrive {
+                            session,
+                            turn: turn + 1,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    let first_start = sessions.iter().map(|s| s.start).min().unwrap_or_default();
+    summarize(Summary {
+        workload: workload.kind.name().to_string(),
+        policy: policy.label(),
+        rejected,
+        fallbacks,
+        prompt_total,
+        hit_total,
+        ttfts,
+        per_target,
+        tracks,
+        sim: last_finish.saturating_sub(first_start),
+    })
+}
+
+/// Admits `r` on `engine` at `now`; returns when it finishes.
+fn admit(
+    engine: &mut Engine,
+    r: &mut InFlight,
+    sessions: &[crate::workload::Session],
+    now: Duration,
+) -> Duration {
+    let tr = &sessions[r.session as usize].turns[r.turn as usize];
+    let a = engine.admit(now, &r.blocks, tr.prompt_tokens, tr.output_tokens);
+    r.admitted = now;
+    r.hit_tokens = a.hit_tokens;
+    r.to_first_token = a.to_first_token;
+    r.to_finish = a.to_finish;
+    now + a.to_finish
+}
+
+/// One exchange tick: every core's shared items and finished samples reach every other
+/// core's instance.
+fn exchange(
+    instances: &mut [Box<dyn Strategy>],
+    sinks: &mut [ShareSink],
+    samples: &mut Vec<(usize, Sample)>,
+    now: Instant,
+) {
+    for (from, sink) in sinks.iter_mut().enumerate() {
+        if sink.is_empty() {
+            continue;
+        }
+        let batch = sink.take_batch();
+        for (to, inst) in instances.iter_mut().enumerate() {
+            if to != from {
+                for (_, item) in batch.iter() {
+                    inst.apply_shared(&item, now);
+                }
+            }
+        }
+    }
+    for (from, sample) in samples.drain(..) {
+        for (to, inst) in instances.iter_mut().enumerate() {
+            if to != from {
+                inst.observe(&sample);
+            }
+        }
+    }
+}
+
+/// The oracle: a group's first request goes to the least-loaded candidate (ties: fewest
+/// groups owned, then the lowest index); every later request of the group follows it.
+fn oracle_pick(
+    owner: &mut HashMap<u64, usize>,
+    groups: &mut [u64],
+    group: u64,
+    candidates: &[Candidate],
+) -> Pick {
+    if let Some(&t) = owner.get(&group) {
+        if let Some(i) = candidates.iter().position(|c| c.target == t) {
+            return Pick::at(i);
+        }
+    }
+    let i = (0..candidates.len())
+        .min_by_key(|&i| (candidates[i].load, groups[candidates[i].target], i))
+        .expect("candidates are never empty");
+    let t = candidates[i].target;
+    owner.insert(group, t);
+    groups[t] += 1;
+    Pick::at(i)
+}
+
+struct Summary {
+    workload: String,
+    policy: String,
+    rejected: u64,
+    fallbacks: u64,
+    prompt_total: u64,
+    hit_total: u64,
+    ttfts: Vec<f64>,
+    per_target: Vec<u64>,
+    tracks: Vec<SessionTrack>,
+    sim: Duration,
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summarize(s: Summary) -> RunResult {
+    let mut ttfts = s.ttfts;
+    ttfts.sort_by(f64::total_cmp);
+    let requests = ttfts.len() as u64;
+    let mean = if ttfts.is_empty() {
+        0.0
+    } else {
+        ttfts.iter().sum::<f64>() / ttfts.len() as f64
+    };
+    let routed: u64 = s.per_target.iter().sum();
+    let load_spread = if routed == 0 {
+        0.0
+    } else {
+        let max = *s.per_target.iter().max().unwrap_or(&0) as f64;
+        max / (routed as f64 / s.per_target.len() as f64)
+    };
+    let multi: Vec<&SessionTrack> = s.tracks.iter().filter(|t| t.routed >= 2).collect();
+    let sticky_sessions = (!multi.is_empty())
+        .then(|| multi.iter().filter(|t| !t.moved).count() as f64 / multi.len() as f64);
+    RunResult {
+        workload: s.workload,
+        policy: s.policy,
+        requests,
+        rejected: s.rejected,
+        fallbacks: s.fallbacks,
+        prompt_tokens: s.prompt_total,
+        hit_tokens: s.hit_total,
+        hit_rate: if s.prompt_total == 0 {
+            0.0
+        } else {
+            s.hit_total as f64 / s.prompt_total as f64
+        },
+        ttft_mean_ms: mean,
+        ttft_p50_ms: percentile(&ttfts, 0.50),
+        ttft_p99_ms: percentile(&ttfts, 0.99),
+        per_target: s.per_target,
+        load_spread,
+        sticky_sessions,
+        sim_seconds: s.sim.as_secs_f64(),
+    }
+}
+
+/// Resolves a strategy name (or alias) with its options through the registry. `Ok(None)`
+/// when the registry does not know the name; `Err` for invalid options.
+pub fn strategy_policy(name: &str, options: toml::Table) -> Result<Option<Policy>, String> {
+    if registry::lookup(name).is_none() {
+        return Ok(None);
+    }
+    match registry::validate_spec(name, &options) {
+        Ok(canonical) => Ok(Some(Policy::Strategy(StrategySpec {
+            name: canonical,
+            options,
+        }))),
+        Err(errors) => Err(errors
+            .into_iter()
+            .map(|(k, m)| format!("{name}.{k}: {m}"))
+            .collect::<Vec<_>>()
+            .join("; ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{generate, Kind, Sizes};
+
+    fn fleet(cache_blocks: usize) -> FleetSpec {
+        FleetSpec {
+            targets: 4,
+            engine: EngineParams {
+                max_running: 16,
+                cache_blocks,
+                ttft_base: Duration::from_millis(20),
+                prefill_per_token: Duration::from_micros(50),
+                itl: Duration::from_millis(10),
+            },
+            slow: None,
+        }
+    }
+
+    fn tiny() -> Sizes {
+        Sizes {
+            scale: 0.1,
+            ..Sizes::full()
+        }
+    }
+
+    fn rr() -> Policy {
+        strategy_policy("round_robin", toml::Table::new())
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn oracle_keeps_sessions_sticky() {
+        let w = generate(Kind::MultiTurn, &tiny(), 5);
+        let r = run(&w, &fleet(2000), &Policy::Oracle, &SimConfig::default());
+        assert_eq!(r.requests as usize, w.requests());
+        assert_eq!(r.sticky_sessions, Some(1.0));
+        assert!(r.load_spread < 1.5, "balanced: {:?}", r.per_target);
+    }
+
+    #[test]
+    fn oracle_beats_round_robin_on_multi_turn() {
+        let w = generate(Kind::MultiTurn, &tiny(), 5);
+        // The fleet's caches cannot hold every conversation.
+        let f = fleet(1500);
+        assert!(f.engine.cache_blocks * 4 < w.footprint_blocks() * 3 / 4);
+        let oracle = run(&w, &f, &Policy::Oracle, &SimConfig::default());
+        let rr = run(&w, &f, &rr(), &SimConfig::default());
+        assert!(rr.sticky_sessions.unwrap() < 0.2);
+        assert!(
+            oracle.hit_rate > rr.hit_rate + 0.1,
+            "oracle {} vs round_robin {}",
+            oracle.hit_rate,
+            rr.hit_rate
+        );
+        assert!(oracle.ttft_mean_ms < rr.ttft_mean_ms);
+    }
+
+    #[test]
+    fn runs_are_deterministic_for_a_seed() {
+        let w = generate(Kind::MultiTurn, &tiny(), 11);
+        let cfg = SimConfig {
+            core_assign: CoreAssign::Random,
+            ..SimConfig::default()
+        };
+        for policy in [rr(), Policy::Oracle] {
+            let a = serde_json::to_string(&run(&w, &fleet(1500), &policy, &cfg)).unwrap();
+            let b = serde_json::to_string(&run(&w, &fleet(1500), &policy, &cfg)).unwrap();
+            assert_eq!(a, b);
+        }
+        let w2 = generate(Kind::MultiTurn, &tiny(), 11);
+        let a = run(&w, &fleet(1500), &rr(), &cfg);
+        let b = run(&w2, &fleet(1500), &rr(), &cfg);
+        assert_eq!(a.hit_tokens, b.hit_tokens);
+        assert_eq!(a.ttft_p99_ms, b.ttft_p99_ms);
+    }
+
+    #[test]
+    fn every_known_strategy_runs_on_every_workload() {
+        let sizes = Sizes {
+            scale: 0.03,
+            ..Sizes::full()
+        };
+        for kind in Kind::ALL {
+            let w = generate(kind, &sizes, 2);
+            let mut f = fleet(500);
+            if kind == Kind::Hetero {
+                f.slow = Some((0, 3.0));
+            }
+            for info in registry::all() {
+                let policy = strategy_policy(info.name, toml::Table::new())
+                    .unwrap()
+                    .unwrap();
+                let r = run(&w, &f, &policy, &SimConfig::default());
+                assert_eq!(
+                    (r.requests + r.rejected) as usize,
+                    w.requests(),
+                    "{} on {}",
+                    info.name,
+                    kind.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_names_are_skipped_and_bad_options_rejected() {
+        assert!(strategy_policy("no_such_strategy", toml::Table::new())
+            .unwrap()
+            .is_none());
+        let mut opts = toml::Table::new();
+        opts.insert("bogus".into(), toml::Value::Integer(1));
+        assert!(strategy_policy("round_robin", opts).is_err());
+        let p = strategy_policy("p2c", toml::Table::new()).unwrap().unwrap();
+        assert_eq!(p.label(), "power_of_two");
+    }
+
+    #[test]
+    fn every_request_is_routed_with_any_core_count() {
+        // Each core keeps its own round_robin cursor; the spread stays even.
+        let w = generate(Kind::Rag, &tiny(), 3);
+        for cores in [1, 2, 4] {
+            let cfg = SimConfig {
+                cores,
+                ..SimConfig::default()
+            };
+            let r = run(&w, &fleet(2000), &rr(), &cfg);
+            assert_eq!(r.requests as usize, w.requests());
+            assert!(r.load_spread < 1.2, "{cores} cores: {:?}", r.per_target);
+        }
+    }
+}

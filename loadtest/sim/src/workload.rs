@@ -1,0 +1,496 @@
+//! Generated workloads: sessions of one or more turns, each turn carrying the canonical
+//! prompt bytes the gateway would hand a strategy (whitespace-free JSON of the messages).
+//!
+//! Every generator is driven by a seeded generator, so a seed gives the same workload.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::engine::{block_hashes, prompt_tokens, BYTES_PER_TOKEN};
+
+/// One request of a session.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    /// Canonical prompt bytes (compact JSON of the messages array).
+    pub prompt: Arc<[u8]>,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    /// Pause between the previous turn's answer and this turn (zero for the first turn).
+    pub think: Duration,
+}
+
+/// A sequence of turns from one user; later turns are sent once the previous one finished.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: u64,
+    /// The unit of prefix sharing the oracle keeps on one engine: the conversation for
+    /// multi-turn chat, the document for RAG, the template for few-shot.
+    pub group: u64,
+    /// When the first turn arrives.
+    pub start: Duration,
+    pub turns: Vec<Turn>,
+}
+
+/// The workload kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    MultiTurn,
+    /// Multi-turn chat without `x-session-id`.
+    MultiTurnNoHeader,
+    Rag,
+    FewShot,
+    Mixed,
+    /// Multi-turn chat on a fleet with one slow replica.
+    Hetero,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::MultiTurn,
+        Kind::MultiTurnNoHeader,
+        Kind::Rag,
+        Kind::FewShot,
+        Kind::Mixed,
+        Kind::Hetero,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::MultiTurn => "multi-turn",
+            Kind::MultiTurnNoHeader => "multi-turn-no-header",
+            Kind::Rag => "rag",
+            Kind::FewShot => "few-shot",
+            Kind::Mixed => "mixed",
+            Kind::Hetero => "hetero",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Whether requests carry `x-session-id`.
+    pub fn header(self) -> bool {
+        !matches!(self, Kind::MultiTurnNoHeader)
+    }
+}
+
+/// Sizes of the generated workloads; `scale` multiplies user and request counts.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sizes {
+    pub scale: f64,
+    /// Multi-turn: shared system prompts, their length, users, turns per user.
+    pub systems: usize,
+    pub system_tokens: usize,
+    pub users: usize,
+    pub min_turns: usize,
+    pub max_turns: usize,
+    /// Mean think time between turns, seconds.
+    pub think_s: f64,
+    /// Multi-turn users arrive over this many seconds (Poisson).
+    pub user_window_s: f64,
+    /// RAG: documents, their length, questions and their arrival rate.
+    pub documents: usize,
+    pub document_tokens: usize,
+    pub rag_requests: usize,
+    pub rag_rate: f64,
+    /// Few-shot: templates, their length, requests and rate.
+    pub templates: usize,
+    pub template_tokens: usize,
+    pub few_shot_requests: usize,
+    pub few_shot_rate: f64,
+    /// Mixed: requests, rate and share of long (unique, 6–12k tokens) prompts.
+    pub mixed_requests: usize,
+    pub mixed_rate: f64,
+    pub long_share: f64,
+}
+
+impl Sizes {
+    pub fn full() -> Sizes {
+        Sizes {
+            scale: 1.0,
+            systems: 4,
+            system_tokens: 2000,
+            users: 1000,
+            min_turns: 3,
+            max_turns: 8,
+            think_s: 8.0,
+            user_window_s: 300.0,
+            documents: 24,
+            document_tokens: 4000,
+            rag_requests: 3000,
+            rag_rate: 14.0,
+            templates: 6,
+            template_tokens: 3000,
+            few_shot_requests: 3000,
+            few_shot_rate: 20.0,
+            mixed_requests: 3000,
+            mixed_rate: 20.0,
+            long_share: 0.15,
+        }
+    }
+
+    /// Small enough to run every workload and strategy in a few seconds.
+    pub fn quick() -> Sizes {
+        Sizes {
+            scale: 0.2,
+            ..Sizes::full()
+        }
+    }
+
+    fn n(&self, v: usize) -> usize {
+        ((v as f64 * self.scale).round() as usize).max(1)
+    }
+}
+
+/// A generated workload.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub kind: Kind,
+    pub sessions: Arc<Vec<Session>>,
+}
+
+impl Workload {
+    pub fn requests(&self) -> usize {
+        self.sessions.iter().map(|s| s.turns.len()).sum()
+    }
+
+    /// Distinct prompt blocks over every request: the cache capacity that would hold all.
+    pub fn footprint_blocks(&self) -> usize {
+        let mut seen = HashSet::new();
+        for s in self.sessions.iter() {
+            for t in &s.turns {
+                seen.extend(block_hashes(&t.prompt));
+            }
+        }
+        seen.len()
+    }
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'a str,
+    content: &'a str,
+}
+
+/// Compact JSON of a messages array, as the gateway's canonical form has it.
+fn canonical(messages: &[(&str, &str)]) -> Arc<[u8]> {
+    let msgs: Vec<Message> = messages
+        .iter()
+        .map(|&(role, content)| Message { role, content })
+        .collect();
+    serde_json::to_vec(&msgs)
+        .expect("messages serialise")
+        .into()
+}
+
+fn turn(messages: &[(&str, &str)], output_tokens: u32, think: Duration) -> Turn {
+    let prompt = canonical(messages);
+    Turn {
+        prompt_tokens: prompt_tokens(&prompt),
+        prompt,
+        output_tokens,
+        think,
+    }
+}
+
+const WORDS: &[&str] = &[
+    "the", "model", "answer", "request", "cache", "engine", "token", "prompt", "latency", "router",
+    "gateway", "quickly", "system", "user", "context", "document", "question", "returns", "with",
+    "under", "value", "batch", "queue", "prefix", "block", "memory", "replica", "fleet", "score",
+    "weight", "load", "sample", "window", "stream", "reply", "example", "result", "output",
+    "input", "policy", "strategy", "target", "session", "turn", "history", "summary", "detail",
+    "table", "index", "vector", "search", "chunk", "of", "to", "and", "in", "for", "is", "on",
+    "that", "by", "this", "it", "as",
+];
+
+/// Random words of about `tokens` tokens (`tokens × 4` bytes).
+fn text(rng: &mut fastrand::Rng, tokens: usize) -> String {
+    let target = tokens * BYTES_PER_TOKEN;
+    let mut s = String::with_capacity(target + 16);
+    while s.len() < target {
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        s.push_str(WORDS[rng.usize(..WORDS.len())]);
+    }
+    s
+}
+
+/// Random words of between `lo` and `hi` tokens.
+fn text_between(rng: &mut fastrand::Rng, lo: usize, hi: usize) -> String {
+    let n = range(rng, lo, hi);
+    text(rng, n)
+}
+
+/// An exponential variate with the given mean.
+fn exp(rng: &mut fastrand::Rng, mean: f64) -> f64 {
+    -mean * (1.0 - rng.f64()).ln()
+}
+
+fn range(rng: &mut fastrand::Rng, lo: usize, hi: usize) -> usize {
+    rng.usize(lo..=hi)
+}
+
+/// Poisson arrival times for `n` requests at `rate` per second.
+fn arrivals(rng: &mut fastrand::Rng, n: usize, rate: f64) -> Vec<Duration> {
+    let mut t = 0.0;
+    (0..n)
+        .map(|_| {
+            t += exp(rng, 1.0 / rate);
+            Duration::from_secs_f64(t)
+        })
+        .collect()
+}
+
+/// Generates workload `kind` for `seed`.
+pub fn generate(kind: Kind, sizes: &Sizes, seed: u64) -> Workload {
+    let sessions = match kind {
+        Kind::MultiTurn | Kind::MultiTurnNoHeader | Kind::Hetero => multi_turn(sizes, seed),
+        Kind::Rag => rag(sizes, seed),
+        Kind::FewShot => few_shot(sizes, seed),
+        Kind::Mixed => mixed(sizes, seed),
+    };
+    Workload {
+        kind,
+        sessions: Arc::new(sessions),
+    }
+}
+
+/// A handful of shared system prompts and many users; each turn appends the previous
+/// answer and a new question.
+pub fn multi_turn(sizes: &Sizes, seed: u64) -> Vec<Session> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x6d75_6c74);
+    let systems: Vec<String> = (0..sizes.systems)
+        .map(|i| {
+            format!(
+                "You are assistant {i}. {}",
+                text(&mut rng, sizes.system_tokens)
+            )
+        })
+        .collect();
+    let users = sizes.n(sizes.users);
+    let rate = users as f64 / (sizes.user_window_s * sizes.scale).max(1.0);
+    let starts = arrivals(&mut rng, users, rate);
+    let mut sessions = Vec::with_capacity(users);
+    for (u, start) in starts.into_iter().enumerate() {
+        let system = &systems[rng.usize(..systems.len())];
+        let turns_n = range(&mut rng, sizes.min_turns, sizes.max_turns);
+        let mut history: Vec<(&str, String)> = vec![("system", system.clone())];
+        let mut turns = Vec::with_capacity(turns_n);
+        for k in 0..turns_n {
+            let question = format!("user {u} asks: {}", text_between(&mut rng, 30, 150));
+            history.push(("user", question));
+            let output = range(&mut rng, 100, 400) as u32;
+            let think = if k == 0 {
+                Duration::ZERO
+            } else {
+                Duration::from_secs_f64(1.0 + exp(&mut rng, (sizes.think_s - 1.0).max(0.1)))
+            };
+            let msgs: Vec<(&str, &str)> = history.iter().map(|(r, c)| (*r, c.as_str())).collect();
+            turns.push(turn(&msgs, output, think));
+            history.push(("assistant", text(&mut rng, output as usize)));
+        }
+        sessions.push(Session {
+            id: u as u64,
+            group: u as u64,
+            start,
+            turns,
+        });
+    }
+    sessions
+}
+
+/// Index drawn with Zipf-like weights 1/(i+1)^0.8.
+fn zipf(rng: &mut fastrand::Rng, cumulative: &[f64]) -> usize {
+    let x = rng.f64() * cumulative[cumulative.len() - 1];
+    cumulative
+        .partition_point(|&c| c <= x)
+        .min(cumulative.len() - 1)
+}
+
+fn zipf_table(n: usize) -> Vec<f64> {
+    let mut acc = 0.0;
+    (0..n)
+        .map(|i| {
+            acc += 1.0 / ((i + 1) as f64).powf(0.8);
+            acc
+        })
+        .collect()
+}
+
+/// Questions over a set of shared documents (Zipf popularity), one request each.
+pub fn rag(sizes: &Sizes, seed: u64) -> Vec<Session> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x7261_6700);
+    let system = format!("Answer from the document only. {}", text(&mut rng, 60));
+    let docs: Vec<String> = (0..sizes.documents)
+        .map(|i| format!("Document {i}: {}", text(&mut rng, sizes.document_tokens)))
+        .collect();
+    let table = zipf_table(docs.len());
+    let n = sizes.n(sizes.rag_requests);
+    let starts = arrivals(&mut rng, n, sizes.rag_rate);
+    starts
+        .into_iter()
+        .enumerate()
+        .map(|(i, start)| {
+            let d = zipf(&mut rng, &table);
+            let user = format!(
+                "{}\n\nQuestion {i}: {}",
+                docs[d],
+                text_between(&mut rng, 10, 60)
+            );
+            let output = range(&mut rng, 50, 250) as u32;
+            Session {
+                id: i as u64,
+                group: d as u64,
+                start,
+                turns: vec![turn(
+                    &[("system", &system), ("user", &user)],
+                    output,
+                    Duration::ZERO,
+                )],
+            }
+        })
+        .collect()
+}
+
+/// A handful of long few-shot templates (system + example pairs) with a short query each.
+pub fn few_shot(sizes: &Sizes, seed: u64) -> Vec<Session> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x6665_7773);
+    let examples = 8;
+    let per_example = sizes.template_tokens / (2 * examples + 1);
+    let templates: Vec<Vec<(&'static str, String)>> = (0..sizes.templates)
+        .map(|i| {
+            let mut m = vec![(
+                "system",
+                format!("Task {i}. {}", text(&mut rng, per_example)),
+            )];
+            for _ in 0..examples {
+                m.push(("user", text(&mut rng, per_example)));
+                m.push(("assistant", text(&mut rng, per_example)));
+            }
+            m
+        })
+        .collect();
+    let table = zipf_table(templates.len());
+    let n = sizes.n(sizes.few_shot_requests);
+    let starts = arrivals(&mut rng, n, sizes.few_shot_rate);
+    starts
+        .into_iter()
+        .enumerate()
+        .map(|(i, start)| {
+            let t = zipf(&mut rng, &table);
+            let query = format!("query {i}: {}", text_between(&mut rng, 20, 120));
+            let mut msgs: Vec<(&str, &str)> =
+                templates[t].iter().map(|(r, c)| (*r, c.as_str())).collect();
+            msgs.push(("user", &query));
+            let output = range(&mut rng, 20, 100) as u32;
+            Session {
+                id: i as u64,
+                group: t as u64,
+                start,
+                turns: vec![turn(&msgs, output, Duration::ZERO)],
+            }
+        })
+        .collect()
+}
+
+/// Short chats behind one shared system prompt, mixed with long unique prompts.
+pub fn mixed(sizes: &Sizes, seed: u64) -> Vec<Session> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x6d69_7864);
+    let system = format!("You are a helpful assistant. {}", text(&mut rng, 400));
+    let n = sizes.n(sizes.mixed_requests);
+    let starts = arrivals(&mut rng, n, sizes.mixed_rate);
+    starts
+        .into_iter()
+        .enumerate()
+        .map(|(i, start)| {
+            let long = rng.f64() < sizes.long_share;
+            let (user, output) = if long {
+                (
+                    format!(
+                        "Summarise report {i}: {}",
+                        text_between(&mut rng, 6000, 12000)
+                    ),
+                    range(&mut rng, 100, 300),
+                )
+            } else {
+                (
+                    format!("chat {i}: {}", text_between(&mut rng, 30, 200)),
+                    range(&mut rng, 30, 200),
+                )
+            };
+            Session {
+                id: i as u64,
+                group: i as u64,
+                start,
+                turns: vec![turn(
+                    &[("system", &system), ("user", &user)],
+                    output as u32,
+                    Duration::ZERO,
+                )],
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Sizes {
+        Sizes {
+            scale: 0.05,
+            ..Sizes::full()
+        }
+    }
+
+    #[test]
+    fn multi_turn_prompts_grow_by_prefix() {
+        let s = multi_turn(&tiny(), 3);
+        assert_eq!(s.len(), 50);
+        for sess in &s {
+            assert!(sess.turns.len() >= 3 && sess.turns.len() <= 8);
+            for w in sess.turns.windows(2) {
+                let (a, b) = (&w[0].prompt, &w[1].prompt);
+                // The earlier turn's array minus its closing `]` is a prefix of the next.
+                assert!(b.starts_with(&a[..a.len() - 1]));
+                assert!(w[1].think >= Duration::from_secs(1));
+            }
+            let v: serde_json::Value = serde_json::from_slice(&sess.turns[0].prompt).unwrap();
+            assert_eq!(v[0]["role"], "system");
+            assert!(!sess.turns[0].prompt.contains(&b'\n'));
+        }
+    }
+
+    #[test]
+    fn generation_is_deterministic() {
+        for kind in Kind::ALL {
+            let a = generate(kind, &tiny(), 9);
+            let b = generate(kind, &tiny(), 9);
+            assert_eq!(a.requests(), b.requests());
+            for (x, y) in a.sessions.iter().zip(b.sessions.iter()) {
+                assert_eq!(x.start, y.start);
+                assert_eq!(x.turns[0].prompt, y.turns[0].prompt);
+            }
+        }
+    }
+
+    #[test]
+    fn rag_shares_documents() {
+        let w = generate(Kind::Rag, &tiny(), 1);
+        let groups: HashSet<u64> = w.sessions.iter().map(|s| s.group).collect();
+        assert!(groups.len() < w.sessions.len());
+        // Prompts of one document share at least the document's blocks.
+        let total: usize = w
+            .sessions
+            .iter()
+            .map(|s| block_hashes(&s.turns[0].prompt).len())
+            .sum();
+        assert!(w.footprint_blocks() < total / 2);
+    }
+}
