@@ -46,7 +46,7 @@ use super::fastest::{
     option_duration, option_f64, option_u64, route_mask, teaching_ttft_ms, TtftEwma,
     DEFAULT_HALF_LIFE,
 };
-use super::prefix_index::PrefixIndex;
+use super::prefix_index::{PrefixIndex, PromptKeys};
 use super::registry::BuildContext;
 use super::{Candidate, Needs, Pick, PickRequest, Sample, ShareSink, Shared, Strategy};
 use crate::config::TargetId;
@@ -138,11 +138,16 @@ impl Scorer {
             Scorer::Queue => inverse_share(each.map(|c| c.queue_depth), out),
             Scorer::Prefix => {
                 let len = req.prompt.len();
+                let mut keys = sig.keys.borrow_mut();
+                if len > 0 {
+                    keys.compute(req.prompt);
+                }
                 out.extend(each.map(|c| {
                     if len == 0 {
                         0.0
                     } else {
-                        sig.index.matched(c.target, req.prompt).min(len) as f64 / len as f64
+                        let m = sig.index.matched_keys(c.target, &keys, req.prompt);
+                        m.min(len) as f64 / len as f64
                     }
                 }));
             }
@@ -271,6 +276,9 @@ impl PipelineOptions {
 /// What the scorers read besides the candidates and the request.
 struct Signals {
     index: PrefixIndex,
+    /// The request's chunk keys, computed once per pick and reused for every candidate
+    /// (hashing a 32 KiB prompt once instead of once per target).
+    keys: std::cell::RefCell<PromptKeys>,
     ewma: Vec<TtftEwma>,
     prices: PriceBook,
     default_output_tokens: f64,
@@ -418,6 +426,7 @@ impl Pipeline {
                     if prefix_on { ctx.target_count } else { 0 },
                     opts.max_bytes_per_target,
                 ),
+                keys: Default::default(),
                 ewma: vec![TtftEwma::default(); ctx.target_count],
                 prices: ctx.prices.clone(),
                 default_output_tokens: opts.default_output_tokens as f64,
