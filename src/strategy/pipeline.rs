@@ -25,8 +25,8 @@
 //! | kv_cache | `w_kv_cache` (0) | 1 − KV-cache use (unknown: 0.5) |
 //!
 //! The pick's score is `Σ w × value`; the highest wins and ties (within rounding) are
-//! broken uniformly at random. With every weight at 0 all candidates tie, so the route
-//! picks uniformly at random. The scorer set is the internal [`Scorer`] enum; `lora`
+//! broken uniformly at random. Every weight at 0 is a configuration error (the registry's
+//! combined check). The scorer set is the internal [`Scorer`] enum; `lora`
 //! (adapter residency) and `precise_prefix` (KV-event block index) are reserved there but
 //! not wired yet, because their signals do not reach strategies yet.
 //!
@@ -982,7 +982,10 @@ mod tests {
             assert!(registry::validate_spec("pipeline", &t).is_err(), "{bad}");
         }
         let zero: toml::Table = toml::from_str("w_load = 0\nw_prefix = 0").unwrap();
-        assert_eq!(registry::validate_spec("pipeline", &zero), Ok("pipeline"));
+        let errs = registry::validate_spec("pipeline", &zero).unwrap_err();
+        assert!(errs[0].1.contains("every scorer weight is 0"), "{errs:?}");
+        let one: toml::Table = toml::from_str("w_load = 0\nw_prefix = 0\nw_queue = 0.5").unwrap();
+        assert_eq!(registry::validate_spec("pipeline", &one), Ok("pipeline"));
         let ctx = context(&[1.0, 1.0], &[]);
         let spec = StrategySpec {
             name: "pipeline",

@@ -808,6 +808,25 @@ fn combined_checks(name: &str, options: &toml::Table) -> Vec<(String, String)> {
             ));
         }
     }
+    if name == "pipeline" {
+        use super::pipeline::Scorer;
+        let all_zero = Scorer::ALL.iter().all(|s| {
+            options
+                .get(s.option())
+                .and_then(number)
+                .unwrap_or(s.default_weight())
+                == 0.0
+        });
+        if all_zero {
+            errors.push((
+                "w_load".to_string(),
+                "every scorer weight is 0, so pipeline would pick at random; give at least one \
+                 of w_weight, w_load, w_prefix, w_latency, w_cost, w_queue, w_kv_cache a value \
+                 above 0 (or use strategy = \"random\")"
+                    .to_string(),
+            ));
+        }
+    }
     errors
 }
 
