@@ -104,6 +104,23 @@ impl PriceBook {
         }
     }
 
+    /// The estimated cost (currency units) of a request with `prompt_tokens` in and
+    /// `output_tokens` out, for public model `model` on `target`; `None` when the price is
+    /// unknown or the result is not finite.
+    #[inline]
+    pub fn estimate(
+        &self,
+        target: TargetId,
+        model: &str,
+        prompt_tokens: u32,
+        output_tokens: f64,
+    ) -> Option<f64> {
+        let p = self.price(target, model)?;
+        let cost = f64::from(prompt_tokens) * p.input_per_mtok / 1e6
+            + output_tokens * p.output_per_mtok / 1e6;
+        cost.is_finite().then_some(cost)
+    }
+
     /// The price of serving public model `model` on `target`, if known.
     pub fn price(&self, target: TargetId, model: &str) -> Option<Price> {
         let t = self.targets.get(target)?;

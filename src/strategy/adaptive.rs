@@ -150,10 +150,8 @@ impl Adaptive {
 
     /// Estimated cost of the request on `target`, when its price for the model is known.
     fn cost(&self, req: &PickRequest<'_>, target: usize, output_tokens: f64) -> Option<f64> {
-        let p = self.prices.price(target, req.model)?;
-        let cost = req.prompt_tokens as f64 * p.input_per_mtok / 1e6
-            + output_tokens * p.output_per_mtok / 1e6;
-        cost.is_finite().then_some(cost)
+        self.prices
+            .estimate(target, req.model, req.prompt_tokens, output_tokens)
     }
 
     fn blend(&mut self, req: &PickRequest<'_>, candidates: &[Candidate]) -> Option<Pick> {

@@ -33,7 +33,8 @@
 use std::time::{Duration, Instant};
 
 use super::fastest::{option_duration, option_f64, option_u64};
-use super::prefix_index::{KeyMap, PrefixIndex, PromptKeys, CHUNK};
+use super::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
+use super::sessions::SessionPins;
 use super::{Candidate, Needs, Pick, PickRequest, ShareSink, Shared, Strategy};
 use crate::config::TargetId;
 
@@ -107,129 +108,10 @@ impl CacheAwareOptions {
     }
 }
 
-const NIL: u32 = u32::MAX;
-
-#[derive(Debug, Clone, Copy)]
-struct SessionEntry {
-    key: u64,
-    target: TargetId,
-    last: Instant,
-    newer: u32,
-    older: u32,
-}
-
-/// Session key → (target, last use), bounded, least recently used evicted first.
-#[derive(Debug)]
-struct Sessions {
-    map: KeyMap<u32>,
-    entries: Vec<SessionEntry>,
-    free: Vec<u32>,
-    head: u32,
-    tail: u32,
-    max: usize,
-    ttl: Duration,
-}
-
-impl Sessions {
-    fn new(max: usize, ttl: Duration) -> Self {
-        Sessions {
-            map: KeyMap::default(),
-            entries: Vec::new(),
-            free: Vec::new(),
-            head: NIL,
-            tail: NIL,
-            max: max.max(1),
-            ttl,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// The target that served `key` within the TTL.
-    fn get(&self, key: u64, now: Instant) -> Option<TargetId> {
-        let e = &self.entries[*self.map.get(&key)? as usize];
-        (now.saturating_duration_since(e.last) <= self.ttl).then_some(e.target)
-    }
-
-    fn unlink(&mut self, i: u32) {
-        let SessionEntry { newer, older, .. } = self.entries[i as usize];
-        if newer == NIL {
-            self.head = older;
-        } else {
-            self.entries[newer as usize].older = older;
-        }
-        if older == NIL {
-            self.tail = newer;
-        } else {
-            self.entries[older as usize].newer = newer;
-        }
-    }
-
-    fn link_front(&mut self, i: u32) {
-        let old = self.head;
-        self.entries[i as usize].newer = NIL;
-        self.entries[i as usize].older = old;
-        if old == NIL {
-            self.tail = i;
-        } else {
-            self.entries[old as usize].newer = i;
-        }
-        self.head = i;
-    }
-
-    fn evict_oldest(&mut self) {
-        let i = self.tail;
-        let key = self.entries[i as usize].key;
-        self.unlink(i);
-        self.map.remove(&key);
-        self.free.push(i);
-    }
-
-    fn pin(&mut self, key: u64, target: TargetId, now: Instant) {
-        if let Some(&i) = self.map.get(&key) {
-            let e = &mut self.entries[i as usize];
-            e.target = target;
-            e.last = now;
-            self.unlink(i);
-            self.link_front(i);
-            return;
-        }
-        while self.tail != NIL
-            && now.saturating_duration_since(self.entries[self.tail as usize].last) > self.ttl
-        {
-            self.evict_oldest();
-        }
-        while self.map.len() >= self.max {
-            self.evict_oldest();
-        }
-        let entry = SessionEntry {
-            key,
-            target,
-            last: now,
-            newer: NIL,
-            older: NIL,
-        };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.entries[i as usize] = entry;
-                i
-            }
-            None => {
-                self.entries.push(entry);
-                (self.entries.len() - 1) as u32
-            }
-        };
-        self.map.insert(key, i);
-        self.link_front(i);
-    }
-}
-
 pub struct CacheAware {
     rng: fastrand::Rng,
     index: PrefixIndex,
-    sessions: Sessions,
+    sessions: SessionPins,
     threshold: f64,
     balance_abs: u64,
     balance_rel: f64,
@@ -249,7 +131,7 @@ impl CacheAware {
         CacheAware {
             rng: fastrand::Rng::with_seed(seed),
             index: PrefixIndex::new(target_count, opts.max_bytes_per_target),
-            sessions: Sessions::new(opts.max_sessions, opts.session_ttl),
+            sessions: SessionPins::new(opts.max_sessions, opts.session_ttl),
             threshold: opts.threshold.clamp(0.0, 1.0),
             balance_abs: opts.balance_abs_threshold,
             balance_rel: opts.balance_rel_threshold,
@@ -661,7 +543,7 @@ mod tests {
             s.routed(&rq(b"", Some(&id)), (i % 2) as usize, &mut sink, t0);
             assert!(s.sessions.len() <= 100);
         }
-        assert!(s.sessions.entries.len() <= 100);
+        assert!(s.sessions.storage() <= 100);
         let c = cands(&[(1.0, 0); 2]);
         // The newest survive, the oldest are gone.
         let newest = 9_999u32.to_le_bytes();

@@ -44,11 +44,9 @@ impl Cheapest {
     /// The estimated cost of `req` on `target` in currency units, or `None` when the
     /// target has no known (finite) price for the requested model.
     pub fn estimate(&self, req: &PickRequest<'_>, target: TargetId) -> Option<f64> {
-        let price = self.prices.price(target, req.model)?;
         let output = req.max_tokens.unwrap_or(self.default_output_tokens);
-        let cost = req.prompt_tokens as f64 * price.input_per_mtok / 1e6
-            + output as f64 * price.output_per_mtok / 1e6;
-        cost.is_finite().then_some(cost)
+        self.prices
+            .estimate(target, req.model, req.prompt_tokens, output as f64)
     }
 }
 

@@ -25,6 +25,7 @@ pub mod random;
 pub mod random_weighted;
 pub mod registry;
 pub mod round_robin;
+pub mod sessions;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -39,7 +39,6 @@
 //! book, its generator and scratch lists sized `target_count` at build, so a pick does not
 //! allocate. It must not block, lock, log or do I/O; time comes in as an argument.
 
-use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::fastest::{
@@ -48,6 +47,7 @@ use super::fastest::{
 };
 use super::prefix_index::{PrefixIndex, PromptKeys};
 use super::registry::BuildContext;
+use super::sessions::SessionPins;
 use super::{Candidate, Needs, Pick, PickRequest, Sample, ShareSink, Shared, Strategy};
 use crate::config::TargetId;
 use crate::pricing::PriceBook;
@@ -291,95 +291,11 @@ impl Signals {
 
     /// Estimated cost of the request on `target`, when its price for the model is known.
     fn cost(&self, req: &PickRequest<'_>, target: TargetId) -> Option<f64> {
-        let p = self.prices.price(target, req.model)?;
         let output = req
             .max_tokens
             .map_or(self.default_output_tokens, |m| m as f64);
-        let cost =
-            req.prompt_tokens as f64 * p.input_per_mtok / 1e6 + output * p.output_per_mtok / 1e6;
-        cost.is_finite().then_some(cost)
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Pin {
-    target: TargetId,
-    last_use: Instant,
-    /// Position of the pin's latest entry in the eviction order.
-    seq: u64,
-}
-
-/// Session key → the target that last served it, bounded, least recently used evicted.
-///
-/// `order` lists (key, seq) in touch order; an entry whose seq no longer matches the map's
-/// is stale (the session was touched again later) and is skipped when it reaches the front.
-/// It is compacted when stale entries outnumber live ones, so memory stays proportional to
-/// `max_sessions`.
-struct Sessions {
-    map: HashMap<u64, Pin>,
-    order: VecDeque<(u64, u64)>,
-    next_seq: u64,
-    max: usize,
-    ttl: Duration,
-}
-
-impl Sessions {
-    fn new(max: usize, ttl: Duration) -> Self {
-        Sessions {
-            map: HashMap::new(),
-            order: VecDeque::new(),
-            next_seq: 0,
-            max: max.max(1),
-            ttl,
-        }
-    }
-
-    fn enabled(&self) -> bool {
-        !self.ttl.is_zero()
-    }
-
-    /// The pinned target when the pin was used within the TTL.
-    fn get(&self, key: u64, now: Instant) -> Option<TargetId> {
-        let pin = self.map.get(&key)?;
-        (now.saturating_duration_since(pin.last_use) <= self.ttl).then_some(pin.target)
-    }
-
-    fn touch(&mut self, key: u64, target: TargetId, now: Instant) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.map.insert(
-            key,
-            Pin {
-                target,
-                last_use: now,
-                seq,
-            },
-        );
-        self.order.push_back((key, seq));
-        // Drop stale and expired entries at the front, and the oldest beyond the bound.
-        while let Some(&(k, s)) = self.order.front() {
-            let live = self.map.get(&k).filter(|p| p.seq == s).copied();
-            match live {
-                None => {}
-                Some(p)
-                    if self.map.len() > self.max
-                        || now.saturating_duration_since(p.last_use) > self.ttl =>
-                {
-                    self.map.remove(&k);
-                }
-                Some(_) => break,
-            }
-            self.order.pop_front();
-        }
-        if self.order.len() > 2 * self.map.len() + 64 {
-            let map = &self.map;
-            self.order
-                .retain(|(k, s)| map.get(k).is_some_and(|p| p.seq == *s));
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.map.len()
+        self.prices
+            .estimate(target, req.model, req.prompt_tokens, output)
     }
 }
 
@@ -392,7 +308,7 @@ pub struct Pipeline {
     prefix_on: bool,
     latency_on: bool,
     half_life_secs: f64,
-    sessions: Sessions,
+    sessions: SessionPins,
     sig: Signals,
     /// Indices of the candidates that passed the filter. Capacity `target_count`.
     kept: Vec<usize>,
@@ -419,7 +335,7 @@ impl Pipeline {
             prefix_on,
             latency_on,
             half_life_secs: opts.half_life.as_secs_f64(),
-            sessions: Sessions::new(opts.max_sessions, opts.session_ttl),
+            sessions: SessionPins::new(opts.max_sessions, opts.session_ttl),
             sig: Signals {
                 // The index only ever holds anything when the prefix scorer is on.
                 index: PrefixIndex::new(
@@ -556,7 +472,7 @@ impl Strategy for Pipeline {
     ) {
         if self.sessions.enabled() && req.session.is_explicit() {
             let key = req.session.hash();
-            self.sessions.touch(key, target, now);
+            self.sessions.pin(key, target, now);
             share.session_pin(key, target);
         }
         if self.prefix_on && !req.prompt.is_empty() {
@@ -571,7 +487,7 @@ impl Strategy for Pipeline {
                 self.sig.index.insert(target, data, now);
             }
             Shared::SessionPin { key, target } if self.sessions.enabled() => {
-                self.sessions.touch(key, target, now);
+                self.sessions.pin(key, target, now);
             }
             _ => {}
         }
@@ -881,7 +797,7 @@ mod tests {
                 now + Duration::from_millis(i),
             );
         }
-        assert!(p.sessions.order.len() <= 2 * p.sessions.len() + 64);
+        assert!(p.sessions.storage() <= 2, "slots stay within max_sessions");
     }
 
     #[test]
