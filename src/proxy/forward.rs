@@ -184,7 +184,9 @@ pub async fn forward(
     let mut attempts = 0usize;
     let mut last_err: Option<GatewayError> = None;
     let fate = loop {
-        let picked = pick_target(state, route_idx, route, &preq, &tried[..attempts]);
+        // One clock read serves the pick and the routing record.
+        let now = StdInstant::now();
+        let picked = pick_target(state, route_idx, route, &preq, &tried[..attempts], now);
         let (tid, others, pick) = match picked {
             Ok(v) => v,
             Err(e) => {
@@ -197,7 +199,7 @@ pub async fn forward(
             &preq,
             tid,
             state.share.borrow_mut().for_route(route_idx),
-            StdInstant::now(),
+            now,
         );
         let target = &state.config.targets[tid];
         let retries_left = (route.retries as usize)
@@ -328,6 +330,7 @@ fn pick_target(
     route: &Route,
     preq: &PickRequest<'_>,
     tried: &[usize],
+    now: StdInstant,
 ) -> Result<(usize, usize, Pick), GatewayError> {
     state.drain_signals();
     let mut cands = state.candidates.borrow_mut();
@@ -370,7 +373,6 @@ fn pick_target(
         };
         return Err(GatewayError::internal(503, "no_available_target", msg).with_retry_after(1));
     }
-    let now = StdInstant::now();
     let pick = state.routes[route_idx]
         .strategy
         .borrow_mut()
