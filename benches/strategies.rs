@@ -9,7 +9,7 @@ use rolter::config::{Price, StrategySpec, Target};
 use rolter::pricing::PriceBook;
 use rolter::strategy::registry::{self, BuildContext};
 use rolter::strategy::{
-    AsyncInputs, Candidate, PickRequest, Sample, SessionKey, ShareSink, Switches,
+    AsyncInputs, Candidate, PickRequest, Sample, SessionKey, ShareSink, Strategy, Switches,
 };
 
 /// `n` targets from a parsed configuration, weights 1..3 and tiers 0..1.
@@ -35,6 +35,42 @@ fn bench_targets(n: usize) -> Vec<Target> {
         .targets
 }
 
+/// A default-options instance of strategy `name` for a route over `n` targets, with the
+/// given fixed prices (or none).
+fn build_strategy(name: &'static str, n: usize, prices: Vec<Option<Price>>) -> Box<dyn Strategy> {
+    let targets = bench_targets(n);
+    let route_targets: Vec<usize> = (0..n).collect();
+    let prices = PriceBook::fixed(&prices);
+    let switches = Arc::new(Switches::default());
+    registry::build(
+        &StrategySpec {
+            name,
+            options: toml::Table::new(),
+        },
+        &BuildContext {
+            target_count: n,
+            seed: 1,
+            targets: &targets,
+            route_targets: &route_targets,
+            prices: &prices,
+            switches: &switches,
+        },
+    )
+}
+
+/// `n` candidates with target ids 0.., loads spread over 0..10 and the given weights.
+fn bench_candidates(n: usize, weight: impl Fn(usize) -> f64) -> Vec<Candidate> {
+    (0..n)
+        .map(|i| Candidate {
+            target: i,
+            weight: weight(i),
+            load: (i * 7 % 11) as u64,
+            tier: 0,
+            ..Candidate::default()
+        })
+        .collect()
+}
+
 fn bench_picks(c: &mut Criterion) {
     let inputs = AsyncInputs::default();
     let req = PickRequest {
@@ -48,43 +84,16 @@ fn bench_picks(c: &mut Criterion) {
     let mut g = c.benchmark_group("pick");
     for info in registry::all() {
         for n in [4usize, 16, 64] {
-            let cands: Vec<Candidate> = (0..n)
-                .map(|i| Candidate {
-                    target: i,
-                    weight: 1.0 + (i % 3) as f64,
-                    load: (i * 7 % 11) as u64,
-                    tier: 0,
-                    ..Candidate::default()
+            let cands = bench_candidates(n, |i| 1.0 + (i % 3) as f64);
+            let prices = (0..n)
+                .map(|i| {
+                    Some(Price {
+                        input_per_mtok: 0.1 + (i % 5) as f64 * 0.2,
+                        output_per_mtok: 0.4 + (i % 5) as f64 * 0.8,
+                    })
                 })
                 .collect();
-            let spec = StrategySpec {
-                name: info.name,
-                options: toml::Table::new(),
-            };
-            let targets = bench_targets(n);
-            let route_targets: Vec<usize> = (0..n).collect();
-            let prices = PriceBook::fixed(
-                &(0..n)
-                    .map(|i| {
-                        Some(Price {
-                            input_per_mtok: 0.1 + (i % 5) as f64 * 0.2,
-                            output_per_mtok: 0.4 + (i % 5) as f64 * 0.8,
-                        })
-                    })
-                    .collect::<Vec<_>>(),
-            );
-            let switches = Arc::new(Switches::default());
-            let mut s = registry::build(
-                &spec,
-                &BuildContext {
-                    target_count: n,
-                    seed: 1,
-                    targets: &targets,
-                    route_targets: &route_targets,
-                    prices: &prices,
-                    switches: &switches,
-                },
-            );
+            let mut s = build_strategy(info.name, n, prices);
             // Learning strategies pick from a trained state: every target has samples.
             for round in 0..16u64 {
                 for t in 0..n {
@@ -125,34 +134,8 @@ fn bench_cache_aware(c: &mut Criterion) {
     let mut g = c.benchmark_group("cache_aware");
     for (size, label) in [(1024usize, "1KiB"), (32 * 1024, "32KiB")] {
         for n in [4usize, 16, 64] {
-            let cands: Vec<Candidate> = (0..n)
-                .map(|i| Candidate {
-                    target: i,
-                    weight: 1.0,
-                    load: (i * 7 % 11) as u64,
-                    tier: 0,
-                    ..Candidate::default()
-                })
-                .collect();
-            let targets = bench_targets(n);
-            let route_targets: Vec<usize> = (0..n).collect();
-            let prices = PriceBook::fixed(&vec![None; n]);
-            let switches = Arc::new(Switches::default());
-            let spec = StrategySpec {
-                name: "cache_aware",
-                options: toml::Table::new(),
-            };
-            let mut s = registry::build(
-                &spec,
-                &BuildContext {
-                    target_count: n,
-                    seed: 1,
-                    targets: &targets,
-                    route_targets: &route_targets,
-                    prices: &prices,
-                    switches: &switches,
-                },
-            );
+            let cands = bench_candidates(n, |_| 1.0);
+            let mut s = build_strategy("cache_aware", n, vec![None; n]);
             let mut sink = ShareSink::default();
             let now = Instant::now();
             let mut request = Vec::new();
@@ -225,25 +208,7 @@ fn bench_pipeline(c: &mut Criterion) {
     let mut g = c.benchmark_group("pipeline");
     for n in [4usize, 16, 64] {
         for size in [1024usize, 32 * 1024] {
-            let targets = bench_targets(n);
-            let route_targets: Vec<usize> = (0..n).collect();
-            let prices = PriceBook::fixed(&vec![None; n]);
-            let switches = Arc::new(Switches::default());
-            let spec = StrategySpec {
-                name: "pipeline",
-                options: toml::Table::new(),
-            };
-            let mut s = registry::build(
-                &spec,
-                &BuildContext {
-                    target_count: n,
-                    seed: 1,
-                    targets: &targets,
-                    route_targets: &route_targets,
-                    prices: &prices,
-                    switches: &switches,
-                },
-            );
+            let mut s = build_strategy("pipeline", n, vec![None; n]);
             // A shared system prompt of 3/4 of the size, then a per-conversation tail.
             let system: Vec<u8> = (0..size * 3 / 4).map(|i| b'a' + (i % 26) as u8).collect();
             let prompt_for = |conv: usize| {
@@ -286,14 +251,7 @@ fn bench_pipeline(c: &mut Criterion) {
                 max_tokens: Some(256),
                 inputs: &inputs,
             };
-            let cands: Vec<Candidate> = (0..n)
-                .map(|i| Candidate {
-                    target: i,
-                    weight: 1.0 + (i % 3) as f64,
-                    load: (i * 7 % 11) as u64,
-                    ..Candidate::default()
-                })
-                .collect();
+            let cands = bench_candidates(n, |i| 1.0 + (i % 3) as f64);
             g.bench_function(format!("{n}/{}KiB", size / 1024), |b| {
                 b.iter(|| s.pick(black_box(&req), black_box(&cands), now))
             });
