@@ -201,17 +201,9 @@ impl Adaptive {
             .filter(|&(_, &s)| s <= limit)
             .map(|(c, _)| c.load)
             .min()?;
-        let mut chosen = None;
-        let mut seen = 0u32;
-        for (i, c) in candidates.iter().enumerate() {
-            if scores[i] <= limit && c.load == min_load {
-                seen += 1;
-                if seen == 1 || self.rng.u32(..seen) == 0 {
-                    chosen = Some(i);
-                }
-            }
-        }
-        let index = chosen?;
+        let index = super::choose_uniform(&mut self.rng, candidates.len(), |i| {
+            scores[i] <= limit && candidates[i].load == min_load
+        })?;
         Some(Pick {
             index,
             score: Some(scores[index]),

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use super::fastest::{option_duration, option_f64, option_u64};
 use super::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
 use super::sessions::SessionPins;
-use super::{Candidate, Needs, Pick, PickRequest, ShareSink, Shared, Strategy};
+use super::{choose_uniform, Candidate, Needs, Pick, PickRequest, ShareSink, Shared, Strategy};
 use crate::config::TargetId;
 
 /// Default `threshold`.
@@ -152,26 +152,6 @@ impl CacheAware {
     fn imbalanced(&self, min: u64, max: u64) -> bool {
         max - min > self.balance_abs && max as f64 > self.balance_rel * min as f64
     }
-
-    /// Uniform choice among the candidates `eligible(index, candidate)` accepts.
-    #[inline]
-    fn choose(
-        rng: &mut fastrand::Rng,
-        candidates: &[Candidate],
-        mut eligible: impl FnMut(usize, &Candidate) -> bool,
-    ) -> Option<usize> {
-        let mut chosen = None;
-        let mut seen = 0u32;
-        for (i, c) in candidates.iter().enumerate() {
-            if eligible(i, c) {
-                seen += 1;
-                if seen == 1 || rng.u32(..seen) == 0 {
-                    chosen = Some(i);
-                }
-            }
-        }
-        chosen
-    }
 }
 
 impl Strategy for CacheAware {
@@ -200,7 +180,9 @@ impl Strategy for CacheAware {
             max = max.max(c.load);
         }
         if self.imbalanced(min, max) {
-            let i = Self::choose(&mut self.rng, candidates, |_, c| c.load == min)?;
+            let i = choose_uniform(&mut self.rng, candidates.len(), |i| {
+                candidates[i].load == min
+            })?;
             return Some(Pick::fallback(i, IMBALANCE));
         }
         if req.session.is_explicit() {
@@ -234,8 +216,8 @@ impl Strategy for CacheAware {
                 .filter(|&(_, &m)| m == best)
                 .map(|(c, _)| c.load)
                 .min()?;
-            Self::choose(&mut self.rng, candidates, |i, c| {
-                matched[i] == best && c.load == low
+            choose_uniform(&mut self.rng, candidates.len(), |i| {
+                matched[i] == best && candidates[i].load == low
             })?
         } else {
             let index = &self.index;
@@ -246,7 +228,9 @@ impl Strategy for CacheAware {
                 .filter(|c| cool(c))
                 .map(|c| c.load)
                 .min()?;
-            Self::choose(&mut self.rng, candidates, |_, c| c.load == low && cool(c))?
+            choose_uniform(&mut self.rng, candidates.len(), |i| {
+                candidates[i].load == low && cool(&candidates[i])
+            })?
         };
         Some(Pick {
             index: chosen,

@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use super::registry::BuildContext;
-use super::{Candidate, Pick, PickRequest, Sample, Strategy};
+use super::{choose_uniform, Candidate, Pick, PickRequest, Sample, Strategy};
 
 /// Default `half_life`.
 pub const DEFAULT_HALF_LIFE: Duration = Duration::from_secs(10);
@@ -94,26 +94,6 @@ pub(super) fn teaching_ttft_ms(sample: &Sample, mask: &[bool]) -> Option<f64> {
         return None;
     }
     sample.ttft.map(|d| d.as_secs_f64() * 1000.0)
-}
-
-/// Uniform choice among the candidates `eligible` accepts (reservoir sampling, no scratch).
-#[inline]
-pub(super) fn choose_uniform(
-    rng: &mut fastrand::Rng,
-    candidates: &[Candidate],
-    mut eligible: impl FnMut(&Candidate) -> bool,
-) -> Option<usize> {
-    let mut chosen = None;
-    let mut seen = 0u32;
-    for (i, c) in candidates.iter().enumerate() {
-        if eligible(c) {
-            seen += 1;
-            if seen == 1 || rng.u32(..seen) == 0 {
-                chosen = Some(i);
-            }
-        }
-    }
-    chosen
 }
 
 /// A numeric option (integers accepted), else `default`.
@@ -227,7 +207,8 @@ impl Strategy for Fastest {
         let warm = |t: usize| ewma.get(t).and_then(|e| e.value_if(min_samples));
 
         if let Some(load) = cold_min_load {
-            let i = choose_uniform(&mut self.rng, candidates, |c| {
+            let i = choose_uniform(&mut self.rng, candidates.len(), |i| {
+                let c = &candidates[i];
                 c.load == load && warm(c.target).is_none()
             })?;
             return Some(Pick::fallback(i, "cold"));
@@ -240,7 +221,9 @@ impl Strategy for Fastest {
             .filter(|c| tied(c))
             .map(|c| c.load)
             .min()?;
-        let i = choose_uniform(&mut self.rng, candidates, |c| c.load == min_load && tied(c))?;
+        let i = choose_uniform(&mut self.rng, candidates.len(), |i| {
+            candidates[i].load == min_load && tied(&candidates[i])
+        })?;
         Some(Pick {
             index: i,
             score: warm(candidates[i].target),

@@ -41,17 +41,9 @@ impl Strategy for LeastLoaded {
             .map(|c| c.load)
             .filter(|&l| l < cap)
             .min()?;
-        // Reservoir choice among the tied minimum: uniform without a second array.
-        let mut chosen = 0;
-        let mut ties = 0u32;
-        for (i, c) in candidates.iter().enumerate() {
-            if c.load == min {
-                ties += 1;
-                if self.rng.u32(..ties) == 0 {
-                    chosen = i;
-                }
-            }
-        }
+        let chosen = super::choose_uniform(&mut self.rng, candidates.len(), |i| {
+            candidates[i].load == min
+        })?;
         Some(Pick::at(chosen))
     }
 }

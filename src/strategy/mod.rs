@@ -374,6 +374,28 @@ pub trait Strategy {
     }
 }
 
+/// A uniform choice among the indices `0..len` that `eligible` accepts, in one pass and
+/// without a second array (reservoir sampling); `None` when it accepts none. Every
+/// strategy's random tie-break goes through here.
+#[inline]
+pub(crate) fn choose_uniform(
+    rng: &mut fastrand::Rng,
+    len: usize,
+    mut eligible: impl FnMut(usize) -> bool,
+) -> Option<usize> {
+    let mut chosen = None;
+    let mut seen = 0u32;
+    for i in 0..len {
+        if eligible(i) {
+            seen += 1;
+            if seen == 1 || rng.u32(..seen) == 0 {
+                chosen = Some(i);
+            }
+        }
+    }
+    chosen
+}
+
 /// Test helpers: candidates and a request built from plain values.
 #[cfg(test)]
 pub(crate) mod testing {

@@ -437,16 +437,8 @@ impl Strategy for Pipeline {
             .copied()
             .fold(f64::NEG_INFINITY, f64::max);
         let limit = best - SCORE_EPSILON;
-        let mut chosen = 0;
-        let mut seen = 0u32;
-        for (j, &t) in self.totals.iter().enumerate() {
-            if t >= limit {
-                seen += 1;
-                if seen == 1 || self.rng.u32(..seen) == 0 {
-                    chosen = j;
-                }
-            }
-        }
+        let totals = &self.totals;
+        let chosen = super::choose_uniform(&mut self.rng, totals.len(), |j| totals[j] >= limit)?;
         Some(Pick {
             index: self.kept[chosen],
             score: Some(self.totals[chosen]),

@@ -228,17 +228,9 @@ impl Strategy for PredictedLatency {
             .filter(|c| tied(c))
             .map(|c| c.load)
             .min()?;
-        let mut chosen = None;
-        let mut seen = 0u32;
-        for (i, c) in candidates.iter().enumerate() {
-            if c.load == min_load && tied(c) {
-                seen += 1;
-                if seen == 1 || self.rng.u32(..seen) == 0 {
-                    chosen = Some(i);
-                }
-            }
-        }
-        let index = chosen?;
+        let index = super::choose_uniform(&mut self.rng, candidates.len(), |i| {
+            candidates[i].load == min_load && tied(&candidates[i])
+        })?;
         Some(Pick {
             index,
             score: prediction(&candidates[index]),
