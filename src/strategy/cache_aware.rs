@@ -17,9 +17,11 @@
 //!    is above 0 and at least `threshold` (default 0.5), the best-scoring candidate wins;
 //!    ties by load, then at random.
 //! 4. **Least warmed.** Otherwise the candidate whose index holds the fewest bytes; every
-//!    candidate within 1/64 of `max_bytes_per_target` of that minimum ties (so targets whose
-//!    trees are all full tie instead of a few bytes deciding), and load breaks the tie, then
-//!    a random choice. This is the normal path for new prefixes, not a fallback.
+//!    candidate within half the prompt's length or 1/64 of `max_bytes_per_target` (the
+//!    smaller) of that minimum ties (so targets whose trees are all full tie instead of a
+//!    few bytes deciding, while a fleet's first few prefixes still land on distinct
+//!    targets), and load breaks the tie, then a random choice. This is the normal path for
+//!    new prefixes, not a fallback.
 //!
 //! `routed` inserts the prompt into the chosen target's index and shares it as chained
 //! chunk keys ([`PromptKeys::encode`]: one eighth of the prompt's size, no rehash on the
@@ -222,7 +224,11 @@ impl Strategy for CacheAware {
         } else {
             let index = &self.index;
             let coolest = candidates.iter().map(|c| index.held(c.target)).min()?;
-            let cool = |c: &Candidate| index.held(c.target) <= coolest + self.warm_step;
+            // A target short of the coolest by half this prompt or more is cooler in a way
+            // that matters for this request; closer than that (or than 1/64 of the bound,
+            // whichever is smaller) is a tie.
+            let step = self.warm_step.min(prompt.len() / 2).max(CHUNK);
+            let cool = |c: &Candidate| index.held(c.target) <= coolest + step;
             let low = candidates
                 .iter()
                 .filter(|c| cool(c))
@@ -425,6 +431,36 @@ mod tests {
         assert_eq!(s.pick(&rq(&fresh, None), &c, now).unwrap().index, 1);
         let c = cands(&[(1.0, 1), (1.0, 4)]);
         assert_eq!(s.pick(&rq(&fresh, None), &c, now).unwrap().index, 0);
+    }
+
+    #[test]
+    fn a_fleets_first_prefixes_land_on_distinct_targets() {
+        // Four groups (distinct system prompts), each first seen with the fleet idle: one
+        // target each, whatever the random tie-breaks, and later requests follow them.
+        let now = Instant::now();
+        let mut sink = ShareSink::default();
+        let c = cands(&[(1.0, 0), (1.0, 0), (1.0, 0), (1.0, 0)]);
+        for round in 0..50 {
+            let mut s = CacheAware::new(CacheAwareOptions::default(), 4, round);
+            let mut owner = Vec::new();
+            for g in 0..4 {
+                let mut p = text(40 + g, 1600);
+                p.extend_from_slice(&text(round, 400));
+                let t = c[s.pick(&rq(&p, None), &c, now).unwrap().index].target;
+                s.routed(&rq(&p, None), t, &mut sink, now);
+                owner.push(t);
+            }
+            let mut distinct = owner.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(distinct.len(), 4, "round {round}: {owner:?}");
+            let mut again = text(42, 1600);
+            again.extend_from_slice(&text(99, 300));
+            assert_eq!(
+                c[s.pick(&rq(&again, None), &c, now).unwrap().index].target,
+                owner[2]
+            );
+        }
     }
 
     #[test]
