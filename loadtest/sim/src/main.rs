@@ -55,7 +55,7 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     targets: usize,
     /// Running slots per engine.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 64)]
     max_running: usize,
     /// Prefix-cache blocks (16 tokens) per engine; default: sized per workload.
     #[arg(long)]

@@ -586,7 +586,7 @@ mod tests {
         FleetSpec {
             targets: 4,
             engine: EngineParams {
-                max_running: 16,
+                max_running: 64,
                 cache_blocks,
                 ttft_base: Duration::from_millis(20),
                 prefill_per_token: Duration::from_micros(50),
@@ -622,7 +622,7 @@ mod tests {
     fn oracle_beats_round_robin_on_multi_turn() {
         let w = generate(Kind::MultiTurn, &tiny(), 5);
         // The fleet's caches cannot hold every conversation.
-        let f = fleet(1500);
+        let f = fleet(5000);
         assert!(f.engine.cache_blocks * 4 < w.footprint_blocks() * 3 / 4);
         let oracle = run(&w, &f, &Policy::Oracle, &SimConfig::default());
         let rr = run(&w, &f, &rr(), &SimConfig::default());

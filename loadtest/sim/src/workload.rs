@@ -89,6 +89,9 @@ pub struct Sizes {
     pub users: usize,
     pub min_turns: usize,
     pub max_turns: usize,
+    /// Multi-turn: tokens per question and per answer (uniform between the bounds).
+    pub question_tokens: (usize, usize),
+    pub answer_tokens: (usize, usize),
     /// Mean think time between turns, seconds.
     pub think_s: f64,
     /// Multi-turn users arrive over this many seconds (Poisson).
@@ -114,10 +117,12 @@ impl Sizes {
         Sizes {
             scale: 1.0,
             systems: 4,
-            system_tokens: 2000,
-            users: 1000,
-            min_turns: 3,
-            max_turns: 8,
+            system_tokens: 400,
+            users: 2000,
+            min_turns: 4,
+            max_turns: 12,
+            question_tokens: (50, 200),
+            answer_tokens: (100, 400),
             think_s: 8.0,
             user_window_s: 300.0,
             documents: 24,
@@ -283,9 +288,11 @@ pub fn multi_turn(sizes: &Sizes, seed: u64) -> Vec<Session> {
         let mut history: Vec<(&str, String)> = vec![("system", system.clone())];
         let mut turns = Vec::with_capacity(turns_n);
         for k in 0..turns_n {
-            let question = format!("user {u} asks: {}", text_between(&mut rng, 30, 150));
+            let (qlo, qhi) = sizes.question_tokens;
+            let question = format!("user {u} asks: {}", text_between(&mut rng, qlo, qhi));
             history.push(("user", question));
-            let output = range(&mut rng, 100, 400) as u32;
+            let (alo, ahi) = sizes.answer_tokens;
+            let output = range(&mut rng, alo, ahi) as u32;
             let think = if k == 0 {
                 Duration::ZERO
             } else {
@@ -452,9 +459,9 @@ mod tests {
     #[test]
     fn multi_turn_prompts_grow_by_prefix() {
         let s = multi_turn(&tiny(), 3);
-        assert_eq!(s.len(), 50);
+        assert_eq!(s.len(), 100);
         for sess in &s {
-            assert!(sess.turns.len() >= 3 && sess.turns.len() <= 8);
+            assert!(sess.turns.len() >= 4 && sess.turns.len() <= 12);
             for w in sess.turns.windows(2) {
                 let (a, b) = (&w[0].prompt, &w[1].prompt);
                 // The earlier turn's array minus its closing `]` is a prefix of the next.
