@@ -11,6 +11,7 @@
 //! (Markdown and JSON).
 
 mod client;
+mod replay;
 mod report;
 mod run;
 mod scenario;
@@ -60,6 +61,25 @@ struct Args {
     /// Write the Markdown report here (it is printed to stdout as well).
     #[arg(long)]
     md: Option<PathBuf>,
+    /// Instead of the scenarios: replay a `rolter-sim` workload (multi-turn,
+    /// multi-turn-no-header, rag, few-shot, mixed) end to end and in the simulator, and
+    /// compare prefix-cache hit rates. `--strategies` chooses the strategies (default:
+    /// round_robin, least_loaded, consistent_hash, cache_aware, pipeline).
+    #[arg(long)]
+    replay: Option<String>,
+    /// Replay: workload size multiplier.
+    #[arg(long, default_value_t = 0.1)]
+    replay_scale: f64,
+    /// Replay: every time of the workload and the fleet is multiplied by this.
+    #[arg(long, default_value_t = 0.25)]
+    time_scale: f64,
+    /// Replay: prefix-cache blocks per engine.
+    #[arg(long, default_value_t = 5000)]
+    cache_blocks: usize,
+    /// Replay: fail (exit 1) when a strategy's end-to-end hit rate differs from the
+    /// simulated one by more than this many percentage points.
+    #[arg(long)]
+    max_gap: Option<f64>,
 }
 
 fn machine_note() -> String {
@@ -74,6 +94,9 @@ fn machine_note() -> String {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(workload) = args.replay.clone() {
+        return replay_main(&args, workload);
+    }
     let all = scenario::all();
     let chosen: Vec<scenario::Scenario> = if args.scenario == "all" {
         all
@@ -212,6 +235,124 @@ fn main() -> ExitCode {
         let json = serde_json::to_string_pretty(&report).expect("report serialises");
         if let Err(e) = std::fs::write(p, json + "\n") {
             eprintln!("cannot write {}: {e}", p.display());
+            failed = true;
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `--replay`: every strategy end to end and simulated on the same workload.
+fn replay_main(args: &Args, workload: String) -> ExitCode {
+    let opts = replay::ReplayOptions {
+        workload,
+        scale: args.replay_scale,
+        time_scale: args.time_scale,
+        cache_blocks: args.cache_blocks,
+        workers: args.workers.max(1),
+        seed: args.seed,
+        ..replay::ReplayOptions::default()
+    };
+    if !(opts.scale > 0.0 && opts.time_scale > 0.0) {
+        eprintln!("--replay-scale and --time-scale must be positive");
+        return ExitCode::from(2);
+    }
+    let w = match opts.workload() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("--replay: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let strategies: Vec<String> = if args.strategies.is_empty() {
+        [
+            "round_robin",
+            "least_loaded",
+            "consistent_hash",
+            "cache_aware",
+            "pipeline",
+        ]
+        .map(String::from)
+        .to_vec()
+    } else {
+        args.strategies
+            .iter()
+            .map(|s| s.trim().to_string())
+            .collect()
+    };
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for s in &strategies {
+        let simulated = match replay::simulate(&w, &opts, s) {
+            Ok(side) => side,
+            Err(e) => {
+                eprintln!("--strategies: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        eprintln!(
+            "replay {} / {s}: end to end ({} requests)",
+            opts.workload,
+            w.requests()
+        );
+        match replay::end_to_end(&w, &opts, s) {
+            Ok((end_to_end, seconds)) => {
+                eprintln!(
+                    "  hit rate {:.1} % end to end, {:.1} % simulated, {seconds:.1} s",
+                    end_to_end.hit_rate * 100.0,
+                    simulated.hit_rate * 100.0
+                );
+                rows.push(replay::ReplayRow {
+                    strategy: s.clone(),
+                    end_to_end,
+                    simulated,
+                    seconds,
+                });
+            }
+            Err(e) => {
+                eprintln!("  run failed: {e}");
+                failed = true;
+            }
+        }
+    }
+    let report = replay::ReplayReport {
+        command: format!(
+            "rolter-quality {}",
+            std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+        ),
+        machine: machine_note(),
+        sessions: w.sessions.len(),
+        requests: w.requests(),
+        options: opts,
+        rows,
+    };
+    let md = report.markdown();
+    println!("{md}");
+    if let Some(p) = &args.md {
+        if let Err(e) = std::fs::write(p, &md) {
+            eprintln!("cannot write {}: {e}", p.display());
+            failed = true;
+        }
+    }
+    if let Some(p) = &args.out {
+        let json = serde_json::to_string_pretty(&report).expect("report serialises");
+        if let Err(e) = std::fs::write(p, json + "\n") {
+            eprintln!("cannot write {}: {e}", p.display());
+            failed = true;
+        }
+    }
+    let failures: u64 = report.rows.iter().map(|r| r.end_to_end.failed).sum();
+    if failures > 0 {
+        eprintln!("{failures} end-to-end requests failed");
+        failed = true;
+    }
+    if let Some(limit) = args.max_gap {
+        let gap = report.max_gap_points();
+        if gap > limit {
+            eprintln!("hit rates differ by {gap:.1} points (limit {limit})");
             failed = true;
         }
     }
