@@ -25,6 +25,7 @@ pub mod admin;
 pub mod config;
 pub mod control;
 pub mod demo;
+pub mod engine_state;
 pub mod error;
 pub mod http;
 pub mod metrics;

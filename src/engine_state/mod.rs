@@ -1,0 +1,15 @@
+//! What the gateway knows about the engines' internal state, rebuilt from what they publish.
+//!
+//! - [`kv_events`]: the decoder for vLLM / SGLang KV-cache event messages (ZMQ frames in,
+//!   a reusable [`kv_events::EventBatch`] out).
+//! - [`kv_index`]: the index from block keys to the targets holding them, fed with decoded
+//!   batches on the control thread and read by the workers to score candidates.
+//!
+//! # Rules
+//!
+//! Everything here is pure: no sockets, no threads, no clocks (time comes in as an
+//! argument), no logging. The subscribers that own the ZMQ sockets, and the strategies that
+//! read the index, live elsewhere and call into these modules.
+
+pub mod kv_events;
+pub mod kv_index;
