@@ -35,6 +35,7 @@ pub mod proxy;
 pub mod runtime;
 pub mod signals;
 pub mod strategy;
+pub mod tokenize;
 pub mod upstream;
 
 pub use runtime::Gateway;
