@@ -54,6 +54,7 @@ fn build_strategy(name: &'static str, n: usize, prices: Vec<Option<Price>>) -> B
             route_targets: &route_targets,
             prices: &prices,
             switches: &switches,
+            engine: &rolter::engine_state::view::EngineView::default(),
         },
     )
 }

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Index of a target in [`Config::targets`].
@@ -247,6 +248,10 @@ pub struct Route {
     pub forward_client_auth: bool,
     /// Extra attempts on other targets before any response byte reached the client.
     pub retries: u32,
+    /// The local tokenizer a `precise_cache_aware` route named (`tokenizer = "<path>"`),
+    /// loaded at configuration time; `None` for every other route and for
+    /// `tokenizer = "engine"`.
+    pub tokenizer: Option<Arc<crate::tokenize::LocalTokenizer>>,
 }
 
 /// All present rules must hold for a request to match. An empty rule set matches everything.

@@ -1959,3 +1959,32 @@ fn load_checks_adaptive_route_prices_unless_cost_is_off() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.routes[0].strategy.name, "adaptive");
 }
+
+// ------------------------------------------------------------------ tokenizers
+
+fn precise_route(options: &str) -> String {
+    format!(
+        "{ONE_TARGET}\n[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n[routes.strategy]\nname = \"precise_cache_aware\"\n{options}\n"
+    )
+}
+
+#[test]
+fn precise_cache_aware_loads_a_local_tokenizer_or_uses_the_engine() {
+    let c = load(&precise_route("")).unwrap();
+    assert!(c.routes[0].tokenizer.is_none(), "default: the engine");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokenizer/chatml");
+    let c = load(&precise_route(&format!(
+        "tokenizer = \"{dir}/tokenizer.json\"\nmin_blocks = 2"
+    )))
+    .unwrap();
+    let t = c.routes[0].tokenizer.as_ref().expect("loaded");
+    assert!(t.has_chat_template(), "tokenizer_config.json beside it was read");
+}
+
+#[test]
+fn a_missing_tokenizer_file_is_a_configuration_error() {
+    let errs = errors(&precise_route("tokenizer = \"/nonexistent/tokenizer.json\""));
+    let e = error_at(&errs, "routes[0].strategy.tokenizer");
+    assert!(e.message.contains("/nonexistent/tokenizer.json"), "{e}");
+    assert!(e.fix.contains("engine"), "{e}");
+}

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::Collector;
@@ -126,6 +127,7 @@ pub(crate) fn validate(
             },
             forward_client_auth: false,
             retries: DEFAULT_RETRIES,
+            tokenizer: None,
         })],
         Some(r) if r.is_empty() => {
             errs.push(
@@ -140,7 +142,16 @@ pub(crate) fn validate(
             check_unique_names(&route_names, "routes", "route", errs);
             r.into_iter()
                 .enumerate()
-                .map(|(i, r)| route(r, &format!("routes[{i}]"), &names, &targets, errs))
+                .map(|(i, r)| {
+                    route(
+                        r,
+                        &format!("routes[{i}]"),
+                        &names,
+                        &targets,
+                        host.config_dir,
+                        errs,
+                    )
+                })
                 .collect()
         }
     };
@@ -1531,6 +1542,7 @@ fn route(
     at: &str,
     names: &[Option<String>],
     targets: &[Option<Target>],
+    config_dir: Option<&Path>,
     errs: &mut Collector,
 ) -> Option<Route> {
     let name = match raw.name {
@@ -1547,6 +1559,10 @@ fn route(
 
     let route_targets = route_targets(raw.targets, &join(at, "targets"), names, errs);
     let strategy = strategy(raw.strategy, &join(at, "strategy"), errs);
+    let tokenizer = match &strategy {
+        Some(s) => local_tokenizer(s, &join(at, "strategy"), config_dir, errs),
+        None => Some(None),
+    };
 
     let retries = match raw.retries {
         None => Some(DEFAULT_RETRIES),
@@ -1581,7 +1597,59 @@ fn route(
         strategy: strategy?,
         forward_client_auth: raw.forward_client_auth.unwrap_or(false),
         retries: retries?,
+        tokenizer: tokenizer?,
     })
+}
+
+/// The local tokenizer of a `precise_cache_aware` strategy whose `tokenizer` option is a
+/// path: loaded now, so a missing or broken file stops the configuration. `Some(None)` when
+/// there is none to load; `None` after an error.
+fn local_tokenizer(
+    spec: &StrategySpec,
+    key: &str,
+    config_dir: Option<&Path>,
+    errs: &mut Collector,
+) -> Option<Option<Arc<crate::tokenize::LocalTokenizer>>> {
+    if spec.name != "precise_cache_aware" {
+        return Some(None);
+    }
+    let written = spec
+        .options
+        .get("tokenizer")
+        .and_then(toml::Value::as_str)
+        .unwrap_or("engine");
+    if written == "engine" {
+        return Some(None);
+    }
+    let resolve = |w: &str| match config_dir {
+        Some(dir) if Path::new(w).is_relative() => dir.join(w),
+        _ => PathBuf::from(w),
+    };
+    let json = resolve(written);
+    let cfg_written = spec
+        .options
+        .get("tokenizer_config")
+        .and_then(toml::Value::as_str)
+        .filter(|s| !s.is_empty());
+    let cfg = match cfg_written {
+        Some(c) => Some(resolve(c)),
+        // The usual layout: tokenizer_config.json beside tokenizer.json.
+        None => json
+            .parent()
+            .map(|d| d.join("tokenizer_config.json"))
+            .filter(|p| p.is_file()),
+    };
+    match crate::tokenize::LocalTokenizer::from_files(&json, cfg.as_deref()) {
+        Ok(t) => Some(Some(Arc::new(t))),
+        Err(e) => {
+            errs.push(
+                join(key, "tokenizer"),
+                format!("cannot load the tokenizer: {e}"),
+                "point `tokenizer` at the model's tokenizer.json (relative paths are resolved against the configuration file's directory), with its tokenizer_config.json beside it or named by `tokenizer_config`, or set tokenizer = \"engine\" to ask the target's /tokenize endpoint",
+            );
+            None
+        }
+    }
 }
 
 fn route_targets(

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::config::Config;
+use crate::engine_state::view::EngineView;
 use crate::metrics::{GatewayMetrics, ScrapeStatus, TargetGauges};
 use crate::pricing::PriceBook;
 use crate::signals::exchange::{Record, ToControl, Verdict};
@@ -82,6 +83,8 @@ impl Plane {
                         route_targets: &r.targets,
                         prices: &prices,
                         switches: &switches,
+                        // Mirrors only learn from samples; nothing they hold reads engine state.
+                        engine: &EngineView::default(),
                     },
                 )
             })

@@ -10,6 +10,7 @@
 use std::time::Instant as StdInstant;
 
 use super::conn::{respond, ClientIo};
+use super::inputs::{token_ids, Prompt, TokenSource};
 use super::relay::{exchange, ClientSide, Explain, Outcome, Report};
 use super::state::WorkerState;
 use crate::config::{Route, Target};
@@ -70,6 +71,8 @@ pub struct IoBufs {
     pub body: Vec<u8>,
     /// The canonical prompt, for strategies that ask for it.
     pub prompt: Vec<u8>,
+    /// Request bytes of the gateway's own calls made for an input (tokenize).
+    pub side: Vec<u8>,
 }
 
 impl IoBufs {
@@ -81,6 +84,7 @@ impl IoBufs {
             hdrs: Vec::with_capacity(512),
             body: Vec::new(),
             prompt: Vec::new(),
+            side: Vec::new(),
         }
     }
 }
@@ -99,6 +103,7 @@ impl IoBufs {
             &mut self.hdrs,
             &mut self.body,
             &mut self.prompt,
+            &mut self.side,
         ] {
             b.clear();
             if b.capacity() > Self::KEEP {
@@ -154,7 +159,19 @@ pub async fn forward(
         }
     };
     let route = &state.config.routes[route_idx];
-    let inputs = AsyncInputs::default();
+    let mut inputs = AsyncInputs::default();
+    let tokens = &state.routes[route_idx].tokens;
+    if !matches!(tokens, TokenSource::None) {
+        let chat = path == "/v1/chat/completions";
+        if chat || path == "/v1/completions" {
+            let prompt = Prompt {
+                chat,
+                json: facts.prompt,
+                model: &facts.model,
+            };
+            inputs.token_ids = token_ids(state, tokens, route, &prompt, &mut bufs.side).await;
+        }
+    }
     // Strategies that compare prompts get them whitespace-free, in a buffer lent for the
     // request (taken out of `bufs`, which the exchange borrows mutably meanwhile).
     let mut canonical = std::mem::take(&mut bufs.prompt);

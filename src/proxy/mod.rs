@@ -6,7 +6,9 @@
 
 pub mod conn;
 pub mod forward;
+pub mod inputs;
 pub mod race;
 pub mod reader;
 pub mod relay;
+pub mod side_call;
 pub mod state;

@@ -7,7 +7,9 @@
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
+use super::inputs::TokenSource;
 use crate::config::Config;
+use crate::engine_state::view::EngineView;
 use crate::http::head::HeadLimits;
 use crate::openai::models;
 use crate::pricing::PriceBook;
@@ -24,6 +26,9 @@ pub struct RouteState {
     pub strategy: RefCell<Box<dyn Strategy>>,
     /// What the strategy asks for before it picks.
     pub needs: Needs,
+    /// Where the route's token ids come from (`TokenSource::None` unless the strategy
+    /// needs them).
+    pub tokens: TokenSource,
 }
 
 pub struct WorkerState {
@@ -90,12 +95,14 @@ impl Drop for PooledBufs<'_> {
 }
 
 impl WorkerState {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: usize,
         config: Arc<Config>,
         tls: Arc<UpstreamTls>,
         prices: &PriceBook,
         switches: &Arc<Switches>,
+        engine: &EngineView,
         links: WorkerLinks,
         workers: usize,
     ) -> Self {
@@ -111,10 +118,13 @@ impl WorkerState {
                     route_targets: &r.targets,
                     prices,
                     switches,
+                    engine,
                 };
                 let strategy = registry::build(&r.strategy, &ctx);
+                let needs = strategy.needs();
                 RouteState {
-                    needs: strategy.needs(),
+                    tokens: TokenSource::for_route(r, needs.contains(Needs::TOKEN_IDS)),
+                    needs,
                     strategy: RefCell::new(strategy),
                 }
             })

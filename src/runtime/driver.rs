@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::io;
 
+use monoio::blocking::DefaultThreadPool;
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
 
 use crate::config::DriverChoice;
@@ -53,26 +54,48 @@ fn uring_setup() -> io_uring::Builder {
 
 /// Runs `f` to completion on a new runtime of the given driver, with timers enabled.
 pub fn block_on<F: Future>(driver: ActiveDriver, f: F) -> io::Result<F::Output> {
+    block_on_with(driver, None, f)
+}
+
+/// As [`block_on`], with `pool` attached for `monoio::spawn_blocking` (CPU-heavy work a
+/// worker hands off, such as local tokenization); without one, `spawn_blocking` panics.
+pub fn block_on_with<F: Future>(
+    driver: ActiveDriver,
+    pool: Option<DefaultThreadPool>,
+    f: F,
+) -> io::Result<F::Output> {
+    let attach = |b: RuntimeBuilder<monoio::time::TimeDriver<IoUringDriver>>| match &pool {
+        Some(p) => b.attach_thread_pool(Box::new(p.clone())),
+        None => b,
+    };
     Ok(match driver {
         ActiveDriver::IoUring => {
-            let tuned = RuntimeBuilder::<IoUringDriver>::new()
-                .with_entries(1024)
-                .uring_builder(uring_setup())
-                .enable_timer()
-                .build();
+            let tuned = attach(
+                RuntimeBuilder::<IoUringDriver>::new()
+                    .with_entries(1024)
+                    .uring_builder(uring_setup())
+                    .enable_timer(),
+            )
+            .build();
             // Kernels before 6.0 reject the setup flags: fall back to a plain ring.
             let mut runtime = match tuned {
                 Ok(r) => r,
-                Err(_) => RuntimeBuilder::<IoUringDriver>::new()
-                    .with_entries(1024)
-                    .enable_timer()
-                    .build()?,
+                Err(_) => attach(
+                    RuntimeBuilder::<IoUringDriver>::new()
+                        .with_entries(1024)
+                        .enable_timer(),
+                )
+                .build()?,
             };
             runtime.block_on(f)
         }
-        ActiveDriver::Epoll => RuntimeBuilder::<LegacyDriver>::new()
-            .enable_timer()
-            .build()?
-            .block_on(f),
+        ActiveDriver::Epoll => {
+            let b = RuntimeBuilder::<LegacyDriver>::new().enable_timer();
+            let b = match &pool {
+                Some(p) => b.attach_thread_pool(Box::new(p.clone())),
+                None => b,
+            };
+            b.build()?.block_on(f)
+        }
     })
 }

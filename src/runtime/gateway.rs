@@ -15,6 +15,7 @@ use super::listener;
 use super::worker::{self, Control, WorkerSetup};
 use crate::config::Config;
 use crate::control::ControlContext;
+use crate::engine_state::view::EngineView;
 use crate::pricing::PriceBook;
 use crate::signals::exchange::mesh;
 use crate::strategy::Switches;
@@ -54,6 +55,13 @@ impl Gateway {
         let config = Arc::new(config);
         let prices = Arc::new(PriceBook::new(&config));
         let switches = Arc::new(Switches::new(config.adaptive.enabled));
+        let engine = EngineView::default();
+        // Local tokenizers run off the workers' event loops, on one pool the workers share.
+        let blocking = config
+            .routes
+            .iter()
+            .any(|r| r.tokenizer.is_some())
+            .then(|| monoio::blocking::DefaultThreadPool::new(count));
         let control = Arc::new(Control {
             drain: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -69,7 +77,8 @@ impl Gateway {
             let config = config.clone();
             let tls = tls.clone();
             let control = control.clone();
-            let (prices, switches) = (prices.clone(), switches.clone());
+            let (prices, switches, engine) = (prices.clone(), switches.clone(), engine.clone());
+            let blocking = blocking.clone();
             let links = worker_links.remove(0);
             let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
             let ready = ready_tx.clone();
@@ -80,7 +89,7 @@ impl Gateway {
                         core_affinity::set_for_current(core);
                     }
                     let started = ready.clone();
-                    let result = driver::block_on(driver, async move {
+                    let result = driver::block_on_with(driver, blocking, async move {
                         let _ = started.send(Ok(()));
                         worker::run(WorkerSetup {
                             id,
@@ -90,6 +99,7 @@ impl Gateway {
                             control,
                             prices,
                             switches,
+                            engine,
                             links,
                             workers: count,
                         })

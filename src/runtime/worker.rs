@@ -13,6 +13,7 @@ use std::time::Duration;
 use monoio::net::TcpListener;
 
 use crate::config::Config;
+use crate::engine_state::view::EngineView;
 use crate::pricing::PriceBook;
 use crate::proxy::conn;
 use crate::proxy::state::WorkerState;
@@ -45,6 +46,8 @@ pub struct WorkerSetup {
     pub control: Arc<Control>,
     pub prices: Arc<PriceBook>,
     pub switches: Arc<Switches>,
+    /// The engines' own state (KV index, stream liveness), shared by every core.
+    pub engine: EngineView,
     pub links: WorkerLinks,
     /// How many workers the gateway runs.
     pub workers: usize,
@@ -60,11 +63,12 @@ pub async fn run(setup: WorkerSetup) {
         control,
         prices,
         switches,
+        engine,
         links,
         workers,
     } = setup;
     let state = Rc::new(WorkerState::new(
-        id, config, tls, &prices, &switches, links, workers,
+        id, config, tls, &prices, &switches, &engine, links, workers,
     ));
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,

@@ -19,6 +19,7 @@ pub mod fastest;
 pub mod least_loaded;
 pub mod pipeline;
 pub mod power_of_two;
+pub mod precise_cache_aware;
 pub mod predicted_latency;
 pub mod prefix_index;
 pub mod random;
@@ -461,6 +462,7 @@ pub(crate) mod testing {
             route_targets,
             prices: Box::leak(Box::new(crate::pricing::PriceBook::fixed(&all_prices))),
             switches: Box::leak(Box::new(std::sync::Arc::new(super::Switches::default()))),
+            engine: Box::leak(Box::default()),
         }
     }
 

@@ -14,6 +14,7 @@ use super::fastest::{Fastest, FastestOptions};
 use super::least_loaded::LeastLoaded;
 use super::pipeline::{Pipeline, PipelineOptions};
 use super::power_of_two::PowerOfTwo;
+use super::precise_cache_aware::PreciseCacheAware;
 use super::predicted_latency::{PredictedLatency, PredictedLatencyOptions};
 use super::random::Random;
 use super::random_weighted::RandomWeighted;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use super::{Strategy, Switches};
 use crate::config::{StrategySpec, Target, TargetId};
+use crate::engine_state::view::EngineView;
 use crate::pricing::PriceBook;
 
 /// What a strategy advertises about itself.
@@ -102,6 +104,8 @@ pub struct BuildContext<'a> {
     pub prices: &'a PriceBook,
     /// Run-time switches shared by every core (the adaptive kill switch).
     pub switches: &'a Arc<Switches>,
+    /// The engines' own state (KV block index, stream liveness), shared by every core.
+    pub engine: &'a EngineView,
 }
 
 fn reject_atomic(v: &toml::Value) -> Result<(), String> {
@@ -435,6 +439,54 @@ static STRATEGIES: &[StrategyInfo] = &[
             Box::new(CacheAware::new(
                 CacheAwareOptions::from_table(opts),
                 ctx.target_count,
+                ctx.seed,
+            ))
+        },
+    },
+    StrategyInfo {
+        name: "precise_cache_aware",
+        aliases: &[],
+        summary: "The candidate holding the longest run of the prompt's leading KV blocks, from the engines' KV-cache events; load below min_blocks",
+        traits: &[Trait::LoadAware, Trait::AsyncInput, Trait::SingleWinner],
+        options: &[
+            OptionSpec {
+                key: "min_blocks",
+                kind: OptionKind::Integer,
+                default: "0",
+                help: "the best-holding target wins only when it holds more than this many leading blocks; otherwise load decides",
+                check: Some(non_negative_integer),
+            },
+            OptionSpec {
+                key: "tokenizer",
+                kind: OptionKind::String,
+                default: "engine",
+                help: "where token ids come from: \"engine\" (the target's POST /tokenize) or the path of a Hugging Face tokenizer.json",
+                check: None,
+            },
+            OptionSpec {
+                key: "tokenizer_config",
+                kind: OptionKind::String,
+                default: "",
+                help: "with a local tokenizer: the model's tokenizer_config.json (chat template, special tokens); default: the one beside tokenizer.json",
+                check: None,
+            },
+            OptionSpec {
+                key: "tokenize_timeout",
+                kind: OptionKind::Duration,
+                default: "100ms",
+                help: "how long the engine's tokenize call may take before the pick falls back to load",
+                check: Some(positive_duration),
+            },
+        ],
+        build: |opts, ctx| {
+            let min_blocks = opts
+                .get("min_blocks")
+                .and_then(toml::Value::as_integer)
+                .unwrap_or(0)
+                .clamp(0, i64::from(u32::MAX)) as u32;
+            Box::new(PreciseCacheAware::new(
+                ctx.engine.clone(),
+                min_blocks,
                 ctx.seed,
             ))
         },

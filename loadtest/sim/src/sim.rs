@@ -193,6 +193,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
     };
     let prices = PriceBook::fixed(&vec![Some(price); n]);
     let switches = Arc::new(Switches::default());
+    let engine = rolter::engine_state::view::EngineView::default();
     let cores = cfg.cores.max(1);
     let mut router = match policy {
         Policy::Oracle => Router::Oracle {
@@ -211,6 +212,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                             route_targets: &route_targets,
                             prices: &prices,
                             switches: &switches,
+                            engine: &engine,
                         },
                     )
                 })
