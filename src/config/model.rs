@@ -31,6 +31,42 @@ pub struct Config {
     pub catalog: HashMap<String, Price>,
     /// `[adaptive]`: the starting state of the global kill switch.
     pub adaptive: AdaptiveConfig,
+    /// `[kv_events]`: how the KV block index is keyed, bounded and kept fresh.
+    pub kv_events: KvEventsConfig,
+}
+
+/// `[kv_events]`: settings of the index built from the targets' KV-cache events (used only
+/// when some target has `[targets.kv_events]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KvEventsConfig {
+    /// Tokens per index key; every engine's block size must be a multiple (vLLM: 16).
+    pub block_size: u32,
+    /// Engine blocks remembered per target (oldest dropped first).
+    pub max_blocks_per_target: u32,
+    /// A target whose publisher has been unreachable this long loses its entries and is
+    /// no longer trusted until it publishes again.
+    pub stale_after: Duration,
+}
+
+impl Default for KvEventsConfig {
+    fn default() -> Self {
+        KvEventsConfig {
+            block_size: 16,
+            max_blocks_per_target: 1 << 17,
+            stale_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A target's KV-cache event publisher (`[targets.kv_events]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetKvEvents {
+    /// The engine's ZMQ PUB endpoint, e.g. `tcp://10.0.0.5:5557` (the gateway connects).
+    pub endpoint: String,
+    /// The engine's replay (ROUTER) endpoint, for repairing gaps.
+    pub replay_endpoint: Option<String>,
+    /// Subscription prefix (vLLM publishes with an empty topic; llm-d uses `kv@`).
+    pub topic: String,
 }
 
 /// `[health]`. Active checks run only when the section is present (`active`, default true
@@ -208,6 +244,8 @@ pub struct Target {
     pub scrape: bool,
     /// Metrics path for this target; `None`: `[metrics_scrape].path`.
     pub metrics_path: Option<String>,
+    /// The engine's KV-cache event publisher, when it has one.
+    pub kv_events: Option<TargetKvEvents>,
     pub timeouts: UpstreamTimeouts,
     pub pool: PoolConfig,
 }

@@ -24,6 +24,21 @@ pub(crate) struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub catalog: Option<OrderedPrices>,
     pub adaptive: Option<RawAdaptive>,
+    pub kv_events: Option<RawKvEvents>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawKvEvents {
+    pub block_size: Option<i64>,
+    pub max_blocks_per_target: Option<i64>,
+    pub stale_after: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawTargetKvEvents {
+    pub endpoint: Option<String>,
+    pub replay_endpoint: Option<String>,
+    pub topic: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -99,6 +114,7 @@ pub(crate) struct RawTarget {
     pub metrics_path: Option<String>,
     pub timeouts: Option<RawTimeouts>,
     pub pool: Option<RawPool>,
+    pub kv_events: Option<RawTargetKvEvents>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -204,6 +220,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "admin",
     "catalog",
     "adaptive",
+    "kv_events",
 ];
 pub(crate) const SERVER_KEYS: &[&str] = &[
     "listen",
@@ -239,6 +256,7 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "metrics_path",
     "timeouts",
     "pool",
+    "kv_events",
 ];
 pub(crate) const PRICE_KEYS: &[&str] = &["input", "output"];
 pub(crate) const TIMEOUTS_KEYS: &[&str] = &["connect", "first_byte", "idle"];
@@ -268,6 +286,8 @@ pub(crate) const HEALTH_KEYS: &[&str] = &[
 pub(crate) const SCRAPE_KEYS: &[&str] = &["enabled", "path", "interval", "timeout", "stale_after"];
 pub(crate) const ADMIN_KEYS: &[&str] = &["listen", "token"];
 pub(crate) const ADAPTIVE_KEYS: &[&str] = &["enabled"];
+pub(crate) const KV_EVENTS_KEYS: &[&str] = &["block_size", "max_blocks_per_target", "stale_after"];
+pub(crate) const TARGET_KV_EVENTS_KEYS: &[&str] = &["endpoint", "replay_endpoint", "topic"];
 
 /// One step of a key path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -338,6 +358,7 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["targets", "price"] => ("targets.price", PRICE_KEYS),
         ["targets", "timeouts"] => ("[targets.timeouts]", TIMEOUTS_KEYS),
         ["targets", "pool"] => ("[targets.pool]", POOL_KEYS),
+        ["targets", "kv_events"] => ("[targets.kv_events]", TARGET_KV_EVENTS_KEYS),
         ["routes"] => ("[[routes]]", ROUTE_KEYS),
         ["routes", "match"] => ("[routes.match]", MATCH_KEYS),
         ["routes", "match", "header"] => ("routes.match.header", HEADER_MATCH_KEYS),
@@ -345,6 +366,7 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["metrics_scrape"] => ("[metrics_scrape]", SCRAPE_KEYS),
         ["admin"] => ("[admin]", ADMIN_KEYS),
         ["adaptive"] => ("[adaptive]", ADAPTIVE_KEYS),
+        ["kv_events"] => ("[kv_events]", KV_EVENTS_KEYS),
         ["catalog", _] => ("a [catalog] entry", PRICE_KEYS),
         _ => return None,
     })

@@ -590,7 +590,7 @@ fn misspelled_table_is_an_unknown_key() {
 #[test]
 fn known_keys_match_structs() {
     // Every key listed as valid is accepted by the serde types (no unknown-key error).
-    let tables: [(&str, &[&str]); 15] = [
+    let tables: [(&str, &[&str]); 17] = [
         ("", raw::TOP_KEYS),
         ("[server]\n", raw::SERVER_KEYS),
         ("[server.limits]\n", raw::LIMITS_KEYS),
@@ -598,6 +598,10 @@ fn known_keys_match_structs() {
         ("[[targets]]\n[targets.price]\n", raw::PRICE_KEYS),
         ("[[targets]]\n[targets.timeouts]\n", raw::TIMEOUTS_KEYS),
         ("[[targets]]\n[targets.pool]\n", raw::POOL_KEYS),
+        (
+            "[[targets]]\n[targets.kv_events]\n",
+            raw::TARGET_KV_EVENTS_KEYS,
+        ),
         ("[[routes]]\n", raw::ROUTE_KEYS),
         ("[[routes]]\n[routes.match]\n", raw::MATCH_KEYS),
         (
@@ -608,6 +612,7 @@ fn known_keys_match_structs() {
         ("[metrics_scrape]\n", raw::SCRAPE_KEYS),
         ("[admin]\n", raw::ADMIN_KEYS),
         ("[adaptive]\n", raw::ADAPTIVE_KEYS),
+        ("[kv_events]\n", raw::KV_EVENTS_KEYS),
         ("[catalog.m]\n", raw::PRICE_KEYS),
     ];
     for (header, keys) in tables {
@@ -1972,19 +1977,50 @@ fn precise_route(options: &str) -> String {
 fn precise_cache_aware_loads_a_local_tokenizer_or_uses_the_engine() {
     let c = load(&precise_route("")).unwrap();
     assert!(c.routes[0].tokenizer.is_none(), "default: the engine");
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokenizer/chatml");
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tokenizer/chatml"
+    );
     let c = load(&precise_route(&format!(
         "tokenizer = \"{dir}/tokenizer.json\"\nmin_blocks = 2"
     )))
     .unwrap();
     let t = c.routes[0].tokenizer.as_ref().expect("loaded");
-    assert!(t.has_chat_template(), "tokenizer_config.json beside it was read");
+    assert!(
+        t.has_chat_template(),
+        "tokenizer_config.json beside it was read"
+    );
 }
 
 #[test]
 fn a_missing_tokenizer_file_is_a_configuration_error() {
-    let errs = errors(&precise_route("tokenizer = \"/nonexistent/tokenizer.json\""));
+    let errs = errors(&precise_route(
+        "tokenizer = \"/nonexistent/tokenizer.json\"",
+    ));
     let e = error_at(&errs, "routes[0].strategy.tokenizer");
     assert!(e.message.contains("/nonexistent/tokenizer.json"), "{e}");
     assert!(e.fix.contains("engine"), "{e}");
+}
+
+#[test]
+fn kv_events_endpoints_and_settings_are_checked() {
+    let ok = format!(
+        "{ONE_TARGET}[targets.kv_events]\nendpoint = \"tcp://10.0.0.1:5557\"\nreplay_endpoint = \"tcp://10.0.0.1:5558\"\n\n[kv_events]\nblock_size = 32\nstale_after = \"3s\"\n"
+    );
+    let c = load(&ok).unwrap();
+    let kv = c.targets[0].kv_events.as_ref().unwrap();
+    assert_eq!(kv.endpoint, "tcp://10.0.0.1:5557");
+    assert_eq!(kv.replay_endpoint.as_deref(), Some("tcp://10.0.0.1:5558"));
+    assert_eq!(c.kv_events.block_size, 32);
+    assert_eq!(c.kv_events.stale_after, Duration::from_secs(3));
+    // The engine's bind address is not something to connect to.
+    let errs = errors(&format!(
+        "{ONE_TARGET}[targets.kv_events]\nendpoint = \"tcp://*:5557\"\n"
+    ));
+    let e = error_at(&errs, "targets[0].kv_events.endpoint");
+    assert!(e.fix.contains("tcp://host:port"), "{e}");
+    let errs = errors(&format!("{ONE_TARGET}[targets.kv_events]\ntopic = \"kv@\"\n"));
+    error_at(&errs, "targets[0].kv_events.endpoint");
+    let errs = errors(&format!("{ONE_TARGET}[kv_events]\nblock_size = 0\n"));
+    error_at(&errs, "kv_events.block_size");
 }

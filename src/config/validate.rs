@@ -10,8 +10,8 @@ use super::error::Collector;
 use super::model::*;
 use super::raw::{
     closest, is_bare_key, join, OrderedPrices, OrderedStrings, RawAdmin, RawConfig, RawHeaderMatch,
-    RawHealth, RawLimits, RawMatch, RawPool, RawPrice, RawRoute, RawScrape, RawServer, RawTarget,
-    RawTimeouts,
+    RawHealth, RawKvEvents, RawLimits, RawMatch, RawPool, RawPrice, RawRoute, RawScrape, RawServer,
+    RawTarget, RawTargetKvEvents, RawTimeouts,
 };
 
 /// Resolves a host name and port to socket addresses.
@@ -163,6 +163,7 @@ pub(crate) fn validate(
         Some(a) => admin(a, server.as_ref(), host, errs).map(Some),
     };
     let catalog = catalog(raw.catalog, errs);
+    let kv_events = kv_events(raw.kv_events, errs);
     let adaptive = AdaptiveConfig {
         enabled: raw
             .adaptive
@@ -187,6 +188,7 @@ pub(crate) fn validate(
         admin: admin?,
         catalog: catalog?,
         adaptive,
+        kv_events: kv_events?,
     })
 }
 
@@ -897,6 +899,7 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
         Some(p) if p.is_empty() => Some(Some(p)),
         Some(p) => check_path(&p, &join(at, "health_path"), "/health", errs).then_some(Some(p)),
     };
+    let kv_events = target_kv_events(raw.kv_events, &join(at, "kv_events"), errs);
     let metrics_path = match raw.metrics_path {
         None => Some(None),
         Some(p) if p.is_empty() => {
@@ -950,6 +953,99 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
         metrics_path: metrics_path?,
         timeouts: timeouts?,
         pool: pool?,
+        kv_events: kv_events?,
+    })
+}
+
+/// A ZMQ endpoint the gateway connects to: `tcp://host:port`, `ipc://path` or `inproc://name`.
+fn zmq_endpoint(
+    v: Option<String>,
+    key: &str,
+    required: bool,
+    errs: &mut Collector,
+) -> Option<Option<String>> {
+    match v {
+        None if required => {
+            errs.push(
+                key,
+                "[kv_events] has no `endpoint`",
+                "set endpoint = \"tcp://<engine host>:5557\" (the engine's --kv-events-config endpoint, with its host instead of *)",
+            );
+            None
+        }
+        None => Some(None),
+        Some(e) => {
+            let ok = ["tcp://", "ipc://", "inproc://"]
+                .iter()
+                .any(|p| e.strip_prefix(p).is_some_and(|rest| !rest.is_empty()))
+                && !e.contains('*');
+            if ok {
+                Some(Some(e))
+            } else {
+                errs.push(
+                    key,
+                    format!("`{e}` is not a ZMQ endpoint the gateway can connect to"),
+                    "write tcp://host:port (no *: that is the engine's bind address), ipc://path or inproc://name",
+                );
+                None
+            }
+        }
+    }
+}
+
+fn target_kv_events(
+    raw: Option<RawTargetKvEvents>,
+    at: &str,
+    errs: &mut Collector,
+) -> Option<Option<TargetKvEvents>> {
+    let Some(raw) = raw else {
+        return Some(None);
+    };
+    let endpoint = zmq_endpoint(raw.endpoint, &join(at, "endpoint"), true, errs);
+    let replay = zmq_endpoint(
+        raw.replay_endpoint,
+        &join(at, "replay_endpoint"),
+        false,
+        errs,
+    );
+    Some(Some(TargetKvEvents {
+        endpoint: endpoint??,
+        replay_endpoint: replay?,
+        topic: raw.topic.unwrap_or_default(),
+    }))
+}
+
+fn kv_events(raw: Option<RawKvEvents>, errs: &mut Collector) -> Option<KvEventsConfig> {
+    let d = KvEventsConfig::default();
+    let Some(raw) = raw else {
+        return Some(d);
+    };
+    let block_size = count(
+        raw.block_size,
+        "kv_events.block_size",
+        d.block_size,
+        1..=256,
+        "tokens per index key",
+        errs,
+    );
+    let max_blocks = count(
+        raw.max_blocks_per_target,
+        "kv_events.max_blocks_per_target",
+        d.max_blocks_per_target,
+        1..=u32::MAX,
+        "engine blocks remembered per target",
+        errs,
+    );
+    let stale_after = nonzero_duration(
+        raw.stale_after.as_ref(),
+        "kv_events.stale_after",
+        d.stale_after,
+        errs,
+    );
+    Some(KvEventsConfig {
+        block_size: block_size?,
+        max_blocks_per_target: max_blocks?,
+        stale_after: stale_after?,
     })
 }
 
