@@ -77,6 +77,17 @@ pub struct PrefixCache {
     /// Last-use stamp → block hash, oldest first.
     order: BTreeMap<u64, u64>,
     evictions: u64,
+    /// When set, what `touch` stored and evicted is logged (for KV events).
+    log: Option<CacheLog>,
+}
+
+/// What the cache stored and evicted since the log was last drained, in order.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CacheLog {
+    /// Indices into the touched prompt's blocks that were not cached before.
+    pub stored: Vec<usize>,
+    /// Block hashes evicted.
+    pub evicted: Vec<u64>,
 }
 
 impl PrefixCache {
@@ -95,23 +106,46 @@ impl PrefixCache {
             .count()
     }
 
+    /// Keeps a [`CacheLog`] of stored and evicted blocks from now on.
+    pub fn enable_log(&mut self) {
+        self.log = Some(CacheLog::default());
+    }
+
+    /// The log since the last call (empty when logging is off).
+    pub fn take_log(&mut self) -> CacheLog {
+        self.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
     /// Marks `blocks` as just used, inserting the missing ones and evicting the least
     /// recently used blocks beyond capacity. Blocks are touched from the last to the first,
     /// so within one prompt the tail is older than the head and is evicted first (as vLLM
     /// frees a sequence's blocks in reverse order), keeping shared prefixes alive.
     pub fn touch(&mut self, blocks: &[u64]) {
         let blocks = &blocks[..blocks.len().min(self.capacity)];
-        for &h in blocks.iter().rev() {
+        for (i, &h) in blocks.iter().enumerate().rev() {
             self.clock += 1;
-            if let Some(old) = self.stamps.insert(h, self.clock) {
-                self.order.remove(&old);
+            match self.stamps.insert(h, self.clock) {
+                Some(old) => {
+                    self.order.remove(&old);
+                }
+                None => {
+                    if let Some(log) = &mut self.log {
+                        log.stored.push(i);
+                    }
+                }
             }
             self.order.insert(self.clock, h);
+        }
+        if let Some(log) = &mut self.log {
+            log.stored.sort_unstable();
         }
         while self.stamps.len() > self.capacity {
             let (_, h) = self.order.pop_first().expect("order tracks stamps");
             self.stamps.remove(&h);
             self.evictions += 1;
+            if let Some(log) = &mut self.log {
+                log.evicted.push(h);
+            }
         }
     }
 
@@ -296,6 +330,20 @@ mod tests {
         assert!(!c.contains(11));
         assert!(c.contains(10) && c.contains(1) && c.contains(20));
         assert_eq!(c.evictions(), 2);
+    }
+
+    #[test]
+    fn the_log_lists_stored_blocks_and_evictions() {
+        let mut c = PrefixCache::new(3);
+        c.enable_log();
+        c.touch(&[1, 2]);
+        assert_eq!(c.take_log().stored, vec![0, 1]);
+        c.touch(&[1, 5, 6]);
+        let log = c.take_log();
+        assert_eq!(log.stored, vec![1, 2]);
+        // Capacity 3: one block went, the earlier prompt's tail.
+        assert_eq!(log.evicted, vec![2]);
+        assert!(c.take_log().stored.is_empty());
     }
 
     #[test]

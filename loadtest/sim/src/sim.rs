@@ -11,13 +11,16 @@ use rolter::config::{Price, StrategySpec, Target};
 use rolter::pricing::PriceBook;
 use rolter::strategy::registry::{self, BuildContext};
 use rolter::strategy::{
-    AsyncInputs, Candidate, PickRequest, SessionKey, ShareSink, Strategy, Switches, Usage,
+    AsyncInputs, Candidate, Needs, PickRequest, SessionKey, ShareSink, Strategy, Switches, Usage,
 };
 use rolter::strategy::{Pick, Sample};
 use serde::Serialize;
 
 use crate::engine::{block_hashes, Engine, EngineParams};
 use crate::workload::Workload;
+use rolter::engine_state::kv_events::{BlockRemoved, BlockStored, EventBatch, Medium};
+use rolter::engine_state::kv_index::{KvIndex, KvIndexConfig};
+use rolter::engine_state::view::EngineView;
 
 /// The fleet a workload runs on.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -169,6 +172,89 @@ struct InFlight {
     hit_tokens: u32,
     to_first_token: Duration,
     to_finish: Duration,
+    /// The prompt's token ids, for strategies that read them.
+    tokens: Option<std::rc::Rc<[u32]>>,
+}
+
+/// Synthesised token ids: one per 4 prompt bytes (the simulator's token), so a 16-token
+/// block covers exactly one 64-byte cache block.
+fn token_ids(prompt: &[u8]) -> Vec<u32> {
+    prompt
+        .chunks(crate::engine::BYTES_PER_TOKEN)
+        .map(|c| {
+            let mut b = [0u8; 4];
+            b[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(b)
+        })
+        .collect()
+}
+
+/// The engines' KV events, applied to one index the strategies read.
+struct KvFeed {
+    index: KvIndex,
+    view: EngineView,
+    seq: Vec<u64>,
+    batch: EventBatch,
+}
+
+impl KvFeed {
+    fn new(targets: usize) -> Self {
+        let index = KvIndex::new(KvIndexConfig {
+            block_size: crate::engine::BLOCK_TOKENS as usize,
+            ..KvIndexConfig::default()
+        })
+        .expect("valid index settings");
+        let view = EngineView::with_kv(index.reader(), targets);
+        for t in 0..targets {
+            view.set_kv_live(t, true);
+        }
+        KvFeed {
+            index,
+            view,
+            seq: vec![0; targets],
+            batch: EventBatch::new(),
+        }
+    }
+
+    /// Publishes what admitting `r` stored in and evicted from `engine`'s cache, as vLLM
+    /// would: one BlockStored per run of new blocks (with its parent), one BlockRemoved.
+    fn publish(&mut self, target: usize, engine: &mut Engine, r: &InFlight, now: Instant) {
+        let log = engine.cache.take_log();
+        let Some(tokens) = &r.tokens else { return };
+        if log.stored.is_empty() && log.evicted.is_empty() {
+            return;
+        }
+        let bt = crate::engine::BLOCK_TOKENS as usize;
+        self.batch.clear();
+        let mut i = 0;
+        while i < log.stored.len() {
+            let first = log.stored[i];
+            let mut last = first;
+            while i + 1 < log.stored.len() && log.stored[i + 1] == last + 1 {
+                i += 1;
+                last += 1;
+            }
+            i += 1;
+            self.batch.push_block_stored(&BlockStored {
+                block_hashes: &r.blocks[first..=last],
+                parent_block_hash: first.checked_sub(1).map(|p| r.blocks[p]),
+                token_ids: &tokens[first * bt..(last + 1) * bt],
+                block_size: bt as u32,
+                medium: Some(Medium::Gpu),
+                ..BlockStored::default()
+            });
+        }
+        if !log.evicted.is_empty() {
+            self.batch.push_block_removed(&BlockRemoved {
+                block_hashes: &log.evicted,
+                medium: Some(Medium::Gpu),
+                group_idx: None,
+            });
+        }
+        let seq = self.seq[target];
+        self.seq[target] += 1;
+        let _ = self.index.apply(target as u32, seq, &self.batch, now);
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -193,7 +279,9 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
     };
     let prices = PriceBook::fixed(&vec![Some(price); n]);
     let switches = Arc::new(Switches::default());
-    let engine = rolter::engine_state::view::EngineView::default();
+    // KV events: every engine's cache changes reach one index at once (a strategy that
+    // reads token ids gets them, synthesised as one id per 4 prompt bytes, like the blocks).
+    let mut kv = KvFeed::new(n);
     let cores = cfg.cores.max(1);
     let mut router = match policy {
         Policy::Oracle => Router::Oracle {
@@ -212,7 +300,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                             route_targets: &route_targets,
                             prices: &prices,
                             switches: &switches,
-                            engine: &engine,
+                            engine: &kv.view,
                         },
                     )
                 })
@@ -222,6 +310,13 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
     let mut sinks: Vec<ShareSink> = (0..cores).map(|_| ShareSink::default()).collect();
     let mut pending_samples: Vec<(usize, Sample)> = Vec::new();
     let mut engines: Vec<Engine> = (0..n).map(|t| Engine::new(fleet.params(t))).collect();
+    let wants_tokens =
+        matches!(&router, Router::Cores(i) if i[0].needs().contains(Needs::TOKEN_IDS));
+    if wants_tokens {
+        for e in &mut engines {
+            e.cache.enable_log();
+        }
+    }
     let mut in_flight = vec![0u64; n];
     let mut per_target = vec![0u64; n];
     let mut core_rng = fastrand::Rng::with_seed(cfg.seed ^ 0xc0de);
@@ -292,6 +387,12 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     })
                     .collect();
                 let session_id = format!("session-{}", s.id);
+                let tokens: Option<std::rc::Rc<[u32]>> =
+                    wants_tokens.then(|| token_ids(&tr.prompt).into());
+                let req_inputs = AsyncInputs {
+                    token_ids: tokens.clone(),
+                    ..inputs.clone()
+                };
                 let req = PickRequest {
                     model: "m",
                     session: SessionKey {
@@ -301,7 +402,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     prompt: &tr.prompt,
                     prompt_tokens: tr.prompt_tokens,
                     max_tokens: Some(tr.output_tokens as u64),
-                    inputs: &inputs,
+                    inputs: &req_inputs,
                 };
                 let pick: Option<Pick> = match &mut router {
                     Router::Cores(instances) => instances[core].pick(&req, &candidates, at),
@@ -353,9 +454,11 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     hit_tokens: 0,
                     to_first_token: Duration::ZERO,
                     to_finish: Duration::ZERO,
+                    tokens,
                 });
                 if engines[target].has_free_slot() {
                     let fin = admit(&mut engines[target], &mut reqs[id], sessions, now);
+                    kv.publish(target, &mut engines[target], &reqs[id], base + now);
                     push(&mut heap, fin, Event::Finish { req: id as u32 });
                 } else {
                     engines[target].enqueue(id);
@@ -389,6 +492,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                 in_flight[target] -= 1;
                 if let Some(next) = engines[target].release(held) {
                     let fin = admit(&mut engines[target], &mut reqs[next], sessions, now);
+                    kv.publish(target, &mut engines[target], &reqs[next], base + now);
                     push(&mut heap, fin, Event::Finish { req: next as u32 });
                 }
                 // Free the finished request's blocks list; it is not needed any more.
