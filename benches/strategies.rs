@@ -261,5 +261,68 @@ fn bench_pipeline(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_picks, bench_cache_aware, bench_pipeline);
+/// lora_aware with a fresh residency table: the worker's lookup (hash the model, one
+/// residency per target) and the pick, with 4, 16 and 64 targets of which every fourth runs
+/// the adapter and the rest list it with a free slot.
+fn bench_lora_aware(c: &mut Criterion) {
+    use rolter::signals::lora::{adapter_key, LoraTable, LoraView, Slots, TargetLora};
+
+    let inputs = AsyncInputs::default();
+    let req = PickRequest {
+        model: "sql-lora",
+        session: SessionKey::default(),
+        prompt: b"[]",
+        prompt_tokens: 256,
+        max_tokens: Some(256),
+        inputs: &inputs,
+    };
+    let mut g = c.benchmark_group("lora_aware");
+    for n in [4usize, 16, 64] {
+        let others: Vec<u64> = (0..8).map(|i| adapter_key(&format!("lora-{i}"))).collect();
+        let targets = (0..n)
+            .map(|t| {
+                let mut running = others[..2].to_vec();
+                if t % 4 == 0 {
+                    running.push(adapter_key("sql-lora"));
+                }
+                let mut loaded = others.clone();
+                loaded.push(adapter_key("sql-lora"));
+                loaded.sort_unstable();
+                TargetLora {
+                    slots: Some(Slots {
+                        max_lora: Some(4),
+                        running,
+                        waiting: Vec::new(),
+                    }),
+                    loaded: Some(loaded),
+                }
+            })
+            .collect();
+        let view = LoraView::default();
+        view.apply(Arc::new(LoraTable::new(targets)));
+        let mut cands = bench_candidates(n, |_| 1.0);
+        g.bench_function(format!("lookup/{n}"), |b| {
+            b.iter(|| {
+                let l = view.lookup(black_box("sql-lora"));
+                for c in cands.iter_mut() {
+                    c.lora = l.residency(c.target);
+                }
+            })
+        });
+        let mut s = build_strategy("lora_aware", n, vec![None; n]);
+        let now = Instant::now();
+        g.bench_function(format!("pick/{n}"), |b| {
+            b.iter(|| s.pick(black_box(&req), black_box(&cands), now))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_picks,
+    bench_cache_aware,
+    bench_pipeline,
+    bench_lora_aware
+);
 criterion_main!(benches);

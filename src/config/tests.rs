@@ -2019,7 +2019,9 @@ fn kv_events_endpoints_and_settings_are_checked() {
     ));
     let e = error_at(&errs, "targets[0].kv_events.endpoint");
     assert!(e.fix.contains("tcp://host:port"), "{e}");
-    let errs = errors(&format!("{ONE_TARGET}[targets.kv_events]\ntopic = \"kv@\"\n"));
+    let errs = errors(&format!(
+        "{ONE_TARGET}[targets.kv_events]\ntopic = \"kv@\"\n"
+    ));
     error_at(&errs, "targets[0].kv_events.endpoint");
     let errs = errors(&format!("{ONE_TARGET}[kv_events]\nblock_size = 0\n"));
     error_at(&errs, "kv_events.block_size");

@@ -1,12 +1,14 @@
 //! The control thread: everything that is not request handling. It folds the workers'
 //! load snapshots and attempt records into the gateway's metrics and the health book,
 //! scrapes the engines' Prometheus endpoints, runs active health checks, serves the admin
-//! listener, and publishes each target's eligibility and queue depth to every worker.
+//! listener, and publishes each target's eligibility and queue depth to every worker (and,
+//! for routes that read it, each target's LoRA adapter residency, see [`lora`]).
 //!
 //! Runs on its own thread and runtime; workers reach it only through channels. It must not
 //! touch a worker's state, and nothing on the request path waits for it: if it stalls, the
 //! workers keep routing on their last view.
 
+pub mod lora;
 pub mod plane;
 pub mod probe;
 
@@ -100,6 +102,15 @@ async fn run(ctx: ControlContext) {
                 flags.clone(),
             ));
         }
+        if plane.borrow().lora.wanted(t) {
+            monoio::spawn(lora::models_loop(
+                t,
+                config.clone(),
+                tls.clone(),
+                plane.clone(),
+                flags.clone(),
+            ));
+        }
         if plane.borrow().health.probed(t) {
             monoio::spawn(health_loop(
                 t,
@@ -121,6 +132,11 @@ async fn run(ctx: ControlContext) {
                 for w in &links.workers {
                     let _ =
                         w.try_send(crate::signals::exchange::ToWorker::Targets(signals.clone()));
+                }
+            }
+            if let Some(table) = p.lora.publishable(now) {
+                for w in &links.workers {
+                    let _ = w.try_send(crate::signals::exchange::ToWorker::Lora(table.clone()));
                 }
             }
         }
@@ -155,19 +171,26 @@ async fn scrape_loop(
     let target = &config.targets[t];
     let cfg = &config.scrape;
     let path = target.metrics_path.as_deref().unwrap_or(&cfg.path);
+    let lora = plane.borrow().lora.wanted(t);
     every(cfg.interval, &flags, || async {
         let params = tls.get(t).map(|x| x.params());
         let result = match probe::get(target, params, path, cfg.timeout).await {
             Ok((status, body)) if (200..300).contains(&status) => {
                 match std::str::from_utf8(&body) {
-                    Ok(text) => scrape::parse(text).map_err(|e| e.to_string()),
+                    Ok(text) => scrape::parse_families(text).map_err(|e| e.to_string()),
                     Err(_) => Err("the metrics body is not UTF-8".to_string()),
                 }
             }
             Ok((status, _)) => Err(format!("answered {status}")),
             Err(e) => Err(e.to_string()),
         };
-        plane.borrow_mut().scraped(t, result, Instant::now());
+        let now = Instant::now();
+        let mut p = plane.borrow_mut();
+        if let (true, Ok(families)) = (lora, &result) {
+            p.lora
+                .scraped(t, crate::signals::lora::lora_info(families), now);
+        }
+        p.scraped(t, result.map(|f| scrape::extract(&f)), now);
     })
     .await;
 }

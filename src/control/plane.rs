@@ -57,6 +57,8 @@ pub struct Plane {
     mirrors: Vec<Box<dyn Strategy>>,
     /// Per (route, reason): when a fallback was last logged and how many happened since.
     fallbacks: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    /// LoRA adapter residency per target, for routes that read it.
+    pub lora: super::lora::LoraBook,
 }
 
 /// Fallback picks are logged at most this often per route and reason (the metrics count
@@ -88,8 +90,10 @@ impl Plane {
                     },
                 )
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let lora = super::lora::LoraBook::new(&config, &mirrors);
         Plane {
+            lora,
             mirrors,
             health: HealthBook::new(&config.health, &config.targets, &config.routes),
             metrics: GatewayMetrics::new(&route_names, &strategies, &target_names),
@@ -421,6 +425,7 @@ impl Plane {
                     },
                     "ttft_ewma_ms": ttft,
                     "ttft_samples": samples,
+                    "lora": self.lora.target_json(t, now),
                 })
             })
             .collect();

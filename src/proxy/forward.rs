@@ -354,6 +354,11 @@ fn pick_target(
     cands.clear();
     let mut full = 0;
     let mut out = 0;
+    // Adapter residency only for strategies that read it (the model is hashed once).
+    let lora = state.routes[route_idx]
+        .needs
+        .contains(Needs::LORA_RESIDENCY)
+        .then(|| state.load.lora.lookup(preq.model));
     for &t in &route.targets {
         let target = &state.config.targets[t];
         if !serves(target, preq.model) || tried.contains(&t) {
@@ -378,8 +383,10 @@ fn pick_target(
             tier: target.tier,
             queue_depth: state.load.queue_depth(t),
             kv_usage: state.load.kv_usage(t),
+            lora: lora.as_ref().map(|l| l.residency(t)).unwrap_or_default(),
         });
     }
+    drop(lora);
     if cands.is_empty() {
         let msg = if full > 0 {
             "every target for this model is at its max_concurrent limit"

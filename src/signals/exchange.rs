@@ -25,6 +25,8 @@ pub enum ToWorker {
     Shared(Arc<ShareBatch>),
     /// The control thread's eligibility and queue depth per target.
     Targets(Arc<[TargetSignal]>),
+    /// LoRA adapter residency per target (only while some route reads it).
+    Lora(Arc<super::lora::LoraTable>),
 }
 
 /// Messages the control thread receives.
@@ -187,6 +189,7 @@ impl WorkerLinks {
                 ToWorker::Samples(samples) => samples.iter().for_each(&mut learn),
                 ToWorker::Shared(batch) => apply(&batch),
                 ToWorker::Targets(targets) => view.apply_targets(&targets),
+                ToWorker::Lora(table) => view.lora.apply(table),
             }
         }
     }

@@ -26,6 +26,8 @@ pub struct LoadView {
     eligible: Box<[Cell<bool>]>,
     /// The local counts changed since the last snapshot was published.
     dirty: Cell<bool>,
+    /// LoRA adapter residency per target, as the control thread last published it.
+    pub lora: super::lora::LoraView,
 }
 
 impl LoadView {
@@ -39,6 +41,7 @@ impl LoadView {
             kv: (0..targets).map(|_| Cell::new(f32::NAN)).collect(),
             eligible: (0..targets).map(|_| Cell::new(true)).collect(),
             dirty: Cell::new(false),
+            lora: Default::default(),
         }
     }
 

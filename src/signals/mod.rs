@@ -9,6 +9,8 @@
 //!   consecutive failures, the ejection cap and the growing ejection time.
 //! - [`scrape`]: parsing an engine's Prometheus text into queue depth, running requests and
 //!   KV-cache use (vLLM and SGLang names).
+//! - [`lora`]: LoRA adapter residency per target (`vllm:lora_requests_info`, the adapters
+//!   in `GET /v1/models`), the table the control thread publishes and the worker's view.
 //!
 //! Nothing here runs I/O on a worker; workers only push into channels and drain them with
 //! `try_recv`.
@@ -16,4 +18,5 @@
 pub mod exchange;
 pub mod health;
 pub mod load;
+pub mod lora;
 pub mod scrape;

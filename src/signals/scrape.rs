@@ -81,19 +81,22 @@ const MAX_ERROR_CHARS: usize = 200;
 /// [`EngineMetrics::UNKNOWN`]. A `# HELP`/`# TYPE` pair with no samples, as client libraries
 /// write for a labelled metric that has no series yet, is accepted too.
 pub fn parse(text: &str) -> Result<EngineMetrics, ScrapeError> {
+    Ok(extract(&parse_families(text)?))
+}
+
+/// The metric families of an exposition, for readers of more than the load signals (the
+/// LoRA residency in `signals::lora`); [`extract`] turns them into [`EngineMetrics`].
+pub fn parse_families(text: &str) -> Result<Vec<Metric>, ScrapeError> {
     if text.trim().is_empty() {
-        return Ok(EngineMetrics::UNKNOWN);
+        return Ok(Vec::new());
     }
     let (metrics, error) = parse_scrape(text);
     match error {
-        Some(ScrapeParseError::Parse(message)) => {
-            return Err(ScrapeError::Syntax(shorten(message)));
-        }
+        Some(ScrapeParseError::Parse(message)) => Err(ScrapeError::Syntax(shorten(message))),
         // Only complaints about descriptors without samples (see above): every sample that
         // was read is in `metrics`.
-        Some(ScrapeParseError::Collect(_)) | None => {}
+        Some(ScrapeParseError::Collect(_)) | None => Ok(metrics),
     }
-    Ok(extract(&metrics))
 }
 
 /// The series this module reads, as indices into the accumulators.
@@ -141,7 +144,8 @@ impl Acc {
     }
 }
 
-fn extract(metrics: &[Metric]) -> EngineMetrics {
+/// The routing signals in parsed metric families.
+pub fn extract(metrics: &[Metric]) -> EngineMetrics {
     let mut acc = [Acc::default(); SLOTS];
     for metric in metrics {
         let Some(slot) = slot(&metric.name) else {

@@ -17,6 +17,7 @@ pub mod failover;
 pub mod fair_catchup;
 pub mod fastest;
 pub mod least_loaded;
+pub mod lora_aware;
 pub mod pipeline;
 pub mod power_of_two;
 pub mod precise_cache_aware;
@@ -48,6 +49,9 @@ pub struct Candidate {
     pub queue_depth: u64,
     /// The engine's KV-cache use in [0, 1] from a fresh scrape, when known.
     pub kv_usage: Option<f32>,
+    /// What this target holds of the requested LoRA adapter; filled in only for strategies
+    /// that ask for [`Needs::LORA_RESIDENCY`], else unknown.
+    pub lora: lora_aware::Residency,
 }
 
 /// Asynchronous inputs a strategy may ask for.
@@ -65,6 +69,8 @@ impl Needs {
     /// `PickRequest::prompt` in canonical form (whitespace-free JSON, see
     /// `openai::canonical`), for prefix matching and conversation keys.
     pub const CANONICAL_PROMPT: Needs = Needs(8);
+    /// [`Candidate::lora`]: each target's residency of the requested model's LoRA adapter.
+    pub const LORA_RESIDENCY: Needs = Needs(64);
 
     pub const fn union(self, other: Needs) -> Needs {
         Needs(self.0 | other.0)

@@ -23,12 +23,13 @@
 //! | cost | `w_cost` (0) | cheapest estimate / own (unknown price: 0) |
 //! | queue | `w_queue` (0) | 1 − queue_depth / largest queue_depth (1 when all are 0) |
 //! | kv_cache | `w_kv_cache` (0) | 1 − KV-cache use (unknown: 0.5) |
+//! | lora | `w_lora` (0) | `lora_aware`'s residency score of the requested adapter (running 1, free slot 0.8, waiting 0.6, registered 0.4, none or unknown 0); 1 everywhere for a base model |
 //!
 //! The pick's score is `Σ w × value`; the highest wins and ties (within rounding) are
 //! broken uniformly at random. Every weight at 0 is a configuration error (the registry's
-//! combined check). The scorer set is the internal [`Scorer`] enum; `lora`
-//! (adapter residency) and `precise_prefix` (KV-event block index) are reserved there but
-//! not wired yet, because their signals do not reach strategies yet.
+//! combined check). The scorer set is the internal [`Scorer`] enum; `precise_prefix`
+//! (KV-event block index) is reserved there but not wired yet, because its signal does not
+//! reach strategies yet.
 //!
 //! **Learning.** `routed` inserts the prompt into the target's [`PrefixIndex`] (when the
 //! prefix scorer is on) and pins an explicit session to the target, and shares both through
@@ -45,6 +46,7 @@ use super::fastest::{
     option_duration, option_f64, option_u64, route_mask, teaching_ttft_ms, TtftEwma,
     DEFAULT_HALF_LIFE,
 };
+use super::lora_aware::{LadderScores, Residency};
 use super::prefix_index::{PrefixIndex, PromptKeys};
 use super::registry::BuildContext;
 use super::sessions::SessionPins;
@@ -66,8 +68,7 @@ const SCORE_EPSILON: f64 = 1e-12;
 
 /// One scoring signal. Each turns the candidates into values in [0, 1], higher is better.
 ///
-/// Reserved for later, not wired yet because their signals do not reach strategies yet:
-/// `Lora` (adapter resident / free slot / loading, from the scrape loop) and
+/// Reserved for later, not wired yet because its signal does not reach strategies yet:
 /// `PrecisePrefix` (resident KV blocks, from engine KV events).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scorer {
@@ -78,10 +79,12 @@ pub enum Scorer {
     Cost,
     Queue,
     KvCache,
+    /// LoRA adapter residency ([`Candidate::lora`]).
+    Lora,
 }
 
 impl Scorer {
-    pub const ALL: [Scorer; 7] = [
+    pub const ALL: [Scorer; 8] = [
         Scorer::Weight,
         Scorer::Load,
         Scorer::Prefix,
@@ -89,6 +92,7 @@ impl Scorer {
         Scorer::Cost,
         Scorer::Queue,
         Scorer::KvCache,
+        Scorer::Lora,
     ];
 
     /// The option holding this scorer's weight.
@@ -101,6 +105,7 @@ impl Scorer {
             Scorer::Cost => "w_cost",
             Scorer::Queue => "w_queue",
             Scorer::KvCache => "w_kv_cache",
+            Scorer::Lora => "w_lora",
         }
     }
 
@@ -163,6 +168,17 @@ impl Scorer {
                 c.kv_usage
                     .map_or(0.5, |u| 1.0 - f64::from(u).clamp(0.0, 1.0))
             })),
+            Scorer::Lora => {
+                let adapter = each.clone().any(|c| c.lora.contains(Residency::ADAPTER));
+                let ladder = LadderScores::DEFAULT;
+                out.extend(each.map(|c| {
+                    if adapter {
+                        ladder.of(c.lora.level())
+                    } else {
+                        1.0
+                    }
+                }));
+            }
         }
     }
 }
@@ -202,7 +218,7 @@ fn min_over_value(values: &mut [f64], unknown: f64) {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PipelineOptions {
     /// Weight of each scorer, indexed like [`Scorer::ALL`].
-    pub weights: [f64; 7],
+    pub weights: [f64; 8],
     pub max_queue: Option<u64>,
     /// Zero turns session affinity off.
     pub session_ttl: Duration,
@@ -307,6 +323,7 @@ pub struct Pipeline {
     max_queue: Option<u64>,
     prefix_on: bool,
     latency_on: bool,
+    lora_on: bool,
     half_life_secs: f64,
     sessions: SessionPins,
     sig: Signals,
@@ -334,6 +351,7 @@ impl Pipeline {
             max_queue: opts.max_queue,
             prefix_on,
             latency_on,
+            lora_on: on(Scorer::Lora),
             half_life_secs: opts.half_life.as_secs_f64(),
             sessions: SessionPins::new(opts.max_sessions, opts.session_ttl),
             sig: Signals {
@@ -388,11 +406,14 @@ impl Strategy for Pipeline {
     }
 
     fn needs(&self) -> Needs {
+        let mut n = Needs::NONE;
         if self.prefix_on {
-            Needs::CANONICAL_PROMPT
-        } else {
-            Needs::NONE
+            n = n.union(Needs::CANONICAL_PROMPT);
         }
+        if self.lora_on {
+            n = n.union(Needs::LORA_RESIDENCY);
+        }
+        n
     }
 
     fn pick(
@@ -514,7 +535,7 @@ mod tests {
     /// Only `scorer` on, with weight 1.
     fn only(scorer: Scorer) -> PipelineOptions {
         PipelineOptions {
-            weights: [0.0; 7],
+            weights: [0.0; 8],
             ..PipelineOptions::default()
         }
         .with(scorer, 1.0)
@@ -581,6 +602,39 @@ mod tests {
             c.queue_depth = d;
         }
         assert!(close(&values(&p, Scorer::Queue, &r, &q), &[1.0, 0.5, 0.0]));
+    }
+
+    #[test]
+    fn lora_scorer_is_the_residency_ladder() {
+        let known = Residency::ADAPTER
+            .union(Residency::SLOTS_KNOWN)
+            .union(Residency::LISTED);
+        let p = pipeline(5, PipelineOptions::default().with(Scorer::Lora, 1.0));
+        assert!(p.needs().contains(Needs::LORA_RESIDENCY));
+        assert!(!pipeline(2, PipelineOptions::default())
+            .needs()
+            .contains(Needs::LORA_RESIDENCY));
+        let mut c = cands(&[(1.0, 0); 5]);
+        c[0].lora = known.union(Residency::RUNNING).union(Residency::LOADED);
+        c[1].lora = known.union(Residency::FREE_SLOT).union(Residency::LOADED);
+        c[2].lora = known.union(Residency::WAITING);
+        c[3].lora = known;
+        c[4].lora = Residency::ADAPTER;
+        assert!(close(
+            &values(&p, Scorer::Lora, &req(), &c),
+            &[1.0, 0.8, 0.6, 0.0, 0.0]
+        ));
+        // A base model (no candidate knows it as an adapter): neutral.
+        for c in &mut c {
+            c.lora = Residency::SLOTS_KNOWN;
+        }
+        assert!(close(&values(&p, Scorer::Lora, &req(), &c), &[1.0; 5]));
+        // Combined with load: residency outweighs a small load difference.
+        let mut p = pipeline(2, only(Scorer::Lora).with(Scorer::Load, 0.5));
+        let mut c = cands(&[(1.0, 1), (1.0, 2)]);
+        c[0].lora = known.union(Residency::WAITING);
+        c[1].lora = known.union(Residency::RUNNING);
+        assert_eq!(counts(&mut p, &req(), &c, 50), [0, 50]);
     }
 
     #[test]
@@ -682,7 +736,7 @@ mod tests {
         let mut p = pipeline(
             4,
             PipelineOptions {
-                weights: [0.0; 7],
+                weights: [0.0; 8],
                 ..PipelineOptions::default()
             },
         );
@@ -884,7 +938,7 @@ mod tests {
             "max_queue = -1",
             "session_ttl = \"soon\"",
             "max_sessions = 0",
-            "w_lora = 1",
+            "w_lora = -1",
         ] {
             let t: toml::Table = toml::from_str(bad).unwrap();
             assert!(registry::validate_spec("pipeline", &t).is_err(), "{bad}");

@@ -12,6 +12,7 @@ use super::failover::Failover;
 use super::fair_catchup::{FairCatchup, DEFAULT_MAX_CATCHUP_SHARE, DEFAULT_WINDOW};
 use super::fastest::{Fastest, FastestOptions};
 use super::least_loaded::LeastLoaded;
+use super::lora_aware::{LoraAware, LoraAwareOptions};
 use super::pipeline::{Pipeline, PipelineOptions};
 use super::power_of_two::PowerOfTwo;
 use super::precise_cache_aware::PreciseCacheAware;
@@ -494,7 +495,7 @@ static STRATEGIES: &[StrategyInfo] = &[
     StrategyInfo {
         name: "pipeline",
         aliases: &[],
-        summary: "Filter (max_queue), then the highest weighted sum of normalised scorers (weight, load, prefix, latency, cost, queue, kv_cache); ties at random; sticky sessions",
+        summary: "Filter (max_queue), then the highest weighted sum of normalised scorers (weight, load, prefix, latency, cost, queue, kv_cache, lora); ties at random; sticky sessions",
         traits: &[
             Trait::Weighted,
             Trait::LoadAware,
@@ -552,6 +553,13 @@ static STRATEGIES: &[StrategyInfo] = &[
                 check: Some(non_negative_number),
             },
             OptionSpec {
+                key: "w_lora",
+                kind: OptionKind::Float,
+                default: "0",
+                help: "weight of the LoRA scorer (lora_aware's residency score of the requested adapter: running 1, free slot 0.8, waiting 0.6, registered 0.4; 1 for a base model)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
                 key: "max_queue",
                 kind: OptionKind::Integer,
                 default: "none",
@@ -596,6 +604,78 @@ static STRATEGIES: &[StrategyInfo] = &[
         ],
         build: |opts, ctx| Box::new(Pipeline::new(PipelineOptions::from_table(opts), ctx)),
     },
+    // ---- engine-state strategies: lora_aware ----
+    StrategyInfo {
+        name: "lora_aware",
+        aliases: &[],
+        summary: "For a LoRA adapter: where it runs, else a free adapter slot, else where it waits (llm-d's ladder, plus this route's recent routing); base models and missing signals by load",
+        traits: &[Trait::LoadAware, Trait::Stateful, Trait::SingleWinner],
+        options: &[
+            OptionSpec {
+                key: "window",
+                kind: OptionKind::Duration,
+                default: "10s",
+                help: "a target this route sent an adapter to within this time counts as running it (bridges the gap until the next scrape)",
+                check: Some(positive_duration),
+            },
+            OptionSpec {
+                key: "score_running",
+                kind: OptionKind::Float,
+                default: "1.0",
+                help: "score of a target where the adapter has running requests, in [0, 1]",
+                check: Some(cache_fraction),
+            },
+            OptionSpec {
+                key: "score_free_slot",
+                kind: OptionKind::Float,
+                default: "0.8",
+                help: "score of a target with a free adapter slot (fewer running adapters than max_lora) that lists the adapter, in [0, 1]",
+                check: Some(cache_fraction),
+            },
+            OptionSpec {
+                key: "score_waiting",
+                kind: OptionKind::Float,
+                default: "0.6",
+                help: "score of a target where requests for the adapter wait, in [0, 1]",
+                check: Some(cache_fraction),
+            },
+            OptionSpec {
+                key: "score_loaded",
+                kind: OptionKind::Float,
+                default: "0.4",
+                help: "score of a target that lists the adapter but has no free slot, in [0, 1]",
+                check: Some(cache_fraction),
+            },
+            OptionSpec {
+                key: "w_load",
+                kind: OptionKind::Float,
+                default: "0",
+                help: "subtract w_load x load / largest load from each score; 0 keeps the ladder strict (load only breaks ties)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "max_adapters",
+                kind: OptionKind::Integer,
+                default: "4096",
+                help: "adapters whose recent routing each core remembers (expired, then least recently used, forgotten first)",
+                check: Some(positive_integer),
+            },
+            OptionSpec {
+                key: "adapters",
+                kind: OptionKind::String,
+                default: "none",
+                help: "comma-separated adapter names treated as adapters even before a target lists them, e.g. \"sql-lora,chat-lora\"",
+                check: Some(lora_adapter_names),
+            },
+        ],
+        build: |opts, ctx| {
+            Box::new(LoraAware::new(
+                LoraAwareOptions::from_table(opts),
+                ctx.route_targets.len().max(ctx.target_count),
+                ctx.seed,
+            ))
+        },
+    },
     StrategyInfo {
         name: "consistent_hash",
         aliases: &[],
@@ -639,6 +719,14 @@ fn cache_ratio(v: &toml::Value) -> Result<(), String> {
     match number(v) {
         Some(x) if x >= 1.0 => Ok(()),
         _ => Err("must be a number >= 1, such as 1.5".into()),
+    }
+}
+
+/// `adapters` of lora_aware: at least one name in the comma-separated list.
+fn lora_adapter_names(v: &toml::Value) -> Result<(), String> {
+    match v.as_str().map(super::lora_aware::adapter_list) {
+        Some(names) if !names.is_empty() => Ok(()),
+        _ => Err("must name at least one adapter, such as \"sql-lora,chat-lora\"".into()),
     }
 }
 
@@ -873,7 +961,7 @@ fn combined_checks(name: &str, options: &toml::Table) -> Vec<(String, String)> {
             errors.push((
                 "w_load".to_string(),
                 "every scorer weight is 0, so pipeline would pick at random; give at least one \
-                 of w_weight, w_load, w_prefix, w_latency, w_cost, w_queue, w_kv_cache a value \
+                 of w_weight, w_load, w_prefix, w_latency, w_cost, w_queue, w_kv_cache, w_lora a value \
                  above 0 (or use strategy = \"random\")"
                     .to_string(),
             ));

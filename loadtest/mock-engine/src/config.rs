@@ -72,6 +72,9 @@ pub struct MockConfig {
     /// Prefix-cache model for chat and completions requests; `None` (the default) turns
     /// it off, leaving prompt accounting, usage bodies and timing as without it.
     pub prefix_cache: Option<PrefixCacheConfig>,
+    /// LoRA adapters (slots, `/v1/load_lora_adapter`, `vllm:lora_requests_info`); `None`
+    /// (the default) answers any requested model as the base model.
+    pub lora: Option<crate::lora::LoraConfig>,
 }
 
 impl Default for MockConfig {
@@ -88,6 +91,7 @@ impl Default for MockConfig {
             driver: Driver::Auto,
             record_requests: false,
             prefix_cache: None,
+            lora: None,
         }
     }
 }

@@ -28,6 +28,7 @@ use monoio::time::Instant;
 use crate::admission::Admission;
 use crate::api::{self, Api, FaultBody, Gen, GenBody};
 use crate::http::{self, Body, Head, Length, Parse, Route};
+use crate::lora::{self, LoraSlot};
 use crate::prefix::{self, PrefixQuery};
 use crate::stats::{inc, Stats};
 use crate::{Fault, Shared};
@@ -381,6 +382,8 @@ impl Conn {
             }
             _ => None,
         };
+        let lora_body: Option<Vec<u8>> =
+            matches!(head.route, Route::LoraLoad | Route::LoraUnload).then(|| body_bytes.to_vec());
         drop(body);
         self.rbuf.drain(..consumed);
 
@@ -393,13 +396,33 @@ impl Conn {
                     .await
             }
             Route::Models => {
-                self.respond(200, "application/json", &shared.models_body, close, None)
+                let dynamic = shared
+                    .lora
+                    .as_ref()
+                    .map(|l| l.models_body(&shared.cfg.models));
+                let body = dynamic.as_deref().unwrap_or(&shared.models_body);
+                self.respond(200, "application/json", body, close, None)
                     .await
             }
+            Route::LoraLoad | Route::LoraUnload => {
+                let Some(l) = shared.lora.clone() else {
+                    return self.respond_error(404, "Not Found", close, None).await;
+                };
+                let body = lora_body.unwrap_or_default();
+                let (status, ctype, reply) = if head.route == Route::LoraLoad {
+                    l.load(&body).await
+                } else {
+                    l.unload(&body)
+                };
+                self.respond(status, ctype, &reply, close, None).await
+            }
             Route::Metrics => {
-                let text = shared
+                let mut text = shared
                     .stats
                     .render_metrics(&shared.metrics_model, shared.cfg.max_running);
+                if let Some(l) = &shared.lora {
+                    l.render_metrics(&mut text);
+                }
                 self.respond(
                     200,
                     "text/plain; version=0.0.4; charset=utf-8",
@@ -537,6 +560,10 @@ impl Conn {
         if self.reader.eof {
             return self.abort(&head, 0);
         }
+        let _lora_slot = match self.lora_admit(&head, model).await {
+            Ok(slot) => slot,
+            Err(flow) => return flow,
+        };
         let admission = self.local.admission.clone();
         let Some(permit) = self.race(admission.acquire()).await else {
             return self.abort(&head, 0);
@@ -690,6 +717,35 @@ impl Conn {
             Flow::KeepAlive
         } else {
             Flow::Close
+        }
+    }
+
+    /// With LoRA on: a base model passes, a registered adapter waits for its slot (and its
+    /// load into the GPU), anything else is answered with vLLM's 404.
+    async fn lora_admit(&mut self, head: &Head, model: &str) -> Result<Option<LoraSlot>, Flow> {
+        let Some(l) = self.shared.lora.clone() else {
+            return Ok(None);
+        };
+        match l.classify(model, &self.shared.cfg.models) {
+            lora::Kind::Base => Ok(None),
+            lora::Kind::Unknown => {
+                inc(&self.shared.stats.completed);
+                let (status, ctype, body) = lora::unknown_model(model);
+                Err(self.respond(status, ctype, &body, head.close, None).await)
+            }
+            lora::Kind::Adapter => {
+                let stats = self.shared.stats.clone();
+                let Some(slot) = self.race(l.clone().acquire(model.to_string(), stats)).await
+                else {
+                    return Err(self.abort(head, 0));
+                };
+                let delay = l.load_delay();
+                if slot.loaded && !delay.is_zero() && !self.wait_until(Instant::now() + delay).await
+                {
+                    return Err(self.abort(head, 0));
+                }
+                Ok(Some(slot))
+            }
         }
     }
 

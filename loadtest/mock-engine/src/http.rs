@@ -20,6 +20,8 @@ pub(crate) enum Route {
     Metrics,
     MockStats,
     MockFault,
+    LoraLoad,
+    LoraUnload,
     NotFound,
     MethodNotAllowed,
 }
@@ -34,6 +36,8 @@ impl Route {
             "/v1/messages" => (true, Route::Messages),
             "/v1/responses" => (true, Route::Responses),
             "/mock/fault" => (true, Route::MockFault),
+            "/v1/load_lora_adapter" => (true, Route::LoraLoad),
+            "/v1/unload_lora_adapter" => (true, Route::LoraUnload),
             "/v1/models" => (false, Route::Models),
             "/health" => (false, Route::Health),
             "/metrics" => (false, Route::Metrics),

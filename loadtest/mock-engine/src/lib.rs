@@ -7,10 +7,12 @@
 //! loop), `conn` (per-connection request loop, abort detection, timing, faults),
 //! `http` (HTTP/1.1 parsing and response heads), `api` (vLLM's JSON and SSE formats),
 //! `admission` (the `max_running` FIFO queue), `prefix` (the prefix-cache model),
+//! [`lora`] (LoRA adapters: slots, load/unload, `vllm:lora_requests_info`),
 //! [`stats`] (counters and `/metrics`).
 
 pub mod client;
 pub mod config;
+pub mod lora;
 pub mod stats;
 
 mod admission;
@@ -26,6 +28,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 pub use config::{Driver, Fault, MockConfig, PrefixCacheConfig};
+pub use lora::{LoraConfig, LoraStats};
 pub use stats::{PrefixCacheStats, StatsSnapshot};
 
 /// A request as received (kept when `MockConfig::record_requests` is set).
@@ -59,6 +62,8 @@ pub(crate) struct Shared {
     pub stats: Arc<stats::Stats>,
     /// The prefix cache, when `cfg.prefix_cache` is set.
     pub prefix: Option<prefix::PrefixCache>,
+    /// LoRA adapters, when `cfg.lora` is set.
+    pub lora: Option<Arc<lora::Lora>>,
     fault_set: AtomicBool,
     fault: Mutex<Option<Fault>>,
     pub recorded: Mutex<Vec<RecordedRequest>>,
@@ -99,6 +104,7 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
         models_body: api::models_body(&cfg.models),
         stats: Arc::new(stats::Stats::default()),
         prefix: cfg.prefix_cache.as_ref().map(prefix::PrefixCache::new),
+        lora: cfg.lora.clone().map(|l| Arc::new(lora::Lora::new(l))),
         fault_set: AtomicBool::new(false),
         fault: Mutex::new(None),
         recorded: Mutex::new(Vec::new()),
@@ -172,6 +178,12 @@ impl MockHandle {
             resident_blocks: cache.resident_blocks(),
             evicted_blocks: cache.evicted_blocks(),
         })
+    }
+
+    /// LoRA counters (slot loads, load/unload calls) and adapter state; `None` when LoRA
+    /// is off.
+    pub fn lora_stats(&self) -> Option<LoraStats> {
+        self.shared.lora.as_ref().map(|l| l.stats())
     }
 
     /// Requests received so far (empty unless `record_requests`).

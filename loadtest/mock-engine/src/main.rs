@@ -52,6 +52,15 @@ struct Args {
     /// Prompt bytes per token, for the prefix cache's token estimate.
     #[arg(long, default_value_t = 4)]
     chars_per_token: u32,
+    /// LoRA adapter registered at start (repeatable); turns LoRA serving on.
+    #[arg(long = "lora-adapter")]
+    lora_adapters: Vec<String>,
+    /// Adapters that run at once (vLLM's --max-loras); turns LoRA serving on.
+    #[arg(long)]
+    max_loras: Option<usize>,
+    /// Time an adapter load takes, milliseconds.
+    #[arg(long, default_value_t = 0)]
+    lora_load_delay_ms: u64,
     /// Keep received requests in memory (tests only).
     #[arg(long, hide = true)]
     record_requests: bool,
@@ -88,6 +97,13 @@ fn main() {
                 prefill_us_per_token: args.prefill_us_per_token,
                 chars_per_token: args.chars_per_token,
             }),
+        lora: (args.max_loras.is_some() || !args.lora_adapters.is_empty()).then(|| {
+            rolter_mock::LoraConfig {
+                max_loras: args.max_loras.unwrap_or(1),
+                adapters: args.lora_adapters,
+                load_delay: Duration::from_millis(args.lora_load_delay_ms),
+            }
+        }),
     };
     let handle = match rolter_mock::spawn(cfg) {
         Ok(h) => h,

@@ -384,6 +384,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                         tier: 0,
                         queue_depth: engines[t].queue_depth() as u64,
                         kv_usage: Some(engines[t].kv_usage()),
+                        ..Candidate::default()
                     })
                     .collect();
                 let session_id = format!("session-{}", s.id);

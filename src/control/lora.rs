@@ -1,0 +1,332 @@
+//! The control thread's LoRA book: per target, the latest `vllm:lora_requests_info` (from
+//! the metrics scrape) and the adapters `GET /v1/models` lists (polled on the scrape
+//! interval), each with its time; turned into the [`LoraTable`] the workers route on.
+//!
+//! Only targets of routes whose strategy reads residency ([`Needs::LORA_RESIDENCY`]) are
+//! tracked, and only while `[metrics_scrape]` covers them. Either source older than
+//! `[metrics_scrape].stale_after` counts as unknown. Owned by the control thread; it must
+//! not block (the poll is its own task) nor reach a worker but through the published table.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::plane::Plane;
+use super::probe;
+use crate::config::Config;
+use crate::runtime::worker::Control;
+use crate::signals::lora::{adapter_key, parse_models, LoraInfo, LoraTable, Slots, TargetLora};
+use crate::strategy::{Needs, Strategy};
+use crate::upstream::tls::UpstreamTls;
+
+/// The table is re-sent at least this often even when unchanged.
+const REPUBLISH: Duration = Duration::from_secs(1);
+
+/// One target's sources.
+#[derive(Debug, Default)]
+struct TargetBook {
+    /// The latest `lora_requests_info` series and when it was scraped.
+    info: Option<(LoraInfo, Instant)>,
+    /// The adapters of the latest good model list, and when it was read.
+    listed: Option<(Vec<String>, Instant)>,
+    /// The latest model-list error (cleared by a good read), for the admin API.
+    list_error: Option<String>,
+    /// Whether the last check found the sources fresh (to log transitions once).
+    fresh: bool,
+}
+
+pub struct LoraBook {
+    /// Per target: some route reads its residency and it is scraped.
+    wanted: Vec<bool>,
+    names: Vec<String>,
+    stale_after: Duration,
+    targets: Vec<TargetBook>,
+    published: Option<Arc<LoraTable>>,
+    last_publish: Option<Instant>,
+}
+
+impl LoraBook {
+    /// A book for `config`, tracking the targets of every route whose strategy (`routes`,
+    /// one instance per route in order) asks for residency.
+    pub fn new(config: &Config, routes: &[Box<dyn Strategy>]) -> Self {
+        let n = config.targets.len();
+        let mut wanted = vec![false; n];
+        for (route, s) in config.routes.iter().zip(routes) {
+            if s.needs().contains(Needs::LORA_RESIDENCY) {
+                for &t in &route.targets {
+                    wanted[t] = config.scrape.enabled && config.targets[t].scrape;
+                }
+            }
+        }
+        LoraBook {
+            wanted,
+            names: config.targets.iter().map(|t| t.name.clone()).collect(),
+            stale_after: config.scrape.stale_after,
+            targets: (0..n).map(|_| TargetBook::default()).collect(),
+            published: None,
+            last_publish: None,
+        }
+    }
+
+    /// Whether target `t`'s residency is tracked (its model list polled).
+    pub fn wanted(&self, t: usize) -> bool {
+        self.wanted.get(t).copied().unwrap_or(false)
+    }
+
+    fn any_wanted(&self) -> bool {
+        self.wanted.iter().any(|&w| w)
+    }
+
+    /// A good metrics scrape of `t`: its `lora_requests_info`, or `None` when it exposes
+    /// none (LoRA off, or not vLLM).
+    pub fn scraped(&mut self, t: usize, info: Option<LoraInfo>, now: Instant) {
+        if let Some(b) = self.targets.get_mut(t) {
+            b.info = info.map(|i| (i, now));
+        }
+    }
+
+    /// A model-list poll of `t`: the adapters listed, or why the poll failed.
+    pub fn listed(&mut self, t: usize, result: Result<Vec<String>, String>, now: Instant) {
+        let Some(b) = self.targets.get_mut(t) else {
+            return;
+        };
+        match result {
+            Ok(adapters) => {
+                if b.list_error.is_some() {
+                    tracing::info!(target = %self.names[t], "model list poll succeeds again");
+                }
+                b.listed = Some((adapters, now));
+                b.list_error = None;
+            }
+            Err(e) => {
+                if b.list_error.is_none() {
+                    tracing::warn!(target = %self.names[t], error = %e, "model list poll failed; LoRA residency of this target relies on its metrics");
+                }
+                b.list_error = Some(e);
+            }
+        }
+    }
+
+    fn fresh(&self, at: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(at) <= self.stale_after
+    }
+
+    /// What the workers should know about `t` now.
+    pub fn target(&self, t: usize, now: Instant) -> TargetLora {
+        let Some(b) = self.targets.get(t).filter(|_| self.wanted(t)) else {
+            return TargetLora::default();
+        };
+        TargetLora {
+            slots: b
+                .info
+                .as_ref()
+                .filter(|(_, at)| self.fresh(*at, now))
+                .map(|(i, _)| Slots::from_info(i)),
+            loaded: b
+                .listed
+                .as_ref()
+                .filter(|(_, at)| self.fresh(*at, now))
+                .map(|(names, _)| {
+                    let mut keys: Vec<u64> = names.iter().map(|n| adapter_key(n)).collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    keys
+                }),
+        }
+    }
+
+    /// The table, when it changed (or is due for a periodic resend); never while no route
+    /// reads it.
+    pub fn publishable(&mut self, now: Instant) -> Option<Arc<LoraTable>> {
+        if !self.any_wanted() {
+            return None;
+        }
+        let targets: Vec<TargetLora> = (0..self.targets.len())
+            .map(|t| self.target(t, now))
+            .collect();
+        for (t, tl) in targets.iter().enumerate() {
+            let fresh = tl.slots.is_some() || tl.loaded.is_some();
+            let b = &mut self.targets[t];
+            if b.fresh && !fresh {
+                tracing::warn!(
+                    target = %self.names[t],
+                    "LoRA residency is stale; lora_aware routes treat this target as unknown"
+                );
+            }
+            b.fresh = fresh;
+        }
+        let table = LoraTable::new(targets);
+        let due = self
+            .last_publish
+            .is_none_or(|at| now.saturating_duration_since(at) >= REPUBLISH);
+        if !due && self.published.as_deref() == Some(&table) {
+            return None;
+        }
+        let table = Arc::new(table);
+        self.published = Some(table.clone());
+        self.last_publish = Some(now);
+        Some(table)
+    }
+
+    /// `lora` of one target in `GET /admin/targets` (null when not tracked).
+    pub fn target_json(&self, t: usize, now: Instant) -> serde_json::Value {
+        let Some(b) = self.targets.get(t).filter(|_| self.wanted(t)) else {
+            return serde_json::Value::Null;
+        };
+        let info = b.info.as_ref().filter(|(_, at)| self.fresh(*at, now));
+        let listed = b.listed.as_ref().filter(|(_, at)| self.fresh(*at, now));
+        serde_json::json!({
+            "metrics": info.is_some(),
+            "max_lora": info.and_then(|(i, _)| i.max_lora),
+            "running": info.map(|(i, _)| i.running.clone()),
+            "waiting": info.map(|(i, _)| i.waiting.clone()),
+            "loaded": listed.map(|(l, _)| l.clone()),
+            "list_error": b.list_error,
+        })
+    }
+}
+
+/// Polls one target's `GET /v1/models` on the scrape interval, for its adapter list.
+pub(super) async fn models_loop(
+    t: usize,
+    config: Arc<Config>,
+    tls: Arc<UpstreamTls>,
+    plane: Rc<RefCell<Plane>>,
+    flags: Arc<Control>,
+) {
+    let target = &config.targets[t];
+    let cfg = &config.scrape;
+    let path = format!("{}/v1/models", target.base_path);
+    super::every(cfg.interval, &flags, || async {
+        let params = tls.get(t).map(|x| x.params());
+        let result = match probe::get(target, params, &path, cfg.timeout).await {
+            Ok((status, body)) if (200..300).contains(&status) => {
+                parse_models(&body).map(|m| m.adapters)
+            }
+            Ok((status, _)) => Err(format!("answered {status}")),
+            Err(e) => Err(e.to_string()),
+        };
+        plane.borrow_mut().lora.listed(t, result, Instant::now());
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::lora_aware::Level;
+    use crate::strategy::registry::{self, BuildContext};
+
+    fn config(strategy: &str, scrape: bool) -> Config {
+        let scrape = if scrape {
+            "[metrics_scrape]\ninterval = \"100ms\"\ntimeout = \"50ms\"\nstale_after = \"300ms\"\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:9001\"\n\
+             [[targets]]\nname = \"b\"\nurl = \"http://127.0.0.1:9002\"\n\
+             [[targets]]\nname = \"c\"\nurl = \"http://127.0.0.1:9003\"\nscrape = false\n\
+             [[routes]]\nname = \"l\"\ntargets = [\"a\", \"b\", \"c\"]\nstrategy = \"{strategy}\"\n{scrape}"
+        );
+        crate::config::load_str(&text, "test.toml").unwrap()
+    }
+
+    fn book(config: &Config) -> LoraBook {
+        let prices = crate::pricing::PriceBook::new(config);
+        let switches = Arc::new(crate::strategy::Switches::default());
+        let routes: Vec<Box<dyn Strategy>> = config
+            .routes
+            .iter()
+            .map(|r| {
+                registry::build(
+                    &r.strategy,
+                    &BuildContext {
+                        target_count: config.targets.len(),
+                        seed: 0,
+                        targets: &config.targets,
+                        route_targets: &r.targets,
+                        prices: &prices,
+                        switches: &switches,
+                        engine: &crate::engine_state::view::EngineView::default(),
+                    },
+                )
+            })
+            .collect();
+        LoraBook::new(config, &routes)
+    }
+
+    fn info(max: u32, running: &[&str], waiting: &[&str]) -> LoraInfo {
+        LoraInfo {
+            max_lora: Some(max),
+            running: running.iter().map(|s| s.to_string()).collect(),
+            waiting: waiting.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn only_routes_that_read_residency_are_tracked() {
+        let mut b = book(&config("least_loaded", true));
+        assert!(!(0..3).any(|t| b.wanted(t)));
+        assert_eq!(b.publishable(Instant::now()), None);
+        // Scraping off: nothing to track either.
+        let b = book(&config("lora_aware", false));
+        assert!(!(0..3).any(|t| b.wanted(t)));
+        // The scraped targets of a lora_aware route (c has scrape = false).
+        let b = book(&config("lora_aware", true));
+        assert_eq!(
+            (0..3).map(|t| b.wanted(t)).collect::<Vec<_>>(),
+            [true, true, false]
+        );
+    }
+
+    #[test]
+    fn sources_publish_and_go_stale() {
+        let t0 = Instant::now();
+        let mut b = book(&config("lora_aware", true));
+        let first = b.publishable(t0).expect("a first table");
+        assert!(first.targets.iter().all(|t| *t == TargetLora::default()));
+        b.scraped(0, Some(info(2, &["sql"], &[])), t0);
+        b.listed(1, Ok(vec!["sql".into(), "chat".into()]), t0);
+        b.listed(2, Ok(vec!["sql".into()]), t0);
+        let table = b.publishable(t0).expect("changed");
+        let key = adapter_key("sql");
+        assert!(table.is_adapter(key) && table.is_adapter(adapter_key("chat")));
+        assert_eq!(table.residency(0, key, true).level(), Level::Running);
+        assert_eq!(table.residency(1, key, true).level(), Level::FreeSlot);
+        assert_eq!(
+            table.residency(2, key, true).level(),
+            Level::Unknown,
+            "untracked target"
+        );
+        // Unchanged: not re-sent until due.
+        assert_eq!(b.publishable(t0 + Duration::from_millis(10)), None);
+        // A failed poll keeps the last good list until it is stale.
+        b.listed(
+            1,
+            Err("answered 500".into()),
+            t0 + Duration::from_millis(100),
+        );
+        assert_eq!(
+            b.target(1, t0 + Duration::from_millis(200))
+                .loaded
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(b.target_json(1, t0)["list_error"], "answered 500");
+        // Past stale_after (300ms) both sources are unknown.
+        let later = t0 + Duration::from_millis(400);
+        let table = b.publishable(later).expect("changed: stale");
+        assert_eq!(table.targets[0], TargetLora::default());
+        assert_eq!(table.targets[1], TargetLora::default());
+        assert!(table.adapters.is_empty());
+        // A scrape without the series leaves the slots unknown.
+        b.scraped(0, None, later);
+        assert_eq!(b.target(0, later).slots, None);
+        let j = b.target_json(0, t0);
+        assert_eq!(j["metrics"], false);
+        assert_eq!(b.target_json(2, t0), serde_json::Value::Null);
+    }
+}
