@@ -8,11 +8,17 @@ cd "$(dirname "$0")/.."
 
 log() { printf '==> %s\n' "$*"; }
 
-# System packages: curl for the demo check, python3 with pip for the OpenAI SDK test.
+# System packages: curl for the demo check, python3 with pip for the OpenAI SDK test,
+# g++ for the vendored libzmq (built by the zmq crate), and Debian's pyzmq and msgpack for
+# tests/kv_events_pyzmq.rs (which tries python3, then /usr/bin/python3, where Debian's
+# python3-* modules live).
 missing=()
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
+py_kv() { "$1" -c 'import zmq, msgpack' >/dev/null 2>&1; }
+py_kv python3 || py_kv /usr/bin/python3 || missing+=(python3 python3-zmq python3-msgpack)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing system packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

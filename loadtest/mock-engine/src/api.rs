@@ -448,6 +448,77 @@ pub(crate) fn embeddings_body(out: &mut Vec<u8>, model: &str, prompt: u64) {
     let _ = write!(out, "{{\"object\":\"list\",\"data\":[{{\"object\":\"embedding\",\"index\":0,\"embedding\":[0.125,-0.25,0.375,-0.5,0.625,-0.75,0.875,-1.0]}}],\"model\":{model},\"usage\":{{\"prompt_tokens\":{prompt},\"total_tokens\":{prompt}}}}}");
 }
 
+/// The context length the mock reports (`/v1/models`, `/tokenize`).
+pub(crate) const MAX_MODEL_LEN: u32 = 8192;
+
+/// The fields of vLLM's `TokenizeCompletionRequest` / `TokenizeChatRequest` that change
+/// the mock's answer or its validation; the others (`model`, `add_special_tokens`,
+/// `chat_template`, `tools`, ...) are accepted and ignored.
+#[derive(Deserialize)]
+struct TokenizeRequest {
+    #[serde(default)]
+    messages: Option<serde_json::Value>,
+    #[serde(default)]
+    prompt: Option<serde_json::Value>,
+    #[serde(default)]
+    add_generation_prompt: Option<bool>,
+    #[serde(default)]
+    continue_final_message: Option<bool>,
+    #[serde(default)]
+    return_token_strs: Option<bool>,
+}
+
+/// `POST /tokenize` answer, as vLLM's `TokenizeResponse`:
+/// `{"count":N,"max_model_len":M,"tokens":[...],"token_strs":null}`.
+///
+/// The tokens are the mock's token ids of the canonical prompt (`messages`, or else the
+/// `prompt` string, re-serialised compactly; see `prefix`), exactly the tokens the prefix
+/// cache and the KV events use for the same body. The mock has no chat template, so
+/// `add_generation_prompt` does not change them. `return_token_strs` returns each piece
+/// as text. Errors (400) follow vLLM's validation: a body without `messages` or a string
+/// `prompt`, or with both `continue_final_message` and `add_generation_prompt` set.
+pub(crate) fn tokenize_body(body: &[u8], chars_per_token: usize) -> Result<Vec<u8>, String> {
+    let req: TokenizeRequest =
+        serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+    if req.continue_final_message == Some(true) && req.add_generation_prompt == Some(true) {
+        return Err(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.".into(),
+        );
+    }
+    let canonical = match (&req.messages, &req.prompt) {
+        (Some(m @ serde_json::Value::Array(_)), _) => serde_json::to_vec(m),
+        (None | Some(serde_json::Value::Null), Some(p @ serde_json::Value::String(_))) => {
+            serde_json::to_vec(p)
+        }
+        _ => return Err("the request needs `messages` (a list) or `prompt` (a string)".into()),
+    }
+    .map_err(|e| e.to_string())?;
+    let cpt = chars_per_token.max(1);
+    let tokens = crate::prefix::token_ids(&canonical, cpt);
+    let mut out = Vec::with_capacity(64 + tokens.len() * 7);
+    let _ = write!(
+        out,
+        "{{\"count\":{},\"max_model_len\":{MAX_MODEL_LEN},\"tokens\":[",
+        tokens.len()
+    );
+    for (i, t) in tokens.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        let _ = write!(out, "{sep}{t}");
+    }
+    out.extend_from_slice(b"],\"token_strs\":");
+    if req.return_token_strs == Some(true) {
+        let strs: Vec<String> = canonical
+            .chunks(cpt)
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        let _ = serde_json::to_writer(&mut out, &strs);
+    } else {
+        out.extend_from_slice(b"null");
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
 /// `GET /v1/models` answer.
 pub(crate) fn models_body(models: &[String]) -> Vec<u8> {
     let created = unix_now();
@@ -455,7 +526,7 @@ pub(crate) fn models_body(models: &[String]) -> Vec<u8> {
         .iter()
         .map(|m| {
             serde_json::json!({"id": m, "object": "model", "created": created, "owned_by": "vllm",
-                "root": m, "parent": null, "max_model_len": 8192, "permission": []})
+                "root": m, "parent": null, "max_model_len": MAX_MODEL_LEN, "permission": []})
         })
         .collect();
     serde_json::to_vec(&serde_json::json!({"object": "list", "data": data})).unwrap_or_default()

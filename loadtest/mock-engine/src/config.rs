@@ -75,6 +75,10 @@ pub struct MockConfig {
     /// LoRA adapters (slots, `/v1/load_lora_adapter`, `vllm:lora_requests_info`); `None`
     /// (the default) answers any requested model as the base model.
     pub lora: Option<crate::lora::LoraConfig>,
+    /// KV-cache events published as vLLM does (ZMQ PUB, msgpack batches, replay);
+    /// `None` (the default) publishes nothing. Needs the prefix cache: when
+    /// `prefix_cache` is `None`, the default [`PrefixCacheConfig`] is used.
+    pub kv_events: Option<KvEventsConfig>,
 }
 
 impl Default for MockConfig {
@@ -92,6 +96,7 @@ impl Default for MockConfig {
             record_requests: false,
             prefix_cache: None,
             lora: None,
+            kv_events: None,
         }
     }
 }
@@ -127,6 +132,37 @@ impl Default for PrefixCacheConfig {
             capacity_blocks: 4096,
             prefill_us_per_token: 100,
             chars_per_token: 4,
+        }
+    }
+}
+
+/// KV-cache events, as vLLM's `--kv-events-config` publishes them.
+///
+/// Every admission of a chat or completions request that inserts prefix-cache blocks,
+/// or evicts some, publishes one `EventBatch`: a `BlockStored` for the new blocks (their
+/// chained keys as hashes, the key before them as parent, their token ids, the block
+/// size), then a `BlockRemoved` for the evicted ones. Resetting the cache publishes
+/// `AllBlocksCleared`. See the crate's `kv_events` module for the wire layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvEventsConfig {
+    /// The PUB socket's bind endpoint, e.g. `tcp://127.0.0.1:5557`; port 0 (or `*`) picks
+    /// a free port (see `MockHandle::kv_events_endpoint`).
+    pub endpoint: String,
+    /// The replay ROUTER's bind endpoint; no replay when `None`.
+    pub replay_endpoint: Option<String>,
+    /// Frame 1 of every message (vLLM's `topic`, empty by default).
+    pub topic: String,
+    /// Messages kept for replay (vLLM's `buffer_steps`, 10 000 by default).
+    pub buffer_steps: usize,
+}
+
+impl Default for KvEventsConfig {
+    fn default() -> Self {
+        KvEventsConfig {
+            endpoint: "tcp://127.0.0.1:0".to_string(),
+            replay_endpoint: None,
+            topic: String::new(),
+            buffer_steps: 10_000,
         }
     }
 }

@@ -374,6 +374,14 @@ impl Conn {
                         .map_err(|e| format!("invalid JSON body: {e}"))
                 }
             });
+        let tokenized: Option<Result<Vec<u8>, String>> =
+            (head.route == Route::Tokenize).then(|| {
+                let cpt = self.shared.prefix.as_ref().map_or(
+                    crate::PrefixCacheConfig::default().chars_per_token as usize,
+                    |c| c.chars_per_token(),
+                );
+                api::tokenize_body(body_bytes, cpt)
+            });
         // With the prefix cache on, chat and completions prompts are keyed here, while
         // the body bytes are at hand; the lookup itself happens on admission.
         let prefix_query: Option<PrefixQuery> = match (&self.shared.prefix, head.route) {
@@ -453,6 +461,20 @@ impl Conn {
                 }
                 Err(msg) => self.respond_error(400, &msg, close, None).await,
             },
+            Route::Tokenize => match tokenized.unwrap_or_else(|| Err("missing body".into())) {
+                Ok(body) => {
+                    self.respond(200, "application/json", &body, close, None)
+                        .await
+                }
+                Err(msg) => self.respond_error(400, &msg, close, None).await,
+            },
+            Route::ResetPrefixCache => {
+                if let Some(cache) = &shared.prefix {
+                    cache.clear();
+                }
+                self.respond(200, "application/json", b"", close, None)
+                    .await
+            }
             Route::NotFound => self.respond_error(404, "Not Found", close, None).await,
             Route::MethodNotAllowed => {
                 self.respond_error(405, "Method Not Allowed", close, None)

@@ -22,6 +22,8 @@ pub(crate) enum Route {
     MockFault,
     LoraLoad,
     LoraUnload,
+    Tokenize,
+    ResetPrefixCache,
     NotFound,
     MethodNotAllowed,
 }
@@ -38,6 +40,8 @@ impl Route {
             "/mock/fault" => (true, Route::MockFault),
             "/v1/load_lora_adapter" => (true, Route::LoraLoad),
             "/v1/unload_lora_adapter" => (true, Route::LoraUnload),
+            "/tokenize" => (true, Route::Tokenize),
+            "/reset_prefix_cache" => (true, Route::ResetPrefixCache),
             "/v1/models" => (false, Route::Models),
             "/health" => (false, Route::Health),
             "/metrics" => (false, Route::Metrics),

@@ -6,7 +6,8 @@
 //! Module map: [`config`] (configuration types), `server` (threads, runtimes, accept
 //! loop), `conn` (per-connection request loop, abort detection, timing, faults),
 //! `http` (HTTP/1.1 parsing and response heads), `api` (vLLM's JSON and SSE formats),
-//! `admission` (the `max_running` FIFO queue), `prefix` (the prefix-cache model),
+//! `admission` (the `max_running` FIFO queue), `prefix` (the prefix-cache model and the
+//! mock's token ids), `kv_events` (KV-cache events over ZMQ, as vLLM publishes them),
 //! [`lora`] (LoRA adapters: slots, load/unload, `vllm:lora_requests_info`),
 //! [`stats`] (counters and `/metrics`).
 
@@ -19,6 +20,7 @@ mod admission;
 mod api;
 mod conn;
 mod http;
+mod kv_events;
 mod prefix;
 mod server;
 
@@ -27,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-pub use config::{Driver, Fault, MockConfig, PrefixCacheConfig};
+pub use config::{Driver, Fault, KvEventsConfig, MockConfig, PrefixCacheConfig};
 pub use lora::{LoraConfig, LoraStats};
 pub use stats::{PrefixCacheStats, StatsSnapshot};
 
@@ -64,6 +66,8 @@ pub(crate) struct Shared {
     pub prefix: Option<prefix::PrefixCache>,
     /// LoRA adapters, when `cfg.lora` is set.
     pub lora: Option<Arc<lora::Lora>>,
+    /// The KV-event publisher, when `cfg.kv_events` is set.
+    pub kv: Option<Arc<kv_events::KvPublisher>>,
     fault_set: AtomicBool,
     fault: Mutex<Option<Fault>>,
     pub recorded: Mutex<Vec<RecordedRequest>>,
@@ -94,6 +98,14 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
     if cfg.models.is_empty() {
         cfg.models.push("mock-model".to_string());
     }
+    let kv = match &cfg.kv_events {
+        Some(k) => {
+            cfg.prefix_cache
+                .get_or_insert_with(PrefixCacheConfig::default);
+            Some(kv_events::KvPublisher::start(k, &cfg.name)?)
+        }
+        None => None,
+    };
     let listeners = server::bind(cfg.listen, cfg.threads)?;
     let addr = listeners[0].local_addr()?;
     let default_model = cfg.models[0].clone();
@@ -103,7 +115,11 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
         default_model,
         models_body: api::models_body(&cfg.models),
         stats: Arc::new(stats::Stats::default()),
-        prefix: cfg.prefix_cache.as_ref().map(prefix::PrefixCache::new),
+        prefix: cfg
+            .prefix_cache
+            .as_ref()
+            .map(|p| prefix::PrefixCache::new(p, kv.clone())),
+        kv,
         lora: cfg.lora.clone().map(|l| Arc::new(lora::Lora::new(l))),
         fault_set: AtomicBool::new(false),
         fault: Mutex::new(None),
@@ -186,6 +202,47 @@ impl MockHandle {
         self.shared.lora.as_ref().map(|l| l.stats())
     }
 
+    /// The bound KV-event PUB endpoint (real port when 0 was asked); `None` without
+    /// `kv_events`.
+    pub fn kv_events_endpoint(&self) -> Option<String> {
+        Some(self.shared.kv.as_ref()?.endpoint().to_string())
+    }
+
+    /// The bound KV-event replay endpoint; `None` without one.
+    pub fn kv_replay_endpoint(&self) -> Option<String> {
+        Some(self.shared.kv.as_ref()?.replay_endpoint()?.to_string())
+    }
+
+    /// The seq the next KV-event message will get; `None` without `kv_events`.
+    pub fn kv_next_seq(&self) -> Option<u64> {
+        Some(self.shared.kv.as_ref()?.next_seq())
+    }
+
+    /// Resets the prefix cache and publishes `AllBlocksCleared` (as vLLM's
+    /// `/reset_prefix_cache` does); also served as `POST /reset_prefix_cache`.
+    pub fn publish_clear(&self) {
+        if let Some(cache) = &self.shared.prefix {
+            cache.clear();
+        }
+    }
+
+    /// Drops the next `n` KV-event messages as a PUB does at its high-water mark: each
+    /// takes its seq (and its place in the replay buffer) but is not sent, so
+    /// subscribers see a gap.
+    pub fn drop_next_kv_messages(&self, n: u64) {
+        if let Some(kv) = &self.shared.kv {
+            kv.drop_next(n);
+        }
+    }
+
+    /// While paused, KV-event batches are held (without a seq); on resume they are
+    /// sent in order.
+    pub fn pause_kv_events(&self, paused: bool) {
+        if let Some(kv) = &self.shared.kv {
+            kv.pause(paused);
+        }
+    }
+
     /// Requests received so far (empty unless `record_requests`).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.recorded.lock().unwrap().clone()
@@ -210,6 +267,9 @@ impl MockHandle {
         self.shared.shutdown.store(true, Ordering::Release);
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(kv) = &self.shared.kv {
+            kv.shutdown();
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
-use rolter_mock::{Driver, MockConfig, PrefixCacheConfig};
+use rolter_mock::{Driver, KvEventsConfig, MockConfig, PrefixCacheConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -61,6 +61,19 @@ struct Args {
     /// Time an adapter load takes, milliseconds.
     #[arg(long, default_value_t = 0)]
     lora_load_delay_ms: u64,
+    /// Publish KV-cache events as vLLM does, on a ZMQ PUB socket bound here (e.g.
+    /// `tcp://127.0.0.1:5557`; port 0 picks one). Turns the prefix cache on.
+    #[arg(long)]
+    kv_events_endpoint: Option<String>,
+    /// Bind endpoint of the KV-event replay ROUTER (e.g. `tcp://127.0.0.1:5558`).
+    #[arg(long, requires = "kv_events_endpoint")]
+    kv_replay_endpoint: Option<String>,
+    /// Topic frame of every KV-event message.
+    #[arg(long, default_value = "")]
+    kv_topic: String,
+    /// KV-event messages kept for replay.
+    #[arg(long, default_value_t = 10_000)]
+    kv_buffer_steps: usize,
     /// Keep received requests in memory (tests only).
     #[arg(long, hide = true)]
     record_requests: bool,
@@ -89,14 +102,21 @@ fn main() {
         max_running: args.max_running,
         driver: args.driver,
         record_requests: args.record_requests,
-        prefix_cache: args
-            .prefix_cache_blocks
-            .map(|capacity_blocks| PrefixCacheConfig {
+        prefix_cache: match (args.prefix_cache_blocks, &args.kv_events_endpoint) {
+            (None, None) => None,
+            (blocks, _) => Some(PrefixCacheConfig {
                 block_tokens: args.block_tokens,
-                capacity_blocks,
+                capacity_blocks: blocks.unwrap_or(PrefixCacheConfig::default().capacity_blocks),
                 prefill_us_per_token: args.prefill_us_per_token,
                 chars_per_token: args.chars_per_token,
             }),
+        },
+        kv_events: args.kv_events_endpoint.map(|endpoint| KvEventsConfig {
+            endpoint,
+            replay_endpoint: args.kv_replay_endpoint,
+            topic: args.kv_topic,
+            buffer_steps: args.kv_buffer_steps,
+        }),
         lora: (args.max_loras.is_some() || !args.lora_adapters.is_empty()).then(|| {
             rolter_mock::LoraConfig {
                 max_loras: args.max_loras.unwrap_or(1),
@@ -124,6 +144,12 @@ fn main() {
         handle.addr(),
         handle.driver()
     );
+    if let Some(ep) = handle.kv_events_endpoint() {
+        match handle.kv_replay_endpoint() {
+            Some(replay) => println!("kv events on {ep} (replay on {replay})"),
+            None => println!("kv events on {ep}"),
+        }
+    }
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -1,15 +1,25 @@
 //! The prefix-cache model ([`PrefixCacheConfig`]): canonical prompt bytes, chained block
 //! keys, an LRU of cached blocks shared by all worker threads, and the prefill time of
 //! the uncached part of a prompt.
+//!
+//! Tokens: the mock's prompt tokens are the `chars_per_token`-byte pieces of the
+//! canonical prompt (the last one may be shorter). Each piece has a deterministic token
+//! id, [`token_id`]: the 32-bit FNV-1a hash of its bytes modulo a vocabulary of
+//! [`VOCAB_SIZE`] (128 000) ids. `/tokenize` returns these ids, and the KV events'
+//! `BlockStored` carries them for the blocks it reports.
+//!
+//! With KV events on, each lookup that inserts or evicts blocks publishes one batch while
+//! it holds the LRU lock, so the events leave in the order the cache changed.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::PrefixCacheConfig;
+use crate::kv_events::{KvEvent, KvPublisher};
 
 /// The prompt of a request as the cache sees it: its block keys and its token count.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +28,9 @@ pub(crate) struct PrefixQuery {
     keys: Vec<u64>,
     /// Prompt tokens: the canonical prompt bytes / `chars_per_token`, rounded up, at least 1.
     pub prompt_tokens: u64,
+    /// Token ids of the full blocks (`keys.len() * block_tokens` of them); filled only
+    /// when KV events are published.
+    tokens: Vec<u32>,
 }
 
 /// The outcome of one lookup, in tokens.
@@ -51,6 +64,7 @@ pub(crate) struct PrefixCache {
     capacity: usize,
     prefill_per_token: Duration,
     lru: Mutex<Lru>,
+    events: Option<Arc<KvPublisher>>,
 }
 
 /// The request-body fields whose value is the prompt.
@@ -84,6 +98,27 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
     h
 }
 
+/// Size of the mock's token-id space.
+pub(crate) const VOCAB_SIZE: u32 = 128_000;
+
+/// The token id of one prompt piece: 32-bit FNV-1a of its bytes, modulo [`VOCAB_SIZE`].
+pub(crate) fn token_id(piece: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in piece {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % VOCAB_SIZE
+}
+
+/// The token ids of canonical prompt bytes: one per `chars_per_token`-byte piece.
+pub(crate) fn token_ids(canonical: &[u8], chars_per_token: usize) -> Vec<u32> {
+    canonical
+        .chunks(chars_per_token.max(1))
+        .map(token_id)
+        .collect()
+}
+
 /// The key of the (absent) block before the first one.
 fn root_key() -> u64 {
     fnv1a(FNV_OFFSET, b"rolter-mock prefix cache")
@@ -95,7 +130,8 @@ fn block_key(parent: u64, block: &[u8]) -> u64 {
 }
 
 impl PrefixCache {
-    pub fn new(cfg: &PrefixCacheConfig) -> PrefixCache {
+    /// A cache; with `events`, every change of its contents is published.
+    pub fn new(cfg: &PrefixCacheConfig, events: Option<Arc<KvPublisher>>) -> PrefixCache {
         let block_tokens = cfg.block_tokens.max(1) as u64;
         let chars_per_token = cfg.chars_per_token.max(1) as u64;
         PrefixCache {
@@ -105,7 +141,13 @@ impl PrefixCache {
             capacity: cfg.capacity_blocks,
             prefill_per_token: Duration::from_micros(cfg.prefill_us_per_token),
             lru: Mutex::new(Lru::default()),
+            events,
         }
+    }
+
+    /// Bytes per token.
+    pub fn chars_per_token(&self) -> usize {
+        self.chars_per_token as usize
     }
 
     /// Cuts canonical prompt bytes into full blocks and keys them (no lock taken).
@@ -117,9 +159,17 @@ impl PrefixCache {
                 parent = block_key(parent, block);
                 parent
             })
-            .collect();
+            .collect::<Vec<u64>>();
+        let tokens = match &self.events {
+            Some(_) => token_ids(
+                &canonical[..keys.len() * self.block_bytes],
+                self.chars_per_token as usize,
+            ),
+            None => Vec::new(),
+        };
         PrefixQuery {
             keys,
+            tokens,
             prompt_tokens: (canonical.len() as u64)
                 .div_ceil(self.chars_per_token)
                 .max(1),
@@ -134,6 +184,10 @@ impl PrefixCache {
     /// one: when the cache is full, the tails of prompts go before their heads (as vLLM
     /// frees a request's blocks in reverse order), and a cached block's parent is never
     /// older than the block itself.
+    ///
+    /// With KV events on, the new blocks are published as `BlockStored` (one event per
+    /// run of consecutive new blocks; a prompt's new blocks always form one run after its
+    /// cached head), then the evicted ones as `BlockRemoved`, in one batch.
     pub fn lookup(&self, q: &PrefixQuery) -> PrefixHit {
         let mut lru = self.lru.lock().unwrap();
         let hit_blocks = q
@@ -141,24 +195,77 @@ impl PrefixCache {
             .iter()
             .take_while(|k| lru.stamps.contains_key(k))
             .count() as u64;
-        for &key in q.keys.iter().rev() {
+        let publish = self.events.is_some();
+        // Indices of the blocks inserted now, last to first.
+        let mut stored: Vec<usize> = Vec::new();
+        for (i, &key) in q.keys.iter().enumerate().rev() {
             let stamp = lru.next_stamp;
             lru.next_stamp += 1;
-            if let Some(old) = lru.stamps.insert(key, stamp) {
-                lru.order.remove(&old);
+            match lru.stamps.insert(key, stamp) {
+                Some(old) => {
+                    lru.order.remove(&old);
+                }
+                None if publish => stored.push(i),
+                None => {}
             }
             lru.order.insert(stamp, key);
         }
+        let mut removed: Vec<u64> = Vec::new();
         while lru.stamps.len() > self.capacity {
             let Some((_, key)) = lru.order.pop_first() else {
                 break;
             };
             lru.stamps.remove(&key);
             lru.evicted += 1;
+            if publish {
+                removed.push(key);
+            }
         }
+        if let Some(events) = &self.events {
+            stored.reverse();
+            let mut batch = self.stored_events(q, &stored);
+            if !removed.is_empty() {
+                batch.push(KvEvent::BlockRemoved { hashes: removed });
+            }
+            events.publish(&batch);
+        }
+        drop(lru);
         PrefixHit {
             prompt_tokens: q.prompt_tokens,
             cached_tokens: (hit_blocks * self.block_tokens).min(q.prompt_tokens),
+        }
+    }
+
+    /// `BlockStored` events for the blocks at `idx` (ascending): one per consecutive run.
+    fn stored_events(&self, q: &PrefixQuery, idx: &[usize]) -> Vec<KvEvent> {
+        let bt = self.block_tokens as usize;
+        let mut out = Vec::new();
+        let mut rest = idx;
+        while let Some(&first) = rest.first() {
+            let run = rest
+                .iter()
+                .enumerate()
+                .take_while(|(j, &i)| i == first + j)
+                .count();
+            let last = first + run;
+            out.push(KvEvent::BlockStored {
+                hashes: q.keys[first..last].to_vec(),
+                parent: first.checked_sub(1).map(|p| q.keys[p]),
+                token_ids: q.tokens.get(first * bt..last * bt).unwrap_or(&[]).to_vec(),
+                block_size: self.block_tokens as u32,
+            });
+            rest = &rest[run..];
+        }
+        out
+    }
+
+    /// Empties the cache (vLLM's `reset_prefix_cache`) and publishes `AllBlocksCleared`.
+    pub fn clear(&self) {
+        let mut lru = self.lru.lock().unwrap();
+        lru.stamps.clear();
+        lru.order.clear();
+        if let Some(events) = &self.events {
+            events.publish(&[KvEvent::AllBlocksCleared]);
         }
     }
 
@@ -190,12 +297,15 @@ mod tests {
     use super::*;
 
     fn cache(block_tokens: u32, chars_per_token: u32, capacity_blocks: usize) -> PrefixCache {
-        PrefixCache::new(&PrefixCacheConfig {
-            block_tokens,
-            capacity_blocks,
-            prefill_us_per_token: 100,
-            chars_per_token,
-        })
+        PrefixCache::new(
+            &PrefixCacheConfig {
+                block_tokens,
+                capacity_blocks,
+                prefill_us_per_token: 100,
+                chars_per_token,
+            },
+            None,
+        )
     }
 
     fn chat(messages: &str) -> Vec<u8> {
