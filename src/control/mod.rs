@@ -8,6 +8,7 @@
 //! touch a worker's state, and nothing on the request path waits for it: if it stalls, the
 //! workers keep routing on their last view.
 
+pub mod kv_plane;
 pub mod lora;
 pub mod plane;
 pub mod probe;

@@ -249,6 +249,23 @@ impl Counters {
 
 /// The running transport: the thread, its command channel and its counters. Stops the
 /// thread on [`KvTransport::stop`] or drop.
+/// Reads a transport's counters from any thread (see [`KvTransport::stats_handle`]).
+#[derive(Clone)]
+pub struct StatsHandle {
+    counters: Arc<[(usize, Counters)]>,
+    base: Instant,
+}
+
+impl StatsHandle {
+    /// The counters of every subscribed target.
+    pub fn snapshot(&self) -> Vec<KvTransportStats> {
+        self.counters
+            .iter()
+            .map(|(t, c)| c.snapshot(*t, self.base))
+            .collect()
+    }
+}
+
 pub struct KvTransport {
     thread: Option<JoinHandle<()>>,
     commands: Sender<KvCommand>,
@@ -320,6 +337,14 @@ impl KvTransport {
             .iter()
             .map(|(t, c)| c.snapshot(*t, self.base))
             .collect()
+    }
+
+    /// A handle that reads the same counters from another thread.
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle {
+            counters: self.counters.clone(),
+            base: self.base,
+        }
     }
 
     /// True while the thread runs.

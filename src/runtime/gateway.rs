@@ -14,7 +14,10 @@ use super::driver::{self, ActiveDriver};
 use super::listener;
 use super::worker::{self, Control, WorkerSetup};
 use crate::config::Config;
+use crate::control::kv_plane::{KvPlane, KvPlaneOptions, KvRepair};
 use crate::control::ControlContext;
+use crate::engine_state::kv_index::{KvIndex, KvIndexConfig};
+use crate::engine_state::kv_transport::{KvEventsEndpoint, KvTransport, KvTransportOptions};
 use crate::engine_state::view::EngineView;
 use crate::pricing::PriceBook;
 use crate::signals::exchange::mesh;
@@ -29,6 +32,63 @@ pub struct Gateway {
     workers: Vec<JoinHandle<()>>,
     control_thread: Option<JoinHandle<()>>,
     switches: Arc<Switches>,
+    /// The KV-event subscriber and index threads, when some target publishes.
+    kv_plane: Option<KvPlane>,
+}
+
+/// Starts the KV-event plane when some target has `[targets.kv_events]`: the view the
+/// strategies read, and the running plane. Fails before any port is bound.
+fn start_kv_plane(config: &Config) -> io::Result<(EngineView, Option<KvPlane>)> {
+    let subscriptions: Vec<(usize, KvEventsEndpoint)> = config
+        .targets
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            t.kv_events.as_ref().map(|k| {
+                (
+                    i,
+                    KvEventsEndpoint {
+                        endpoint: k.endpoint.clone(),
+                        replay_endpoint: k.replay_endpoint.clone(),
+                        topic: k.topic.clone(),
+                    },
+                )
+            })
+        })
+        .collect();
+    if subscriptions.is_empty() {
+        return Ok((EngineView::default(), None));
+    }
+    let cfg = &config.kv_events;
+    let index = KvIndex::new(KvIndexConfig {
+        block_size: cfg.block_size as usize,
+        max_blocks_per_target: cfg.max_blocks_per_target as usize,
+    })
+    .map_err(io::Error::other)?;
+    let view = EngineView::with_kv(index.reader(), config.targets.len());
+    let can_replay = config
+        .targets
+        .iter()
+        .map(|t| {
+            t.kv_events
+                .as_ref()
+                .is_some_and(|k| k.replay_endpoint.is_some())
+        })
+        .collect();
+    let (transport, frames) = KvTransport::start(subscriptions, KvTransportOptions::default())
+        .map_err(|e| io::Error::other(format!("KV events: {e}")))?;
+    let repair_timeout = Duration::from_secs(2);
+    let repair = KvRepair::new(index, view.clone(), can_replay, repair_timeout);
+    let plane = KvPlane::start(
+        transport,
+        frames,
+        repair,
+        KvPlaneOptions {
+            stale_after: cfg.stale_after,
+            repair_timeout,
+        },
+    )?;
+    Ok((view, Some(plane)))
 }
 
 impl Gateway {
@@ -55,7 +115,7 @@ impl Gateway {
         let config = Arc::new(config);
         let prices = Arc::new(PriceBook::new(&config));
         let switches = Arc::new(Switches::new(config.adaptive.enabled));
-        let engine = EngineView::default();
+        let (engine, kv_plane) = start_kv_plane(&config)?;
         // Local tokenizers run off the workers' event loops, on one pool the workers share.
         let blocking = config
             .routes
@@ -149,6 +209,7 @@ impl Gateway {
             workers,
             control_thread: Some(control_thread),
             switches,
+            kv_plane,
         })
     }
 
@@ -187,6 +248,9 @@ impl Gateway {
         }
         if let Some(c) = self.control_thread.take() {
             let _ = c.join();
+        }
+        if let Some(p) = self.kv_plane.take() {
+            p.stop();
         }
     }
 }

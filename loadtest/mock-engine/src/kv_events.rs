@@ -139,7 +139,8 @@ pub(crate) fn now_ts() -> f64 {
 
 /// The publisher's mutable state; shared with the replay thread.
 struct State {
-    socket: zmq::Socket,
+    /// `None` once the publisher was stopped (subscribers see the connection close).
+    socket: Option<zmq::Socket>,
     next_seq: u64,
     /// Messages still to drop (seq assigned, nothing sent).
     drop_next: u64,
@@ -159,9 +160,10 @@ impl State {
             self.drop_next -= 1;
         } else {
             // A PUB never blocks; at its high-water mark the message is dropped silently.
-            let _ = self
-                .socket
-                .send_multipart([topic, &seq.to_be_bytes()[..], &payload[..]], zmq::DONTWAIT);
+            if let Some(socket) = &self.socket {
+                let _ = socket
+                    .send_multipart([topic, &seq.to_be_bytes()[..], &payload[..]], zmq::DONTWAIT);
+            }
         }
         if self.buffer_steps > 0 {
             if self.buffer.len() == self.buffer_steps {
@@ -208,7 +210,7 @@ impl KvPublisher {
             .map_err(|e| io_err("sndhwm", e))?;
         let endpoint = bind(&socket, &cfg.endpoint)?;
         let state = Arc::new(Mutex::new(State {
-            socket,
+            socket: Some(socket),
             next_seq: 0,
             drop_next: 0,
             paused: false,
@@ -285,6 +287,12 @@ impl KvPublisher {
                 st.send(&self.topic, p);
             }
         }
+    }
+
+    /// Closes the PUB socket, as a crashed or stopped engine would: subscribers lose the
+    /// connection and nothing more is published.
+    pub fn stop_publishing(&self) {
+        self.state.lock().unwrap().socket = None;
     }
 
     /// Stops the replay thread.

@@ -235,6 +235,14 @@ impl MockHandle {
         }
     }
 
+    /// Closes the KV-event PUB socket for good (the engine's HTTP side keeps serving), as
+    /// when an engine's publisher dies.
+    pub fn stop_kv_events(&self) {
+        if let Some(kv) = &self.shared.kv {
+            kv.stop_publishing();
+        }
+    }
+
     /// While paused, KV-event batches are held (without a seq); on resume they are
     /// sent in order.
     pub fn pause_kv_events(&self, paused: bool) {

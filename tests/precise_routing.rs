@@ -1,0 +1,159 @@
+//! `precise_cache_aware` through the real gateway, in front of mock engines that publish
+//! their prefix cache as vLLM KV events (ZMQ, msgpack) and serve `/tokenize`: a request
+//! whose prefix is resident on one engine goes there; once the engine evicts it
+//! (`BlockRemoved`) it no longer does; with the publisher stopped, routing falls back to
+//! load and the fallback counter says so.
+
+mod common;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::*;
+use rolter_mock::{KvEventsConfig, MockHandle, PrefixCacheConfig};
+
+/// A mock engine with a prefix cache of `blocks` blocks publishing KV events on a free port.
+fn kv_mock(name: &str, blocks: usize) -> MockHandle {
+    mock(name, |c| {
+        c.prefix_cache = Some(PrefixCacheConfig {
+            capacity_blocks: blocks,
+            ..PrefixCacheConfig::default()
+        });
+        c.kv_events = Some(KvEventsConfig {
+            endpoint: "tcp://127.0.0.1:0".into(),
+            replay_endpoint: None,
+            topic: String::new(),
+            buffer_steps: 100,
+        });
+    })
+}
+
+fn gateway_precise(d: rolter::config::DriverChoice, mocks: &[&MockHandle]) -> rolter::Gateway {
+    let mut rest = String::new();
+    let mut names = Vec::new();
+    for (i, m) in mocks.iter().enumerate() {
+        rest.push_str(&format!(
+            "[[targets]]\nname = \"t{i}\"\nurl = \"http://{}\"\n\
+             [targets.timeouts]\nconnect = \"500ms\"\nfirst_byte = \"3s\"\nidle = \"3s\"\n\
+             [targets.kv_events]\nendpoint = \"{}\"\n",
+            m.addr(),
+            m.kv_events_endpoint().unwrap()
+        ));
+        names.push(format!("\"t{i}\""));
+    }
+    rest.push_str(&format!(
+        "[[routes]]\nname = \"r\"\ntargets = [{}]\nretries = 0\n[routes.strategy]\nname = \"precise_cache_aware\"\n\n",
+        names.join(", ")
+    ));
+    rest.push_str("[admin]\nlisten = \"127.0.0.1:0\"\n\n[kv_events]\nstale_after = \"300ms\"\n");
+    gateway_with(d, 2, &rest)
+}
+
+/// A chat body whose system prompt is `system` repeated to about `bytes` bytes.
+fn chat(system: &str, bytes: usize, question: &str) -> String {
+    let mut s = String::new();
+    while s.len() < bytes {
+        s.push_str(system);
+        s.push(' ');
+    }
+    format!(
+        r#"{{"model":"m","max_tokens":2,"messages":[{{"role":"system","content":"{s}"}},{{"role":"user","content":"{question}"}}]}}"#
+    )
+}
+
+/// Sends `body` through the gateway with the explain header; (target, score).
+fn routed(addr: SocketAddr, body: &str) -> (String, f64) {
+    let r = call(
+        addr,
+        &post("/v1/chat/completions", &[("x-rolter-explain", "1")], body),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    (
+        r.header("x-rolter-target").unwrap().to_string(),
+        r.header("x-rolter-score")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(-1.0),
+    )
+}
+
+/// Sends `body` straight to the engine (bypassing the gateway) so its cache holds it.
+fn warm(m: &MockHandle, body: &str) {
+    let r = call(m.addr(), &post("/v1/chat/completions", &[], body));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+fn fallbacks(g: &rolter::Gateway) -> f64 {
+    let series = "rolter_strategy_fallbacks_total{route=\"r\",strategy=\"precise_cache_aware\",reason=\"kv_events_stale\"}";
+    call(
+        g.admin_addr().unwrap(),
+        &request("GET", "/metrics", &[], ""),
+    )
+    .text()
+    .lines()
+    .find(|l| l.starts_with(series))
+    .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    .unwrap_or(0.0)
+}
+
+#[test]
+fn resident_prefixes_attract_evicted_ones_do_not_and_a_silent_publisher_falls_back() {
+    for d in drivers() {
+        let a = kv_mock("a", 64);
+        let b = kv_mock("b", 4096);
+        let g = gateway_precise(d, &[&a, &b]);
+        // Let the subscriptions connect (a SUB drops what was published before).
+        std::thread::sleep(Duration::from_millis(300));
+        let doc = chat("the quick brown fox jumps over the lazy dog", 2000, "q0");
+        warm(&a, &doc);
+        // Resident on a only: every request sharing the prefix goes to t0.
+        wait_for(
+            "the KV events of the warm-up",
+            Duration::from_secs(3),
+            || {
+                let q = chat("the quick brown fox jumps over the lazy dog", 2000, "q1");
+                routed(g.local_addr(), &q).0 == "t0"
+            },
+        );
+        for i in 0..8 {
+            let (t, score) = routed(
+                g.local_addr(),
+                &chat(
+                    "the quick brown fox jumps over the lazy dog",
+                    2000,
+                    &format!("again {i}"),
+                ),
+            );
+            assert_eq!(t, "t0", "under {}", driver_name(d));
+            assert!(score > 0.5, "score {score}");
+        }
+        // a's small cache evicts the prefix when another long prompt comes in: BlockRemoved.
+        warm(
+            &a,
+            &chat("a completely different text to fill the cache", 6000, "x"),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let (t, score) = routed(
+            g.local_addr(),
+            &chat(
+                "the quick brown fox jumps over the lazy dog",
+                2000,
+                "after eviction",
+            ),
+        );
+        // Not drawn to t0 any more: either t1 holds the prefix (an early request may have
+        // gone there before the events arrived) or nothing does and load decided.
+        assert!(
+            t == "t1" || score == 0.0,
+            "{t} with score {score} under {}",
+            driver_name(d)
+        );
+        assert_eq!(fallbacks(&g), 0.0);
+        // Both publishers stop: after stale_after, picks fall back to load and say so.
+        a.stop_kv_events();
+        b.stop_kv_events();
+        wait_for("the fallback", Duration::from_secs(5), || {
+            routed(g.local_addr(), &doc);
+            fallbacks(&g) > 0.0
+        });
+        g.shutdown(Duration::from_secs(1));
+    }
+}
