@@ -3,6 +3,11 @@
 //!
 //! A pick, in order:
 //!
+//! 0. **Balance guard** (as `cache_aware`'s): when the candidates' loads differ by more than
+//!    `balance_abs_threshold` (32) and the highest exceeds `balance_rel_threshold` (1.5)
+//!    times the lowest, the least-loaded candidate wins (fallback `imbalance`). Without it,
+//!    the first engine to hold a prefix every prompt shares (a system prompt) would draw
+//!    every request.
 //! 1. **Token ids.** The request's prompt as token ids (`Needs::TOKEN_IDS`: a local tokenizer
 //!    with the model's chat template, or the engine's tokenize endpoint, resolved before the
 //!    pick). Without them, the least-loaded candidate wins (fallback `no_token_ids`).
@@ -21,6 +26,7 @@
 
 use std::time::Instant;
 
+use super::cache_aware::IMBALANCE;
 use super::{choose_uniform, Candidate, Needs, Pick, PickRequest, Strategy};
 use crate::engine_state::kv_index::KeySpace;
 use crate::engine_state::view::EngineView;
@@ -33,6 +39,8 @@ pub const KV_EVENTS_STALE: &str = "kv_events_stale";
 pub struct PreciseCacheAware {
     view: EngineView,
     min_blocks: u32,
+    balance_abs: u64,
+    balance_rel: f64,
     rng: fastrand::Rng,
     keys: Vec<u64>,
     targets: Vec<u32>,
@@ -44,11 +52,20 @@ impl PreciseCacheAware {
         PreciseCacheAware {
             view,
             min_blocks,
+            balance_abs: super::cache_aware::DEFAULT_BALANCE_ABS,
+            balance_rel: super::cache_aware::DEFAULT_BALANCE_REL,
             rng: fastrand::Rng::with_seed(seed),
             keys: Vec::new(),
             targets: Vec::new(),
             scores: Vec::new(),
         }
+    }
+
+    /// The balance guard's thresholds (see the module documentation).
+    pub fn with_balance(mut self, abs: u64, rel: f64) -> Self {
+        self.balance_abs = abs;
+        self.balance_rel = rel;
+        self
     }
 
     fn least_loaded(&mut self, candidates: &[Candidate]) -> Option<usize> {
@@ -74,6 +91,11 @@ impl Strategy for PreciseCacheAware {
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
+        let min = candidates.iter().map(|c| c.load).min()?;
+        let max = candidates.iter().map(|c| c.load).max()?;
+        if max - min > self.balance_abs && max as f64 > self.balance_rel * min as f64 {
+            return Some(Pick::fallback(self.least_loaded(candidates)?, IMBALANCE));
+        }
         let (Some(ids), Some(index)) = (req.inputs.token_ids.as_deref(), self.view.kv.as_ref())
         else {
             let reason = if req.inputs.token_ids.is_none() {
@@ -252,6 +274,21 @@ mod tests {
         let mut s = PreciseCacheAware::new(EngineView::default(), 0, 1);
         let p = pick(&mut s, &prompt, &c);
         assert_eq!((p.index, p.fallback), (1, Some(KV_EVENTS_STALE)));
+    }
+
+    #[test]
+    fn the_balance_guard_overrides_a_resident_prefix() {
+        let (mut index, view) = setup(2);
+        let prompt = tokens(1, 16 * 4);
+        store(&mut index, 0, 0, &prompt, 10);
+        let mut s = PreciseCacheAware::new(view, 0, 1);
+        // 40 in flight on the holder against 2: 38 apart and 20x: the idle one wins.
+        let c = cands(&[(1.0, 40), (1.0, 2)]);
+        let p = pick(&mut s, &prompt, &c);
+        assert_eq!((p.index, p.fallback), (1, Some(IMBALANCE)));
+        // 30 against 2 is within the absolute threshold: the prefix wins.
+        let c = cands(&[(1.0, 30), (1.0, 2)]);
+        assert_eq!(pick(&mut s, &prompt, &c).index, 0);
     }
 
     #[test]

@@ -458,6 +458,20 @@ static STRATEGIES: &[StrategyInfo] = &[
                 check: Some(non_negative_integer),
             },
             OptionSpec {
+                key: "balance_abs_threshold",
+                kind: OptionKind::Integer,
+                default: "32",
+                help: "balance guard: pick by load when max load - min load among the candidates exceeds this and max > balance_rel_threshold x min",
+                check: Some(non_negative_integer),
+            },
+            OptionSpec {
+                key: "balance_rel_threshold",
+                kind: OptionKind::Float,
+                default: "1.5",
+                help: "balance guard: the ratio max load / min load must exceed too (>= 1)",
+                check: Some(cache_ratio),
+            },
+            OptionSpec {
                 key: "tokenizer",
                 kind: OptionKind::String,
                 default: "engine",
@@ -485,11 +499,19 @@ static STRATEGIES: &[StrategyInfo] = &[
                 .and_then(toml::Value::as_integer)
                 .unwrap_or(0)
                 .clamp(0, i64::from(u32::MAX)) as u32;
-            Box::new(PreciseCacheAware::new(
-                ctx.engine.clone(),
-                min_blocks,
-                ctx.seed,
-            ))
+            let abs = opts
+                .get("balance_abs_threshold")
+                .and_then(toml::Value::as_integer)
+                .unwrap_or(32)
+                .max(0) as u64;
+            let rel = opts
+                .get("balance_rel_threshold")
+                .and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)))
+                .unwrap_or(1.5);
+            Box::new(
+                PreciseCacheAware::new(ctx.engine.clone(), min_blocks, ctx.seed)
+                    .with_balance(abs, rel),
+            )
         },
     },
     StrategyInfo {
