@@ -317,3 +317,71 @@ fn mock_slot_loads_take_the_load_delay() {
     );
     assert_eq!(m.lora_stats().unwrap().slot_loads, 2);
 }
+
+/// Adapter loads (GPU slot swaps) over the same many-adapter load under `strategy`.
+fn slot_loads(d: rolter::config::DriverChoice, strategy: &str) -> u64 {
+    let adapters: Vec<String> = (0..16).map(|i| format!("lora-{i}")).collect();
+    let names: Vec<&str> = adapters.iter().map(String::as_str).collect();
+    let mocks: Vec<MockHandle> = (0..4)
+        .map(|i| lora_mock(&format!("e{i}"), &names, 2))
+        .collect();
+    let refs: Vec<&MockHandle> = mocks.iter().collect();
+    let mut rest = String::new();
+    let mut targets = Vec::new();
+    for (i, m) in refs.iter().enumerate() {
+        rest.push_str(&format!(
+            "[[targets]]\nname = \"t{i}\"\nurl = \"http://{}\"\n[targets.timeouts]\nfirst_byte = \"5s\"\n",
+            m.addr()
+        ));
+        targets.push(format!("\"t{i}\""));
+    }
+    rest.push_str(&format!(
+        "[[routes]]\nname = \"r\"\ntargets = [{}]\nretries = 0\nstrategy = \"{strategy}\"\n{SCRAPE}",
+        targets.join(", ")
+    ));
+    let g = gateway_with(d, 2, &rest);
+    if strategy == "lora_aware" {
+        // Wait for the first scrape, so no pick falls back for want of a signal.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let addr = g.local_addr();
+    let clients: Vec<_> = (0..8u64)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(c);
+                for _ in 0..30 {
+                    // Skewed popularity: low-numbered adapters are asked for most.
+                    let a = (rng.f64().powi(2) * 16.0) as usize;
+                    let r = completion(addr, &format!("lora-{a}"), &[("x-mock-ttft-ms", "15")]);
+                    assert_eq!(r.status, 200, "{}", r.text());
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    g.shutdown(Duration::from_secs(1));
+    mocks
+        .iter()
+        .map(|m| m.lora_stats().unwrap().slot_loads)
+        .sum()
+}
+
+/// Many adapters, two GPU slots per engine: keeping each adapter where it runs swaps far
+/// fewer adapters in than spreading by load.
+#[test]
+fn lora_aware_cuts_adapter_loads_against_least_loaded() {
+    for d in drivers() {
+        let spread = slot_loads(d, "least_loaded");
+        let aware = slot_loads(d, "lora_aware");
+        eprintln!(
+            "{}: 240 requests over 16 adapters, 4 engines x 2 slots: least_loaded {spread} adapter loads, lora_aware {aware}",
+            driver_name(d)
+        );
+        assert!(
+            aware * 10 <= spread * 7,
+            "lora_aware {aware} loads against least_loaded {spread}"
+        );
+    }
+}
