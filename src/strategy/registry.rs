@@ -109,6 +109,22 @@ pub struct BuildContext<'a> {
     pub engine: &'a EngineView,
 }
 
+/// The balance guard's options, shared by `cache_aware` and `precise_cache_aware`.
+const BALANCE_ABS_OPTION: OptionSpec = OptionSpec {
+    key: "balance_abs_threshold",
+    kind: OptionKind::Integer,
+    default: "32",
+    help: "balance guard: pick by load when max load - min load among the candidates exceeds this and max > balance_rel_threshold x min",
+    check: Some(non_negative_integer),
+};
+const BALANCE_REL_OPTION: OptionSpec = OptionSpec {
+    key: "balance_rel_threshold",
+    kind: OptionKind::Float,
+    default: "1.5",
+    help: "balance guard: the ratio max load / min load must exceed too (>= 1)",
+    check: Some(cache_ratio),
+};
+
 fn reject_atomic(v: &toml::Value) -> Result<(), String> {
     if v.as_bool() == Some(true) {
         Err(
@@ -407,20 +423,8 @@ static STRATEGIES: &[StrategyInfo] = &[
                 help: "prompt bytes remembered per target (least recently used evicted first); the index costs about as much memory per target per core",
                 check: Some(cache_max_bytes),
             },
-            OptionSpec {
-                key: "balance_abs_threshold",
-                kind: OptionKind::Integer,
-                default: "32",
-                help: "balance guard: pick by load when max load - min load among the candidates exceeds this and max > balance_rel_threshold x min",
-                check: Some(non_negative_integer),
-            },
-            OptionSpec {
-                key: "balance_rel_threshold",
-                kind: OptionKind::Float,
-                default: "1.5",
-                help: "balance guard: the ratio max load / min load must exceed too (>= 1)",
-                check: Some(cache_ratio),
-            },
+            BALANCE_ABS_OPTION,
+            BALANCE_REL_OPTION,
             OptionSpec {
                 key: "session_ttl",
                 kind: OptionKind::Duration,
@@ -457,20 +461,8 @@ static STRATEGIES: &[StrategyInfo] = &[
                 help: "the best-holding target wins only when it holds more than this many leading blocks; otherwise load decides",
                 check: Some(non_negative_integer),
             },
-            OptionSpec {
-                key: "balance_abs_threshold",
-                kind: OptionKind::Integer,
-                default: "32",
-                help: "balance guard: pick by load when max load - min load among the candidates exceeds this and max > balance_rel_threshold x min",
-                check: Some(non_negative_integer),
-            },
-            OptionSpec {
-                key: "balance_rel_threshold",
-                kind: OptionKind::Float,
-                default: "1.5",
-                help: "balance guard: the ratio max load / min load must exceed too (>= 1)",
-                check: Some(cache_ratio),
-            },
+            BALANCE_ABS_OPTION,
+            BALANCE_REL_OPTION,
             OptionSpec {
                 key: "tokenizer",
                 kind: OptionKind::String,
