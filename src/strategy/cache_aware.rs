@@ -37,7 +37,9 @@ use std::time::{Duration, Instant};
 use super::fastest::{option_duration, option_f64, option_u64};
 use super::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
 use super::sessions::SessionPins;
-use super::{choose_uniform, Candidate, Needs, Pick, PickRequest, ShareSink, Shared, Strategy};
+use super::{
+    choose_uniform, BalanceGuard, Candidate, Needs, Pick, PickRequest, ShareSink, Shared, Strategy,
+};
 use crate::config::TargetId;
 
 /// Default `threshold`.
@@ -115,8 +117,7 @@ pub struct CacheAware {
     index: PrefixIndex,
     sessions: SessionPins,
     threshold: f64,
-    balance_abs: u64,
-    balance_rel: f64,
+    guard: BalanceGuard,
     /// Candidates holding at most this many bytes more than the least warm one tie.
     warm_step: usize,
     /// Scratch: the request's chunk keys (also decoding shared items).
@@ -135,8 +136,10 @@ impl CacheAware {
             index: PrefixIndex::new(target_count, opts.max_bytes_per_target),
             sessions: SessionPins::new(opts.max_sessions, opts.session_ttl),
             threshold: opts.threshold.clamp(0.0, 1.0),
-            balance_abs: opts.balance_abs_threshold,
-            balance_rel: opts.balance_rel_threshold,
+            guard: BalanceGuard {
+                abs: opts.balance_abs_threshold,
+                rel: opts.balance_rel_threshold,
+            },
             warm_step: (opts.max_bytes_per_target / 64).max(CHUNK),
             keys: PromptKeys::default(),
             matched: Vec::with_capacity(target_count),
@@ -147,12 +150,6 @@ impl CacheAware {
     /// The prefix index (read-only), for tests and diagnostics.
     pub fn index(&self) -> &PrefixIndex {
         &self.index
-    }
-
-    /// Whether the load spread among the candidates trips the balance guard.
-    #[inline]
-    fn imbalanced(&self, min: u64, max: u64) -> bool {
-        max - min > self.balance_abs && max as f64 > self.balance_rel * min as f64
     }
 }
 
@@ -176,15 +173,7 @@ impl Strategy for CacheAware {
             1 => return Some(Pick::at(0)),
             _ => {}
         }
-        let (mut min, mut max) = (u64::MAX, 0);
-        for c in candidates {
-            min = min.min(c.load);
-            max = max.max(c.load);
-        }
-        if self.imbalanced(min, max) {
-            let i = choose_uniform(&mut self.rng, candidates.len(), |i| {
-                candidates[i].load == min
-            })?;
+        if let Some(i) = self.guard.check(&mut self.rng, candidates) {
             return Some(Pick::fallback(i, IMBALANCE));
         }
         if req.session.is_explicit() {

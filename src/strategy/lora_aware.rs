@@ -404,10 +404,7 @@ impl LoraAware {
 
     /// The least loaded candidate, ties at random.
     fn least_loaded(&mut self, candidates: &[Candidate]) -> Option<usize> {
-        let min = candidates.iter().map(|c| c.load).min()?;
-        choose_uniform(&mut self.rng, candidates.len(), |i| {
-            candidates[i].load == min
-        })
+        super::choose_least_loaded(&mut self.rng, candidates)
     }
 }
 

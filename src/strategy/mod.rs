@@ -403,6 +403,42 @@ pub(crate) fn choose_uniform(
     chosen
 }
 
+/// The least-loaded candidate, ties at random: the load fallback of every strategy that
+/// has one.
+#[inline]
+pub(crate) fn choose_least_loaded(
+    rng: &mut fastrand::Rng,
+    candidates: &[Candidate],
+) -> Option<usize> {
+    let min = candidates.iter().map(|c| c.load).min()?;
+    choose_uniform(rng, candidates.len(), |i| candidates[i].load == min)
+}
+
+/// The hot-spot guard of the prefix strategies (`cache_aware`, `precise_cache_aware`): the
+/// candidates are imbalanced when the highest and lowest loads differ by more than `abs`
+/// **and** the highest exceeds `rel` times the lowest.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BalanceGuard {
+    pub abs: u64,
+    pub rel: f64,
+}
+
+impl BalanceGuard {
+    /// When the candidates are imbalanced, the least-loaded one (ties at random).
+    #[inline]
+    pub(crate) fn check(&self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
+        let (mut min, mut max) = (u64::MAX, 0);
+        for c in candidates {
+            min = min.min(c.load);
+            max = max.max(c.load);
+        }
+        if candidates.is_empty() || max - min <= self.abs || max as f64 <= self.rel * min as f64 {
+            return None;
+        }
+        choose_uniform(rng, candidates.len(), |i| candidates[i].load == min)
+    }
+}
+
 /// Test helpers: candidates and a request built from plain values.
 #[cfg(test)]
 pub(crate) mod testing {

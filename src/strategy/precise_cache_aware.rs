@@ -27,7 +27,10 @@
 use std::time::Instant;
 
 use super::cache_aware::IMBALANCE;
-use super::{choose_uniform, Candidate, Needs, Pick, PickRequest, Strategy};
+use super::{
+    choose_least_loaded, choose_uniform, BalanceGuard, Candidate, Needs, Pick, PickRequest,
+    Strategy,
+};
 use crate::engine_state::kv_index::KeySpace;
 use crate::engine_state::view::EngineView;
 
@@ -39,8 +42,7 @@ pub const KV_EVENTS_STALE: &str = "kv_events_stale";
 pub struct PreciseCacheAware {
     view: EngineView,
     min_blocks: u32,
-    balance_abs: u64,
-    balance_rel: f64,
+    guard: BalanceGuard,
     rng: fastrand::Rng,
     keys: Vec<u64>,
     targets: Vec<u32>,
@@ -52,8 +54,10 @@ impl PreciseCacheAware {
         PreciseCacheAware {
             view,
             min_blocks,
-            balance_abs: super::cache_aware::DEFAULT_BALANCE_ABS,
-            balance_rel: super::cache_aware::DEFAULT_BALANCE_REL,
+            guard: BalanceGuard {
+                abs: super::cache_aware::DEFAULT_BALANCE_ABS,
+                rel: super::cache_aware::DEFAULT_BALANCE_REL,
+            },
             rng: fastrand::Rng::with_seed(seed),
             keys: Vec::new(),
             targets: Vec::new(),
@@ -63,16 +67,12 @@ impl PreciseCacheAware {
 
     /// The balance guard's thresholds (see the module documentation).
     pub fn with_balance(mut self, abs: u64, rel: f64) -> Self {
-        self.balance_abs = abs;
-        self.balance_rel = rel;
+        self.guard = BalanceGuard { abs, rel };
         self
     }
 
     fn least_loaded(&mut self, candidates: &[Candidate]) -> Option<usize> {
-        let min = candidates.iter().map(|c| c.load).min()?;
-        choose_uniform(&mut self.rng, candidates.len(), |i| {
-            candidates[i].load == min
-        })
+        choose_least_loaded(&mut self.rng, candidates)
     }
 }
 
@@ -91,10 +91,8 @@ impl Strategy for PreciseCacheAware {
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
-        let min = candidates.iter().map(|c| c.load).min()?;
-        let max = candidates.iter().map(|c| c.load).max()?;
-        if max - min > self.balance_abs && max as f64 > self.balance_rel * min as f64 {
-            return Some(Pick::fallback(self.least_loaded(candidates)?, IMBALANCE));
+        if let Some(i) = self.guard.check(&mut self.rng, candidates) {
+            return Some(Pick::fallback(i, IMBALANCE));
         }
         let (Some(ids), Some(index)) = (req.inputs.token_ids.as_deref(), self.view.kv.as_ref())
         else {
