@@ -224,19 +224,8 @@ fn main() -> ExitCode {
         scenarios: reports,
     };
     let md = report::markdown(&report);
-    println!("{md}");
-    if let Some(p) = &args.md {
-        if let Err(e) = std::fs::write(p, &md) {
-            eprintln!("cannot write {}: {e}", p.display());
-            failed = true;
-        }
-    }
-    if let Some(p) = &args.out {
-        let json = serde_json::to_string_pretty(&report).expect("report serialises");
-        if let Err(e) = std::fs::write(p, json + "\n") {
-            eprintln!("cannot write {}: {e}", p.display());
-            failed = true;
-        }
+    if !publish(&args, &md, &report) {
+        failed = true;
     }
     if failed {
         ExitCode::FAILURE
@@ -330,19 +319,8 @@ fn replay_main(args: &Args, workload: String) -> ExitCode {
         rows,
     };
     let md = report.markdown();
-    println!("{md}");
-    if let Some(p) = &args.md {
-        if let Err(e) = std::fs::write(p, &md) {
-            eprintln!("cannot write {}: {e}", p.display());
-            failed = true;
-        }
-    }
-    if let Some(p) = &args.out {
-        let json = serde_json::to_string_pretty(&report).expect("report serialises");
-        if let Err(e) = std::fs::write(p, json + "\n") {
-            eprintln!("cannot write {}: {e}", p.display());
-            failed = true;
-        }
+    if !publish(args, &md, &report) {
+        failed = true;
     }
     let failures: u64 = report.rows.iter().map(|r| r.end_to_end.failed).sum();
     if failures > 0 {
@@ -361,4 +339,25 @@ fn replay_main(args: &Args, workload: String) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Prints the Markdown report and writes it (`--md`) and the JSON one (`--out`); false when
+/// a file could not be written.
+fn publish(args: &Args, md: &str, report: &impl serde::Serialize) -> bool {
+    println!("{md}");
+    let mut ok = true;
+    if let Some(p) = &args.md {
+        if let Err(e) = std::fs::write(p, md) {
+            eprintln!("cannot write {}: {e}", p.display());
+            ok = false;
+        }
+    }
+    if let Some(p) = &args.out {
+        let json = serde_json::to_string_pretty(report).expect("report serialises");
+        if let Err(e) = std::fs::write(p, json + "\n") {
+            eprintln!("cannot write {}: {e}", p.display());
+            ok = false;
+        }
+    }
+    ok
 }
