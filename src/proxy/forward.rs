@@ -316,7 +316,8 @@ fn model_not_found(model: &str) -> GatewayError {
 }
 
 #[inline]
-fn serves(target: &Target, model: &str) -> bool {
+/// Whether `target` serves `model` (no `models` list: any).
+pub(super) fn serves(target: &Target, model: &str) -> bool {
     target.models.is_empty() || target.models.iter().any(|m| m == model)
 }
 

@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::forward::serves;
 use super::side_call;
 use super::state::WorkerState;
 use crate::config::{Route, Target};
@@ -111,8 +112,7 @@ fn tokenizing_target<'a>(
 ) -> Option<(usize, &'a Target, &'a str)> {
     route.targets.iter().find_map(|&tid| {
         let t = &state.config.targets[tid];
-        let serves = t.models.is_empty() || t.models.iter().any(|m| m == model);
-        (serves && state.load.eligible(tid)).then(|| {
+        (serves(t, model) && state.load.eligible(tid)).then(|| {
             let upstream = t.upstream_models.get(model).map_or(model, String::as_str);
             (tid, t, upstream)
         })
