@@ -246,6 +246,9 @@ pub struct Target {
     pub metrics_path: Option<String>,
     /// The engine's KV-cache event publisher, when it has one.
     pub kv_events: Option<TargetKvEvents>,
+    /// The LMCache instance id this engine registers with the cache controller
+    /// (`LMCACHE_LMCACHE_INSTANCE_ID`); default: the target's name.
+    pub lmcache_instance: String,
     pub timeouts: UpstreamTimeouts,
     pub pool: PoolConfig,
 }
@@ -290,6 +293,20 @@ pub struct Route {
     /// loaded at configuration time; `None` for every other route and for
     /// `tokenizer = "engine"`.
     pub tokenizer: Option<Arc<crate::tokenize::LocalTokenizer>>,
+    /// The cache controller an `lmcache_aware` route asks (`controller = "http://…"`),
+    /// resolved at configuration time; `None` for every other route.
+    pub cache_controller: Option<CacheController>,
+}
+
+/// An LMCache controller's HTTP API (`python -m lmcache.v1.api_server`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheController {
+    /// As written in the configuration.
+    pub url: String,
+    pub addr: SocketAddr,
+    pub host_header: String,
+    /// The URL's path, prefixed to `/lookup` (empty for a root URL).
+    pub base_path: String,
 }
 
 /// All present rules must hold for a request to match. An empty rule set matches everything.

@@ -115,6 +115,7 @@ pub(crate) struct RawTarget {
     pub timeouts: Option<RawTimeouts>,
     pub pool: Option<RawPool>,
     pub kv_events: Option<RawTargetKvEvents>,
+    pub lmcache_instance: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -257,6 +258,7 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "timeouts",
     "pool",
     "kv_events",
+    "lmcache_instance",
 ];
 pub(crate) const PRICE_KEYS: &[&str] = &["input", "output"];
 pub(crate) const TIMEOUTS_KEYS: &[&str] = &["connect", "first_byte", "idle"];

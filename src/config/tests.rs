@@ -2026,3 +2026,64 @@ fn kv_events_endpoints_and_settings_are_checked() {
     let errs = errors(&format!("{ONE_TARGET}[kv_events]\nblock_size = 0\n"));
     error_at(&errs, "kv_events.block_size");
 }
+
+// ------------------------------------------------------------------ lmcache_aware
+
+fn lmcache_route(target_extra: &str, options: &str) -> String {
+    format!(
+        "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:8001\"\n{target_extra}\n[[targets]]\nname = \"b\"\nurl = \"http://127.0.0.1:8002\"\n\n[[routes]]\nname = \"r\"\ntargets = [\"a\", \"b\"]\n[routes.strategy]\nname = \"lmcache_aware\"\n{options}\n"
+    )
+}
+
+#[test]
+fn lmcache_aware_resolves_its_controller_and_maps_instances() {
+    let c = load(&lmcache_route(
+        "lmcache_instance = \"vllm-pod-0\"",
+        "controller = \"http://127.0.0.1:9000\"\nlookup_timeout = \"20ms\"",
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let ctl = c.routes[0].cache_controller.as_ref().expect("resolved");
+    assert_eq!(ctl.addr, "127.0.0.1:9000".parse().unwrap());
+    assert_eq!(ctl.host_header, "127.0.0.1:9000");
+    assert_eq!(ctl.base_path, "");
+    assert_eq!(c.targets[0].lmcache_instance, "vllm-pod-0");
+    assert_eq!(
+        c.targets[1].lmcache_instance, "b",
+        "default: the target's name"
+    );
+    // Other strategies have no controller.
+    let c = load(&precise_route("")).unwrap();
+    assert!(c.routes[0].cache_controller.is_none());
+}
+
+#[test]
+fn lmcache_aware_without_a_usable_controller_is_a_configuration_error() {
+    let errs = errors(&lmcache_route("", ""));
+    let e = error_at(&errs, "routes[0].strategy.controller");
+    assert!(e.message.contains("no `controller`"), "{e}");
+    assert!(e.fix.contains("http://"), "{e}");
+
+    let errs = errors(&lmcache_route("", "controller = \"https://10.0.0.1:9000\""));
+    let e = error_at(&errs, "routes[0].strategy.controller");
+    assert!(e.message.contains("plain HTTP"), "{e}");
+
+    let errs = errors(&lmcache_route("", "controller = \"10.0.0.1:9000\""));
+    let e = error_at(&errs, "routes[0].strategy.controller");
+    assert!(e.message.contains("no scheme"), "{e}");
+
+    let errs = errors(&lmcache_route("", "controller = 9000"));
+    error_at(&errs, "routes[0].strategy.controller");
+
+    let errs = errors(&lmcache_route(
+        "lmcache_instance = \"\"",
+        "controller = \"http://127.0.0.1:9000\"",
+    ));
+    let e = error_at(&errs, "targets[0].lmcache_instance");
+    assert!(e.fix.contains("LMCACHE_LMCACHE_INSTANCE_ID"), "{e}");
+
+    let errs = errors(&lmcache_route(
+        "",
+        "controller = \"http://127.0.0.1:9000\"\nw_prefix = 0\nw_free = 0",
+    ));
+    error_at(&errs, "routes[0].strategy.w_prefix");
+}

@@ -128,6 +128,7 @@ pub(crate) fn validate(
             forward_client_auth: false,
             retries: DEFAULT_RETRIES,
             tokenizer: None,
+            cache_controller: None,
         })],
         Some(r) if r.is_empty() => {
             errs.push(
@@ -142,16 +143,7 @@ pub(crate) fn validate(
             check_unique_names(&route_names, "routes", "route", errs);
             r.into_iter()
                 .enumerate()
-                .map(|(i, r)| {
-                    route(
-                        r,
-                        &format!("routes[{i}]"),
-                        &names,
-                        &targets,
-                        host.config_dir,
-                        errs,
-                    )
-                })
+                .map(|(i, r)| route(r, &format!("routes[{i}]"), &names, &targets, host, errs))
                 .collect()
         }
     };
@@ -900,6 +892,18 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
         Some(p) => check_path(&p, &join(at, "health_path"), "/health", errs).then_some(Some(p)),
     };
     let kv_events = target_kv_events(raw.kv_events, &join(at, "kv_events"), errs);
+    let lmcache_instance = match raw.lmcache_instance {
+        Some(id) if id.is_empty() => {
+            errs.push(
+                join(at, "lmcache_instance"),
+                "lmcache_instance is empty",
+                "write the instance id the engine registers with the LMCache controller (its LMCACHE_LMCACHE_INSTANCE_ID), or remove the key to use the target's name",
+            );
+            None
+        }
+        Some(id) => Some(Some(id)),
+        None => Some(None),
+    };
     let metrics_path = match raw.metrics_path {
         None => Some(None),
         Some(p) if p.is_empty() => {
@@ -929,6 +933,11 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
     );
     let pool = pool(raw.pool.unwrap_or_default(), &join(at, "pool"), errs);
 
+    let lmcache_instance = match lmcache_instance {
+        Some(Some(id)) => Some(id),
+        Some(None) => name.clone(),
+        None => None,
+    };
     let url = url?;
     let (ca_file, ca_certs) = ca?.unzip();
     Some(Target {
@@ -954,6 +963,7 @@ fn target(raw: RawTarget, at: &str, host: &Host<'_>, errs: &mut Collector) -> Op
         timeouts: timeouts?,
         pool: pool?,
         kv_events: kv_events?,
+        lmcache_instance: lmcache_instance?,
     })
 }
 
@@ -1638,9 +1648,10 @@ fn route(
     at: &str,
     names: &[Option<String>],
     targets: &[Option<Target>],
-    config_dir: Option<&Path>,
+    host: &Host<'_>,
     errs: &mut Collector,
 ) -> Option<Route> {
+    let config_dir = host.config_dir;
     let name = match raw.name {
         None => {
             errs.push(
@@ -1657,6 +1668,10 @@ fn route(
     let strategy = strategy(raw.strategy, &join(at, "strategy"), errs);
     let tokenizer = match &strategy {
         Some(s) => local_tokenizer(s, &join(at, "strategy"), config_dir, errs),
+        None => Some(None),
+    };
+    let cache_controller = match &strategy {
+        Some(s) => cache_controller(s, &join(at, "strategy"), host, errs),
         None => Some(None),
     };
 
@@ -1694,7 +1709,51 @@ fn route(
         forward_client_auth: raw.forward_client_auth.unwrap_or(false),
         retries: retries?,
         tokenizer: tokenizer?,
+        cache_controller: cache_controller?,
     })
+}
+
+/// The LMCache controller of an `lmcache_aware` strategy: required, a plain http:// URL
+/// (the controller's API server speaks no TLS), resolved now. `Some(None)` for every other
+/// strategy; `None` after an error.
+fn cache_controller(
+    spec: &StrategySpec,
+    key: &str,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<Option<CacheController>> {
+    if spec.name != "lmcache_aware" {
+        return Some(None);
+    }
+    let key = join(key, "controller");
+    let Some(written) = spec.options.get("controller").and_then(toml::Value::as_str) else {
+        // A value of the wrong type was reported by the registry's option check.
+        if !spec.options.contains_key("controller") {
+            errs.push(
+                key,
+                "lmcache_aware has no `controller`",
+                "set controller = \"http://<controller host>:9000\" (the LMCache controller's API server, `python -m lmcache.v1.api_server --port 9000`)",
+            );
+        }
+        return None;
+    };
+    let url = target_url(written, &key, host, errs)?;
+    if url.tls {
+        errs.push(
+            key,
+            format!(
+                "`{written}` is https://; the LMCache controller's API server speaks plain HTTP"
+            ),
+            "write the controller's address as http://host:port",
+        );
+        return None;
+    }
+    Some(Some(CacheController {
+        url: url.written,
+        addr: url.addr,
+        host_header: url.host_header,
+        base_path: url.base_path,
+    }))
 }
 
 /// The local tokenizer of a `precise_cache_aware` strategy whose `tokenizer` option is a
@@ -1706,7 +1765,7 @@ fn local_tokenizer(
     config_dir: Option<&Path>,
     errs: &mut Collector,
 ) -> Option<Option<Arc<crate::tokenize::LocalTokenizer>>> {
-    if spec.name != "precise_cache_aware" {
+    if !matches!(spec.name, "precise_cache_aware" | "lmcache_aware") {
         return Some(None);
     }
     let written = spec

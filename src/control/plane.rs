@@ -57,6 +57,8 @@ pub struct Plane {
     mirrors: Vec<Box<dyn Strategy>>,
     /// Per (route, reason): when a fallback was last logged and how many happened since.
     fallbacks: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    /// Rate-limited log book of failing cache lookups, per (route, problem).
+    lookup_problems: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// LoRA adapter residency per target, for routes that read it.
     pub lora: super::lora::LoraBook,
 }
@@ -64,6 +66,33 @@ pub struct Plane {
 /// Fallback picks are logged at most this often per route and reason (the metrics count
 /// every one).
 const FALLBACK_LOG_EVERY: Duration = Duration::from_secs(60);
+/// `rolter_cache_lookups_total` result of an answer naming an instance of no route target.
+const UNKNOWN_INSTANCE: &str = "unknown_instance";
+
+/// Counts one more occurrence of `key` in a rate-limited log book; `Some((first, count))`
+/// when a line is due: at the first occurrence, then once per [`FALLBACK_LOG_EVERY`] with
+/// the count since the last line.
+fn log_due(
+    book: &mut std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    key: (u16, &'static str),
+    now: Instant,
+) -> Option<(bool, u64)> {
+    match book.get_mut(&key) {
+        Some(e) => {
+            e.1 += 1;
+            if now.saturating_duration_since(e.0) < FALLBACK_LOG_EVERY {
+                return None;
+            }
+            let v = *e;
+            *e = (now, 0);
+            Some((false, v.1))
+        }
+        None => {
+            book.insert(key, (now, 0));
+            Some((true, 1))
+        }
+    }
+}
 
 impl Plane {
     pub fn new(config: Arc<Config>, switches: Arc<Switches>, workers: usize) -> Self {
@@ -105,6 +134,7 @@ impl Plane {
             last_publish: None,
             events: Vec::new(),
             fallbacks: Default::default(),
+            lookup_problems: Default::default(),
             config,
         }
     }
@@ -197,6 +227,21 @@ impl Plane {
                 self.metrics.record_fallback(route as usize, reason);
                 self.log_fallback(route, reason, now);
             }
+            Record::CacheLookup {
+                route,
+                result,
+                unknown_instances,
+            } => {
+                self.metrics.record_cache_lookup(route as usize, result);
+                if matches!(result, "timeout" | "error") {
+                    self.log_lookup_problem(route, result, now);
+                }
+                if unknown_instances > 0 {
+                    self.metrics
+                        .record_cache_lookup(route as usize, UNKNOWN_INSTANCE);
+                    self.log_lookup_problem(route, UNKNOWN_INSTANCE, now);
+                }
+            }
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
         }
     }
@@ -204,20 +249,8 @@ impl Plane {
     /// Says in the log that a route's strategy is running on its fallback: at the first
     /// fallback pick, then at most once a minute with the count since.
     fn log_fallback(&mut self, route: u16, reason: &'static str, now: Instant) {
-        let (logged, since) = match self.fallbacks.get_mut(&(route, reason)) {
-            Some(e) => {
-                e.1 += 1;
-                if now.saturating_duration_since(e.0) < FALLBACK_LOG_EVERY {
-                    return;
-                }
-                let v = *e;
-                *e = (now, 0);
-                (false, v.1)
-            }
-            None => {
-                self.fallbacks.insert((route, reason), (now, 0));
-                (true, 1)
-            }
+        let Some((logged, since)) = log_due(&mut self.fallbacks, (route, reason), now) else {
+            return;
         };
         let r = &self.config.routes[route as usize];
         tracing::info!(
@@ -228,6 +261,34 @@ impl Plane {
             first = logged,
             "strategy picked by its fallback (every such pick is counted in rolter_strategy_fallbacks_total)"
         );
+    }
+
+    /// Says in the log that a route's cache lookups fail or name unknown instances: at the
+    /// first, then at most once a minute with the count since.
+    fn log_lookup_problem(&mut self, route: u16, problem: &'static str, now: Instant) {
+        let Some((first, since)) = log_due(&mut self.lookup_problems, (route, problem), now) else {
+            return;
+        };
+        let r = &self.config.routes[route as usize];
+        let controller = r.cache_controller.as_ref().map_or("", |c| c.url.as_str());
+        if problem == UNKNOWN_INSTANCE {
+            tracing::warn!(
+                route = %r.name,
+                controller,
+                lookups = since,
+                first,
+                "the cache controller named LMCache instances that are no target of this route; set each target's lmcache_instance to the id its engine registers (LMCACHE_LMCACHE_INSTANCE_ID)"
+            );
+        } else {
+            tracing::warn!(
+                route = %r.name,
+                controller,
+                problem,
+                lookups = since,
+                first,
+                "cache-controller lookups fail; picks fall back to load (counted in rolter_cache_lookups_total)"
+            );
+        }
     }
 
     fn log_event(&mut self, e: HealthEvent) {

@@ -6,6 +6,8 @@
 //!   batches on the control thread and read by the workers to score candidates.
 //! - [`kv_transport`]: the ZMQ subscriptions to the engines' publishers (a thread of its
 //!   own) and replay requests.
+//! - [`lmcache`]: the LMCache controller's lookup API (request body, answer parsing into
+//!   per-target matched tokens, a per-core memo of recent answers).
 //! - [`view`]: the handles the workers' strategies read (index reader, per-target stream
 //!   liveness).
 //!
@@ -18,4 +20,5 @@
 pub mod kv_events;
 pub mod kv_index;
 pub mod kv_transport;
+pub mod lmcache;
 pub mod view;

@@ -78,6 +78,12 @@ struct Fallback {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLookupLabel {
+    route: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GatewayResponse {
     status: u16,
     code: &'static str,
@@ -125,6 +131,9 @@ pub struct GatewayMetrics {
     per_target: Vec<TargetSeries>,
     /// Per route: `rolter_strategy_fallbacks_total` per reason seen.
     route_fallbacks: Vec<Vec<(&'static str, Counter)>>,
+    cache_lookups: Family<CacheLookupLabel, Counter>,
+    /// Per route: `rolter_cache_lookups_total` per result seen.
+    route_lookups: Vec<Vec<(&'static str, Counter)>>,
     /// `rolter_gateway_responses_total` per (status, code) seen.
     responses: Vec<(u16, &'static str, Counter)>,
     /// One owner: `Send` (moved to the control thread) but not `Sync`.
@@ -151,6 +160,7 @@ impl GatewayMetrics {
         let decisions = Family::<Decision, Counter>::default();
         let fallbacks = Family::<Fallback, Counter>::default();
         let gateway_responses = Family::<GatewayResponse, Counter>::default();
+        let cache_lookups = Family::<CacheLookupLabel, Counter>::default();
         let ejections = Family::<TargetLabel, Counter>::default();
         let scrape_failures = Family::<TargetLabel, Counter>::default();
 
@@ -206,6 +216,11 @@ impl GatewayMetrics {
             fallbacks.clone(),
         );
         registry.register(
+            "rolter_cache_lookups",
+            "Cache-controller lookups made before a pick, by result (answered, memo, timeout, error, paused, unknown_instance)",
+            cache_lookups.clone(),
+        );
+        registry.register(
             "rolter_gateway_responses",
             "Responses the gateway produced itself without reaching a target, by status and code",
             gateway_responses.clone(),
@@ -237,6 +252,8 @@ impl GatewayMetrics {
                 .collect(),
             per_target,
             route_fallbacks: vec![Vec::new(); route_names.len()],
+            cache_lookups,
+            route_lookups: vec![Vec::new(); route_names.len()],
             responses: Vec::new(),
             _owner: PhantomData,
         }
@@ -335,6 +352,29 @@ impl GatewayMetrics {
                     reason,
                 });
                 seen.push((reason, counter));
+                seen.len() - 1
+            }
+        };
+        seen[i].1.inc();
+    }
+
+    /// `route` asked its cache controller before a pick, with `result` (an answer naming
+    /// an instance of no route target counts once more as `unknown_instance`).
+    pub fn record_cache_lookup(&mut self, route: usize, result: &'static str) {
+        let valid = route < self.routes.len();
+        debug_assert!(valid, "route {route} out of range");
+        if !valid {
+            return;
+        }
+        let seen = &mut self.route_lookups[route];
+        let i = match seen.iter().position(|(r, _)| *r == result) {
+            Some(i) => i,
+            None => {
+                let counter = self.cache_lookups.get_or_create_owned(&CacheLookupLabel {
+                    route: self.routes[route].clone(),
+                    result,
+                });
+                seen.push((result, counter));
                 seen.len() - 1
             }
         };

@@ -172,6 +172,15 @@ pub async fn forward(
             inputs.token_ids = token_ids(state, tokens, route, &prompt, &mut bufs.side).await;
         }
     }
+    if let (Some(client), Some(ids)) = (&state.routes[route_idx].lookup, &inputs.token_ids) {
+        let found = client.lookup(ids, &mut bufs.prompt, &mut bufs.side).await;
+        state.links.record(Record::CacheLookup {
+            route: route_idx as u16,
+            result: found.result.label(),
+            unknown_instances: found.unknown_instances as u32,
+        });
+        inputs.cached_tokens = found.holdings;
+    }
     // Strategies that compare prompts get them whitespace-free, in a buffer lent for the
     // request (taken out of `bufs`, which the exchange borrows mutably meanwhile).
     let mut canonical = std::mem::take(&mut bufs.prompt);

@@ -7,6 +7,7 @@
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
+use super::cache_lookup::CacheLookup;
 use super::inputs::TokenSource;
 use crate::config::Config;
 use crate::engine_state::view::EngineView;
@@ -29,6 +30,8 @@ pub struct RouteState {
     /// Where the route's token ids come from (`TokenSource::None` unless the strategy
     /// needs them).
     pub tokens: TokenSource,
+    /// The route's cache-controller client, when its strategy asks for a lookup.
+    pub lookup: Option<CacheLookup>,
 }
 
 pub struct WorkerState {
@@ -124,6 +127,10 @@ impl WorkerState {
                 let needs = strategy.needs();
                 RouteState {
                     tokens: TokenSource::for_route(r, needs.contains(Needs::TOKEN_IDS)),
+                    lookup: needs
+                        .contains(Needs::CACHE_LOOKUP)
+                        .then(|| CacheLookup::for_route(r, &config.targets))
+                        .flatten(),
                     needs,
                     strategy: RefCell::new(strategy),
                 }

@@ -60,6 +60,14 @@ pub enum Record {
     },
     /// A strategy could not use its signal and fell back.
     Fallback { route: u16, reason: &'static str },
+    /// A route asked its cache controller before picking: `result` is the lookup's
+    /// outcome label; `unknown_instances` counts instance ids in the answer that named no
+    /// target of the route.
+    CacheLookup {
+        route: u16,
+        result: &'static str,
+        unknown_instances: u32,
+    },
     /// The gateway answered a request itself (no target reached).
     Gateway { status: u16, code: &'static str },
 }

@@ -17,6 +17,7 @@ pub mod failover;
 pub mod fair_catchup;
 pub mod fastest;
 pub mod least_loaded;
+pub mod lmcache_aware;
 pub mod lora_aware;
 pub mod pipeline;
 pub mod power_of_two;

@@ -12,6 +12,7 @@ use super::failover::Failover;
 use super::fair_catchup::{FairCatchup, DEFAULT_MAX_CATCHUP_SHARE, DEFAULT_WINDOW};
 use super::fastest::{Fastest, FastestOptions};
 use super::least_loaded::LeastLoaded;
+use super::lmcache_aware::{LmcacheAware, LmcacheAwareOptions};
 use super::lora_aware::{LoraAware, LoraAwareOptions};
 use super::pipeline::{Pipeline, PipelineOptions};
 use super::power_of_two::PowerOfTwo;
@@ -123,6 +124,30 @@ const BALANCE_REL_OPTION: OptionSpec = OptionSpec {
     default: "1.5",
     help: "balance guard: the ratio max load / min load must exceed too (>= 1)",
     check: Some(cache_ratio),
+};
+
+/// Where the prompt's token ids come from, shared by `precise_cache_aware` and
+/// `lmcache_aware` (read by `proxy::inputs`; a path is loaded at configuration time).
+const TOKENIZER_OPTION: OptionSpec = OptionSpec {
+    key: "tokenizer",
+    kind: OptionKind::String,
+    default: "engine",
+    help: "where token ids come from: \"engine\" (the target's POST /tokenize) or the path of a Hugging Face tokenizer.json",
+    check: None,
+};
+const TOKENIZER_CONFIG_OPTION: OptionSpec = OptionSpec {
+    key: "tokenizer_config",
+    kind: OptionKind::String,
+    default: "",
+    help: "with a local tokenizer: the model's tokenizer_config.json (chat template, special tokens); default: the one beside tokenizer.json",
+    check: None,
+};
+const TOKENIZE_TIMEOUT_OPTION: OptionSpec = OptionSpec {
+    key: "tokenize_timeout",
+    kind: OptionKind::Duration,
+    default: "100ms",
+    help: "how long the engine's tokenize call may take before the pick falls back to load",
+    check: Some(positive_duration),
 };
 
 fn reject_atomic(v: &toml::Value) -> Result<(), String> {
@@ -463,27 +488,9 @@ static STRATEGIES: &[StrategyInfo] = &[
             },
             BALANCE_ABS_OPTION,
             BALANCE_REL_OPTION,
-            OptionSpec {
-                key: "tokenizer",
-                kind: OptionKind::String,
-                default: "engine",
-                help: "where token ids come from: \"engine\" (the target's POST /tokenize) or the path of a Hugging Face tokenizer.json",
-                check: None,
-            },
-            OptionSpec {
-                key: "tokenizer_config",
-                kind: OptionKind::String,
-                default: "",
-                help: "with a local tokenizer: the model's tokenizer_config.json (chat template, special tokens); default: the one beside tokenizer.json",
-                check: None,
-            },
-            OptionSpec {
-                key: "tokenize_timeout",
-                kind: OptionKind::Duration,
-                default: "100ms",
-                help: "how long the engine's tokenize call may take before the pick falls back to load",
-                check: Some(positive_duration),
-            },
+            TOKENIZER_OPTION,
+            TOKENIZER_CONFIG_OPTION,
+            TOKENIZE_TIMEOUT_OPTION,
         ],
         build: |opts, ctx| {
             let min_blocks = opts
@@ -504,6 +511,81 @@ static STRATEGIES: &[StrategyInfo] = &[
                 PreciseCacheAware::new(ctx.engine.clone(), min_blocks, ctx.seed)
                     .with_balance(abs, rel),
             )
+        },
+    },
+    StrategyInfo {
+        name: "lmcache_aware",
+        aliases: &[],
+        summary: "The candidate whose LMCache store holds the most of the prompt (the LMCache controller's /lookup), with free KV-cache room as a second term; load below min_tokens or when the controller does not answer",
+        traits: &[Trait::LoadAware, Trait::AsyncInput, Trait::SingleWinner],
+        options: &[
+            OptionSpec {
+                key: "controller",
+                kind: OptionKind::String,
+                default: "(required)",
+                help: "the LMCache controller's API server, http://host:port (python -m lmcache.v1.api_server --port 9000)",
+                check: None,
+            },
+            OptionSpec {
+                key: "lookup_timeout",
+                kind: OptionKind::Duration,
+                default: "50ms",
+                help: "how long a lookup may take before the pick falls back to load (fallback lmcache_unreachable)",
+                check: Some(positive_duration),
+            },
+            OptionSpec {
+                key: "lookup_window",
+                kind: OptionKind::Duration,
+                default: "2s",
+                help: "a lookup's answer is reused for prompts with the same whole chunks for this long (per core); \"0s\" asks every time",
+                check: None,
+            },
+            OptionSpec {
+                key: "retry_after",
+                kind: OptionKind::Duration,
+                default: "1s",
+                help: "after a failed lookup, the controller is not asked again (picks fall back at once) for this long",
+                check: Some(positive_duration),
+            },
+            OptionSpec {
+                key: "chunk_size",
+                kind: OptionKind::Integer,
+                default: "256",
+                help: "the controller's chunk size in tokens (LMCache's chunk_size); prompts that agree on every whole chunk share a memoised answer",
+                check: Some(positive_integer),
+            },
+            OptionSpec {
+                key: "min_tokens",
+                kind: OptionKind::Integer,
+                default: "0",
+                help: "the scores decide only when some candidate holds more than this many prompt tokens; otherwise load decides",
+                check: Some(non_negative_integer),
+            },
+            OptionSpec {
+                key: "w_prefix",
+                kind: OptionKind::Float,
+                default: "1.0",
+                help: "weight of the held share of the prompt (matched tokens / prompt tokens)",
+                check: Some(non_negative_number),
+            },
+            OptionSpec {
+                key: "w_free",
+                kind: OptionKind::Float,
+                default: "0.25",
+                help: "weight of the free KV-cache share (1 - vllm:kv_cache_usage_perc from the metrics scrape)",
+                check: Some(non_negative_number),
+            },
+            BALANCE_ABS_OPTION,
+            BALANCE_REL_OPTION,
+            TOKENIZER_OPTION,
+            TOKENIZER_CONFIG_OPTION,
+            TOKENIZE_TIMEOUT_OPTION,
+        ],
+        build: |opts, ctx| {
+            Box::new(LmcacheAware::new(
+                LmcacheAwareOptions::from_table(opts),
+                ctx.seed,
+            ))
         },
     },
     StrategyInfo {
@@ -958,6 +1040,17 @@ fn combined_checks(name: &str, options: &toml::Table) -> Vec<(String, String)> {
                 "w_latency".to_string(),
                 "every weight is 0, so adaptive would score all targets alike; give at least \
                  one of w_latency, w_cost, w_load a value above 0"
+                    .to_string(),
+            ));
+        }
+    }
+    if name == "lmcache_aware" {
+        let weight = |k: &str, d: f64| options.get(k).and_then(number).unwrap_or(d);
+        if weight("w_prefix", 1.0) == 0.0 && weight("w_free", 0.25) == 0.0 {
+            errors.push((
+                "w_prefix".to_string(),
+                "w_prefix and w_free are both 0, so lmcache_aware would score all targets \
+                 alike; give w_prefix a value above 0"
                     .to_string(),
             ));
         }

@@ -52,6 +52,28 @@ pub fn build_request(
     json_body: Option<&[u8]>,
     keep_alive: bool,
 ) {
+    build_request_to(
+        out,
+        &target.host_header,
+        &target.headers,
+        method,
+        path,
+        json_body,
+        keep_alive,
+    );
+}
+
+/// [`build_request`] for a server that is not a target (a cache controller): its `Host`
+/// value and extra headers given directly.
+pub fn build_request_to(
+    out: &mut Vec<u8>,
+    host_header: &str,
+    headers: &[(String, String)],
+    method: &str,
+    path: &str,
+    json_body: Option<&[u8]>,
+    keep_alive: bool,
+) {
     out.clear();
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
@@ -59,8 +81,8 @@ pub fn build_request(
     // under the target URL's path prefix.
     out.extend_from_slice(path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    write_header(out, b"host", target.host_header.as_bytes());
-    for (n, v) in &target.headers {
+    write_header(out, b"host", host_header.as_bytes());
+    for (n, v) in headers {
         write_header(out, n.as_bytes(), v.as_bytes());
     }
     out.extend_from_slice(b"user-agent: rolter\r\n");

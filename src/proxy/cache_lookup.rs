@@ -1,0 +1,246 @@
+//! The worker's client of a route's LMCache controller: asks `POST /lookup` how much of the
+//! prompt each instance holds, before an `lmcache_aware` route picks.
+//!
+//! Owns, per route and core, a few idle keep-alive connections to the controller, a memo of
+//! recent answers (the same prompt prefix within `lookup_window` is asked once) and a pause
+//! after a failure (`retry_after`), so a dead controller costs one timeout per pause, not
+//! one per request. It must not fail a request: every failure is an empty answer, and the
+//! strategy falls back to load and says so. It never blocks and makes at most one call per
+//! request, within `lookup_timeout`.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use crate::config::{CacheController, Route, Target};
+use crate::engine_state::lmcache::{
+    self, Backoff, Holdings, Instances, LookupMemo, DEFAULT_CHUNK_TOKENS,
+};
+use crate::upstream::conn::UpstreamConn;
+use crate::upstream::connect::connect;
+use crate::upstream::side_request::{self, SideError};
+
+/// Largest `/lookup` answer read (one entry per instance; a few KiB at most).
+const MAX_ANSWER: usize = 256 * 1024;
+/// Idle connections kept per route and core.
+const MAX_IDLE: usize = 4;
+/// Answers remembered per route and core.
+const MEMO_ENTRIES: usize = 4096;
+
+/// What became of one request's lookup, as counted in `rolter_cache_lookups_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookupResult {
+    /// The controller answered.
+    Answered,
+    /// A recent answer for the same prefix was reused.
+    Memo,
+    /// No answer within `lookup_timeout`.
+    TimedOut,
+    /// Connect refused, a broken exchange, a non-2xx status or a malformed answer.
+    Failed,
+    /// Not asked: the controller failed within the last `retry_after`.
+    Paused,
+}
+
+impl LookupResult {
+    pub fn label(self) -> &'static str {
+        match self {
+            LookupResult::Answered => "answered",
+            LookupResult::Memo => "memo",
+            LookupResult::TimedOut => "timeout",
+            LookupResult::Failed => "error",
+            LookupResult::Paused => "paused",
+        }
+    }
+
+    /// Whether the strategy got holdings to score.
+    pub fn usable(self) -> bool {
+        matches!(self, LookupResult::Answered | LookupResult::Memo)
+    }
+}
+
+/// A lookup's holdings (`None` unless usable), its result, and how many instance ids in the
+/// answer named no target of the route.
+pub struct Lookup {
+    pub holdings: Option<Holdings>,
+    pub result: LookupResult,
+    pub unknown_instances: usize,
+}
+
+/// The options that tune the client, read from the route's strategy table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LookupOptions {
+    pub timeout: Duration,
+    pub window: Duration,
+    pub retry_after: Duration,
+    pub chunk_tokens: usize,
+}
+
+impl Default for LookupOptions {
+    fn default() -> Self {
+        LookupOptions {
+            timeout: Duration::from_millis(50),
+            window: Duration::from_secs(2),
+            retry_after: Duration::from_secs(1),
+            chunk_tokens: DEFAULT_CHUNK_TOKENS,
+        }
+    }
+}
+
+impl LookupOptions {
+    pub fn from_table(t: &toml::Table) -> LookupOptions {
+        let d = LookupOptions::default();
+        let dur = |k: &str, dflt: Duration| {
+            t.get(k)
+                .and_then(toml::Value::as_str)
+                .and_then(|s| humantime::parse_duration(s).ok())
+                .unwrap_or(dflt)
+        };
+        LookupOptions {
+            timeout: dur("lookup_timeout", d.timeout),
+            window: dur("lookup_window", d.window),
+            retry_after: dur("retry_after", d.retry_after),
+            chunk_tokens: t
+                .get("chunk_size")
+                .and_then(toml::Value::as_integer)
+                .filter(|&n| n > 0)
+                .map_or(d.chunk_tokens, |n| n as usize),
+        }
+    }
+}
+
+/// One route's controller client on one core.
+pub struct CacheLookup {
+    controller: CacheController,
+    path: String,
+    instances: Instances,
+    options: LookupOptions,
+    idle: RefCell<Vec<UpstreamConn>>,
+    memo: RefCell<LookupMemo>,
+    backoff: Cell<Backoff>,
+}
+
+impl CacheLookup {
+    /// The client of `route`'s controller, when it names one.
+    pub fn for_route(route: &Route, targets: &[Target]) -> Option<CacheLookup> {
+        let controller = route.cache_controller.clone()?;
+        let options = LookupOptions::from_table(&route.strategy.options);
+        let instances = Instances::new(
+            route
+                .targets
+                .iter()
+                .map(|&t| (targets[t].lmcache_instance.as_str(), t)),
+        );
+        Some(CacheLookup {
+            path: format!("{}/lookup", controller.base_path),
+            controller,
+            instances,
+            idle: RefCell::new(Vec::new()),
+            memo: RefCell::new(LookupMemo::new(options.window, MEMO_ENTRIES)),
+            backoff: Cell::new(Backoff::new(options.retry_after)),
+            options,
+        })
+    }
+
+    /// What the controller says the route's targets hold of `ids`. `body` and `scratch`
+    /// are the request's reusable buffers.
+    pub async fn lookup(&self, ids: &[u32], body: &mut Vec<u8>, scratch: &mut Vec<u8>) -> Lookup {
+        let now = Instant::now();
+        let key = lmcache::memo_key(ids, self.options.chunk_tokens);
+        if let Some(h) = self.memo.borrow().get(key, now) {
+            return Lookup {
+                holdings: Some(h),
+                result: LookupResult::Memo,
+                unknown_instances: 0,
+            };
+        }
+        if !self.backoff.get().open(now) {
+            return self.failed(LookupResult::Paused, now);
+        }
+        lmcache::lookup_body(ids, body);
+        let answer =
+            match monoio::time::timeout(self.options.timeout, self.call(body, scratch)).await {
+                Ok(Ok(a)) => a,
+                Ok(Err(())) => return self.failed(LookupResult::Failed, Instant::now()),
+                Err(_) => return self.failed(LookupResult::TimedOut, Instant::now()),
+            };
+        let prompt_len = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        match lmcache::parse_lookup(&answer, &self.instances, prompt_len) {
+            Ok(parsed) => {
+                let mut b = self.backoff.get();
+                b.succeeded();
+                self.backoff.set(b);
+                let holdings: Holdings = Rc::from(parsed.holdings);
+                self.memo.borrow_mut().put(key, now, holdings.clone());
+                Lookup {
+                    holdings: Some(holdings),
+                    result: LookupResult::Answered,
+                    unknown_instances: parsed.unknown_instances,
+                }
+            }
+            Err(_) => self.failed(LookupResult::Failed, Instant::now()),
+        }
+    }
+
+    fn failed(&self, result: LookupResult, now: Instant) -> Lookup {
+        if result != LookupResult::Paused {
+            let mut b = self.backoff.get();
+            b.failed(now);
+            self.backoff.set(b);
+        }
+        Lookup {
+            holdings: None,
+            result,
+            unknown_instances: 0,
+        }
+    }
+
+    /// One exchange on a pooled connection (once more on a fresh one when the pooled one
+    /// turns out closed); the answer's body on a 2xx.
+    async fn call(&self, body: &[u8], scratch: &mut Vec<u8>) -> Result<Vec<u8>, ()> {
+        let mut fresh = false;
+        loop {
+            let pooled = if fresh {
+                None
+            } else {
+                self.idle.borrow_mut().pop()
+            };
+            let reused = pooled.is_some();
+            let mut conn = match pooled {
+                Some(c) => c,
+                None => connect(self.controller.addr, self.options.timeout, None)
+                    .await
+                    .map_err(|_| ())?,
+            };
+            let mut req = std::mem::take(scratch);
+            side_request::build_request_to(
+                &mut req,
+                &self.controller.host_header,
+                &[],
+                "POST",
+                &self.path,
+                Some(body),
+                true,
+            );
+            let (req, result) = side_request::exchange(&mut conn, req, MAX_ANSWER).await;
+            *scratch = req;
+            match result {
+                Ok(resp) => {
+                    if resp.keep_alive {
+                        let mut idle = self.idle.borrow_mut();
+                        if idle.len() < MAX_IDLE {
+                            idle.push(conn);
+                        }
+                    }
+                    return if (200..300).contains(&resp.status) {
+                        Ok(resp.body)
+                    } else {
+                        Err(())
+                    };
+                }
+                Err(SideError::Io(_) | SideError::Malformed) if reused => fresh = true,
+                Err(_) => return Err(()),
+            }
+        }
+    }
+}
