@@ -81,17 +81,20 @@ fn warm(m: &MockHandle, body: &str) {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
-fn fallbacks(g: &rolter::Gateway) -> f64 {
-    let series = "rolter_strategy_fallbacks_total{route=\"r\",strategy=\"precise_cache_aware\",reason=\"kv_events_stale\"}";
+/// The value of one series on the gateway's `/metrics`, `None` when it is not there.
+fn series(g: &rolter::Gateway, name: &str) -> Option<f64> {
     call(
         g.admin_addr().unwrap(),
         &request("GET", "/metrics", &[], ""),
     )
     .text()
     .lines()
-    .find(|l| l.starts_with(series))
+    .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
     .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    .unwrap_or(0.0)
+}
+
+fn fallbacks(g: &rolter::Gateway) -> f64 {
+    series(g, "rolter_strategy_fallbacks_total{route=\"r\",strategy=\"precise_cache_aware\",reason=\"kv_events_stale\"}").unwrap_or(0.0)
 }
 
 #[test]
@@ -147,6 +150,17 @@ fn resident_prefixes_attract_evicted_ones_do_not_and_a_silent_publisher_falls_ba
             driver_name(d)
         );
         assert_eq!(fallbacks(&g), 0.0);
+        // The plane's own series show both streams live, and what they carried.
+        for t in ["t0", "t1"] {
+            let live = format!("rolter_kv_events_live{{target=\"{t}\"}}");
+            assert_eq!(series(&g, &live), Some(1.0), "{live}");
+        }
+        assert!(series(&g, "rolter_kv_events_messages_total{target=\"t0\"}").unwrap_or(0.0) >= 2.0);
+        assert!(series(&g, "rolter_kv_index_blocks{target=\"t0\"}").unwrap_or(0.0) > 0.0);
+        assert_eq!(
+            series(&g, "rolter_kv_events_gaps_total{target=\"t0\"}"),
+            Some(0.0)
+        );
         // Both publishers stop: after stale_after, picks fall back to load and say so.
         a.stop_kv_events();
         b.stop_kv_events();
@@ -154,6 +168,14 @@ fn resident_prefixes_attract_evicted_ones_do_not_and_a_silent_publisher_falls_ba
             routed(g.local_addr(), &doc);
             fallbacks(&g) > 0.0
         });
+        wait_for(
+            "the streams to be shown stale",
+            Duration::from_secs(3),
+            || {
+                series(&g, "rolter_kv_events_live{target=\"t0\"}") == Some(0.0)
+                    && series(&g, "rolter_kv_events_live{target=\"t1\"}") == Some(0.0)
+            },
+        );
         g.shutdown(Duration::from_secs(1));
     }
 }

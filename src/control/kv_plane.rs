@@ -19,7 +19,7 @@
 //! logs only transitions, never per batch.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -84,6 +84,28 @@ impl KvRepair {
 
     pub fn index(&self) -> &KvIndex {
         &self.index
+    }
+
+    /// The report of the target behind transport counters `s`.
+    pub fn report(&self, s: &KvTransportStats) -> KvTargetReport {
+        let index = self.index.target_stats(s.target as u32);
+        let counters = index.map(|i| i.counters).unwrap_or_default();
+        KvTargetReport {
+            target: s.target,
+            connected: s.connected,
+            live: self.view.kv_live(s.target),
+            frames: s.frames,
+            replayed: s.replayed,
+            malformed: s.malformed,
+            dropped: s.dropped,
+            gaps: s.gaps,
+            replays: s.replays,
+            replay_failures: s.replay_failures,
+            seq_resets: s.seq_resets,
+            drops: counters.drops,
+            blocks: index.map_or(0, |i| i.engine_blocks as u64),
+            evicted: counters.evicted,
+        }
     }
 
     fn next_seq(&self, t: usize) -> Option<u64> {
@@ -201,8 +223,56 @@ impl KvRepair {
     }
 }
 
+/// One target's KV-event stream and index share, as `/metrics` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KvTargetReport {
+    pub target: usize,
+    /// The subscription is connected to the publisher.
+    pub connected: bool,
+    /// The workers trust this target's index entries (stream in order and recent).
+    pub live: bool,
+    /// Messages received (live and replayed).
+    pub frames: u64,
+    /// Messages received through replay.
+    pub replayed: u64,
+    /// Messages that were not three frames, or whose sequence was not 8 bytes.
+    pub malformed: u64,
+    /// Messages dropped because the index thread fell behind.
+    pub dropped: u64,
+    /// Sequence gaps seen.
+    pub gaps: u64,
+    /// Replays requested, and those that failed.
+    pub replays: u64,
+    pub replay_failures: u64,
+    /// Publisher restarts (the sequence went back).
+    pub seq_resets: u64,
+    /// Times the target's entries were dropped (unrepaired gap, stale publisher).
+    pub drops: u64,
+    /// Blocks the index holds for the target, and blocks evicted by its memory bound.
+    pub blocks: u64,
+    pub evicted: u64,
+}
+
+/// The latest per-target reports, written by the index thread every 100 ms and read by the
+/// control thread when `/metrics` is rendered (never by a worker).
+#[derive(Debug, Clone, Default)]
+pub struct KvReports(Arc<Mutex<Vec<KvTargetReport>>>);
+
+impl KvReports {
+    pub fn snapshot(&self) -> Vec<KvTargetReport> {
+        self.0.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    fn publish(&self, reports: Vec<KvTargetReport>) {
+        if let Ok(mut g) = self.0.lock() {
+            *g = reports;
+        }
+    }
+}
+
 /// The running plane: the transport and the index thread.
 pub struct KvPlane {
+    reports: KvReports,
     transport: Option<KvTransport>,
     thread: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -228,14 +298,22 @@ impl KvPlane {
         let commands = transport.commands();
         let stats_source = transport.stats_handle();
         let flag = stop.clone();
+        let reports = KvReports::default();
+        let sink = reports.clone();
         let thread = std::thread::Builder::new()
             .name("rolter-kv-index".into())
-            .spawn(move || run(repair, frames, commands, stats_source, flag, opts))?;
+            .spawn(move || run(repair, frames, commands, stats_source, sink, flag, opts))?;
         Ok(KvPlane {
+            reports,
             transport: Some(transport),
             thread: Some(thread),
             stop,
         })
+    }
+
+    /// The handle `/metrics` reads the per-target reports from.
+    pub fn reports(&self) -> KvReports {
+        self.reports.clone()
     }
 
     /// The transport's counters, per subscription.
@@ -272,6 +350,7 @@ fn run(
     frames: Receiver<KvFrame>,
     commands: crossbeam_channel::Sender<KvCommand>,
     stats: StatsHandle,
+    reports: KvReports,
     stop: Arc<AtomicBool>,
     opts: KvPlaneOptions,
 ) {
@@ -295,7 +374,9 @@ fn run(
         let now = Instant::now();
         if now >= next_check {
             next_check = now + Duration::from_millis(100);
-            for s in stats.snapshot() {
+            let snapshot = stats.snapshot();
+            reports.publish(snapshot.iter().map(|s| repair.report(s)).collect());
+            for s in snapshot {
                 if down_since.len() <= s.target {
                     down_since.resize(s.target + 1, None);
                 }

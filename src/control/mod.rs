@@ -46,6 +46,8 @@ pub struct ControlContext {
     pub admin: Option<StdListener>,
     pub driver: ActiveDriver,
     pub workers: usize,
+    /// The KV-event plane's reports, shown on `/metrics`.
+    pub kv_reports: Option<kv_plane::KvReports>,
 }
 
 /// Starts the control thread.
@@ -69,6 +71,7 @@ async fn run(ctx: ControlContext) {
         flags,
         admin,
         workers,
+        kv_reports,
         ..
     } = ctx;
     let plane = Rc::new(RefCell::new(Plane::new(
@@ -76,6 +79,7 @@ async fn run(ctx: ControlContext) {
         switches.clone(),
         workers,
     )));
+    plane.borrow_mut().kv_reports = kv_reports;
 
     if let Some(listener) = admin {
         match monoio::net::TcpListener::from_std(listener) {

@@ -57,6 +57,8 @@ pub struct Plane {
     mirrors: Vec<Box<dyn Strategy>>,
     /// Per (route, reason): when a fallback was last logged and how many happened since.
     fallbacks: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    /// The KV-event plane's per-target reports, when any target publishes events.
+    pub kv_reports: Option<super::kv_plane::KvReports>,
     /// Rate-limited log book of failing cache lookups, per (route, problem).
     lookup_problems: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// LoRA adapter residency per target, for routes that read it.
@@ -135,6 +137,7 @@ impl Plane {
             events: Vec::new(),
             fallbacks: Default::default(),
             lookup_problems: Default::default(),
+            kv_reports: None,
             config,
         }
     }
@@ -530,6 +533,8 @@ impl Plane {
 
     pub fn render_metrics(&self, now: Instant, out: &mut String) {
         let gauges = self.gauges(now);
-        self.metrics.render(&gauges, self.switches.adaptive(), out);
+        let kv = self.kv_reports.as_ref().map(|r| r.snapshot());
+        self.metrics
+            .render_with_kv(&gauges, self.switches.adaptive(), kv.as_deref(), out);
     }
 }

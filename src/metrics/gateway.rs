@@ -20,6 +20,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::gauges::{self, TargetGauges};
+use crate::control::kv_plane::KvTargetReport;
 use crate::strategy::Sample;
 
 /// `rolter_ttft_seconds` bucket bounds: 5 ms (a warm prefix cache) to 60 s (a long queue
@@ -425,9 +426,25 @@ impl GatewayMetrics {
     /// histograms recorded so far, then the target gauges given here (`gauges[i]` for target
     /// `i`) and `rolter_adaptive_enabled`. Families without any series are left out.
     pub fn render(&self, gauges: &[TargetGauges], adaptive_enabled: bool, out: &mut String) {
+        self.render_with_kv(gauges, adaptive_enabled, None, out);
+    }
+
+    /// [`Self::render`], plus the KV-event plane's series when the gateway subscribes to
+    /// any target's events.
+    pub fn render_with_kv(
+        &self,
+        gauges: &[TargetGauges],
+        adaptive_enabled: bool,
+        kv: Option<&[KvTargetReport]>,
+        out: &mut String,
+    ) {
         let live = gauges::registry(&self.targets, gauges, adaptive_enabled);
         // Writing into a String cannot fail; an error could only come from an encoder bug.
-        let written = encode(out, &self.registry).and_then(|()| encode(out, &live));
+        let mut written = encode(out, &self.registry).and_then(|()| encode(out, &live));
+        if let Some(reports) = kv {
+            let kv = super::kv_events::registry(&self.targets, reports);
+            written = written.and_then(|()| encode(out, &kv));
+        }
         debug_assert!(written.is_ok(), "metrics encoding failed");
     }
 }

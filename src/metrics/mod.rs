@@ -14,9 +14,11 @@
 //!
 //! - [`gateway`]: the counters and histograms, and rendering.
 //! - [`gauges`]: the per-target gauges given at render time.
+//! - [`kv_events`]: the KV-event plane's per-target series, from its reports at render time.
 
 pub mod gateway;
 pub mod gauges;
+pub mod kv_events;
 
 #[cfg(test)]
 mod tests;

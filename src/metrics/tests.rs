@@ -558,3 +558,61 @@ fn out_of_range_indices() {
 fn content_type_is_the_prometheus_text_format() {
     assert_eq!(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
 }
+
+#[test]
+fn cache_lookups_and_kv_event_series() {
+    let mut m = metrics();
+    m.record_cache_lookup(0, "answered");
+    m.record_cache_lookup(0, "answered");
+    m.record_cache_lookup(0, "memo");
+    m.record_cache_lookup(1, "timeout");
+    let reports = [crate::control::kv_plane::KvTargetReport {
+        target: 1,
+        connected: true,
+        live: true,
+        frames: 40,
+        replayed: 3,
+        gaps: 2,
+        replays: 1,
+        blocks: 1200,
+        ..Default::default()
+    }];
+    let gauges = [gauge(0, ScrapeStatus::Off), gauge(0, ScrapeStatus::Off)];
+    let mut out = String::new();
+    m.render_with_kv(&gauges, false, Some(&reports), &mut out);
+    let s = Scrape::parse(&out).unwrap_or_else(|e| panic!("{e:?}\n{out}"));
+    assert!(s
+        .metrics
+        .iter()
+        .all(|f| f.help_desc.is_some() && f.kind != Type::Untyped));
+    let lookups = "rolter_cache_lookups_total";
+    assert_eq!(kind(&s, lookups), Some(Type::Counter));
+    assert_eq!(
+        value(&s, lookups, &[("route", "chat"), ("result", "answered")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&s, lookups, &[("route", "chat"), ("result", "memo")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&s, lookups, &[("route", "embed"), ("result", "timeout")]),
+        Some(1.0)
+    );
+    let t = [("target", "b")];
+    assert_eq!(value(&s, "rolter_kv_events_live", &t), Some(1.0));
+    assert_eq!(kind(&s, "rolter_kv_events_live"), Some(Type::Gauge));
+    assert_eq!(value(&s, "rolter_kv_events_messages_total", &t), Some(40.0));
+    assert_eq!(
+        kind(&s, "rolter_kv_events_messages_total"),
+        Some(Type::Counter)
+    );
+    assert_eq!(value(&s, "rolter_kv_events_gaps_total", &t), Some(2.0));
+    assert_eq!(value(&s, "rolter_kv_index_blocks", &t), Some(1200.0));
+    // Only targets that publish have series.
+    assert_eq!(value(&s, "rolter_kv_events_live", &[("target", "a")]), None);
+    // Without a KV plane, none of its families is written.
+    let mut plain = String::new();
+    m.render(&gauges, false, &mut plain);
+    assert!(!plain.contains("rolter_kv_"), "{plain}");
+}

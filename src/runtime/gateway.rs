@@ -181,6 +181,7 @@ impl Gateway {
             admin,
             driver,
             workers: count,
+            kv_reports: kv_plane.as_ref().map(KvPlane::reports),
         })?;
         for _ in 0..count {
             match ready_rx.recv_timeout(Duration::from_secs(10)) {
