@@ -79,6 +79,10 @@ pub struct MockConfig {
     /// `None` (the default) publishes nothing. Needs the prefix cache: when
     /// `prefix_cache` is `None`, the default [`PrefixCacheConfig`] is used.
     pub kv_events: Option<KvEventsConfig>,
+    /// An LMCache worker (CPU-offload store of chunk KV, reported to an LMCache
+    /// controller over ZMQ); `None` (the default) runs none. Needs the prefix cache's
+    /// token ids: when `prefix_cache` is `None`, the default [`PrefixCacheConfig`] is used.
+    pub lmcache: Option<LmcacheWorkerConfig>,
 }
 
 impl Default for MockConfig {
@@ -97,6 +101,7 @@ impl Default for MockConfig {
             prefix_cache: None,
             lora: None,
             kv_events: None,
+            lmcache: None,
         }
     }
 }
@@ -163,6 +168,49 @@ impl Default for KvEventsConfig {
             replay_endpoint: None,
             topic: String::new(),
             buffer_steps: 10_000,
+        }
+    }
+}
+
+/// An LMCache worker in the engine, as `LMCACHE_ENABLE_CONTROLLER=True` runs one.
+///
+/// After a chat or completions request's prefill, its prompt token ids are stored in
+/// chunks of `chunk_size` tokens (the last partial chunk too, as LMCache's
+/// `save_unfull_chunk=True`), each keyed by a hash chained over the previous chunk's key.
+/// A chunk not yet held is admitted (`KVAdmitMsg` to the controller); beyond
+/// `capacity_chunks` the least recently used chunks are evicted (`KVEvictMsg`). The
+/// worker registers on start (`RegisterMsg`), beats every second (`HeartbeatMsg`) and
+/// deregisters on shutdown (`DeRegisterMsg`). A request whose leading chunks are held
+/// counts those tokens as cached for its prefill time. See the crate's `lmcache_worker`
+/// and `lmcache_wire` modules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LmcacheWorkerConfig {
+    /// The controller's PULL endpoint the worker's PUSH socket connects to, e.g.
+    /// `tcp://127.0.0.1:5600` (LMCache's `controller_url`).
+    pub controller: String,
+    /// `instance_id` of every message (LMCache's `lmcache_instance_id`); empty (the
+    /// default) means the engine's name.
+    pub instance_id: String,
+    /// `worker_id` of every message (the tensor-parallel rank; 0).
+    pub worker_id: u32,
+    /// Tokens per chunk (LMCache's `chunk_size`, 256 by default). The controller must use
+    /// the same.
+    pub chunk_size: usize,
+    /// Chunks the CPU-offload store holds (LRU); 0 stores nothing.
+    pub capacity_chunks: usize,
+    /// `location` of the admit and evict messages (the storage backend's name).
+    pub location: String,
+}
+
+impl Default for LmcacheWorkerConfig {
+    fn default() -> Self {
+        LmcacheWorkerConfig {
+            controller: "tcp://127.0.0.1:5600".to_string(),
+            instance_id: String::new(),
+            worker_id: 0,
+            chunk_size: 256,
+            capacity_chunks: 1024,
+            location: "LocalCPUBackend".to_string(),
         }
     }
 }

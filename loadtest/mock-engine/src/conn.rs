@@ -28,6 +28,7 @@ use monoio::time::Instant;
 use crate::admission::Admission;
 use crate::api::{self, Api, FaultBody, Gen, GenBody};
 use crate::http::{self, Body, Head, Length, Parse, Route};
+use crate::lmcache_worker::LmcacheQuery;
 use crate::lora::{self, LoraSlot};
 use crate::prefix::{self, PrefixQuery};
 use crate::stats::{inc, Stats};
@@ -143,6 +144,13 @@ impl Reader {
             self.buf = Some(buf);
         }
     }
+}
+
+/// A chat or completions prompt, keyed for the prefix cache and chunked for the LMCache
+/// worker (each `None` when that model is off or the request has no prompt).
+struct PromptQueries {
+    prefix: Option<PrefixQuery>,
+    lmcache: Option<LmcacheQuery>,
 }
 
 enum Flow {
@@ -382,13 +390,23 @@ impl Conn {
                 );
                 api::tokenize_body(body_bytes, cpt)
             });
-        // With the prefix cache on, chat and completions prompts are keyed here, while
-        // the body bytes are at hand; the lookup itself happens on admission.
-        let prefix_query: Option<PrefixQuery> = match (&self.shared.prefix, head.route) {
+        // With the prefix cache on, chat and completions prompts are keyed here (and
+        // chunked for the LMCache worker), while the body bytes are at hand; the lookups
+        // themselves happen on admission.
+        let (prefix_query, lmcache_query) = match (&self.shared.prefix, head.route) {
             (Some(cache), Route::Chat | Route::Completions) => {
-                prefix::canonical_prompt(body_bytes).map(|p| cache.query(&p))
+                match prefix::canonical_prompt(body_bytes) {
+                    Some(p) => (
+                        Some(cache.query(&p)),
+                        self.shared
+                            .lmcache
+                            .as_ref()
+                            .map(|w| w.query(&prefix::token_ids(&p, cache.chars_per_token()))),
+                    ),
+                    None => (None, None),
+                }
             }
-            _ => None,
+            _ => (None, None),
         };
         let lora_body: Option<Vec<u8>> =
             matches!(head.route, Route::LoraLoad | Route::LoraUnload).then(|| body_bytes.to_vec());
@@ -430,6 +448,9 @@ impl Conn {
                     .render_metrics(&shared.metrics_model, shared.cfg.max_running);
                 if let Some(l) = &shared.lora {
                     l.render_metrics(&mut text);
+                }
+                if let Some(w) = &shared.lmcache {
+                    w.render_metrics(&mut text, &shared.metrics_model);
                 }
                 self.respond(
                     200,
@@ -482,7 +503,11 @@ impl Conn {
             }
             route => {
                 let parsed = parsed.unwrap_or_else(|| Err("missing body".into()));
-                self.inference(route, head, parsed, prefix_query).await
+                let prompt = PromptQueries {
+                    prefix: prefix_query,
+                    lmcache: lmcache_query,
+                };
+                self.inference(route, head, parsed, prompt).await
             }
         }
     }
@@ -521,8 +546,12 @@ impl Conn {
         route: Route,
         head: Head,
         parsed: Result<GenBody, String>,
-        prefix_query: Option<PrefixQuery>,
+        prompt_queries: PromptQueries,
     ) -> Flow {
+        let PromptQueries {
+            prefix: prefix_query,
+            lmcache: lmcache_query,
+        } = prompt_queries;
         let shared = self.shared.clone();
         let cfg = &shared.cfg;
         let stats = &shared.stats;
@@ -594,17 +623,21 @@ impl Conn {
         if stall_after == Some(0) {
             return self.stall(&head, 0).await;
         }
-        // Prefix-cache lookup on admission (as vLLM's scheduler does); the uncached
-        // prompt tokens add their prefill time to the constant TTFT.
+        // Prefix-cache (and LMCache) lookup on admission, as vLLM's scheduler does; the
+        // prompt tokens neither holds add their prefill time to the constant TTFT.
         let (first_token, cached_tokens) = match (&shared.prefix, &prefix_query) {
             (Some(cache), Some(q)) => {
-                let hit = cache.lookup(q);
+                let mut hit = cache.lookup(q);
                 stats
                     .prefix_cache_queries
                     .fetch_add(hit.prompt_tokens, Relaxed);
                 stats
                     .prefix_cache_hits
                     .fetch_add(hit.cached_tokens, Relaxed);
+                if let (Some(w), Some(lq)) = (&shared.lmcache, &lmcache_query) {
+                    let external = w.lookup(lq).min(hit.prompt_tokens);
+                    hit.cached_tokens = hit.cached_tokens.max(external);
+                }
                 (cache.first_token_delay(ttft, &hit), Some(hit.cached_tokens))
             }
             _ => (ttft, None),
@@ -652,6 +685,12 @@ impl Conn {
             }
             .filter(|&n| n <= tokens);
             let last = fault_at.unwrap_or(tokens).max(1) - 1;
+            if let Some(q) = &lmcache_query {
+                if !self.wait_until(token_time(0)).await {
+                    return self.abort(&head, 0);
+                }
+                self.lmcache_store(q);
+            }
             if !self.wait_until(token_time(last)).await {
                 return self.abort(&head, 0);
             }
@@ -697,6 +736,9 @@ impl Conn {
         if !self.wait_until(token_time(0)).await {
             return self.abort(&head, 0);
         }
+        if let Some(q) = &lmcache_query {
+            self.lmcache_store(q);
+        }
         {
             let (out, ev) = (&mut self.out, &mut self.ev);
             gen.start_events(ev, &mut |ev: &mut Vec<u8>| emit(out, ev, chunked));
@@ -739,6 +781,13 @@ impl Conn {
             Flow::KeepAlive
         } else {
             Flow::Close
+        }
+    }
+
+    /// Once a prompt's prefill is done, the LMCache worker stores its chunks.
+    fn lmcache_store(&self, q: &LmcacheQuery) {
+        if let Some(w) = &self.shared.lmcache {
+            w.store(q);
         }
     }
 

@@ -8,11 +8,16 @@
 //! `http` (HTTP/1.1 parsing and response heads), `api` (vLLM's JSON and SSE formats),
 //! `admission` (the `max_running` FIFO queue), `prefix` (the prefix-cache model and the
 //! mock's token ids), `kv_events` (KV-cache events over ZMQ, as vLLM publishes them),
-//! [`lora`] (LoRA adapters: slots, load/unload, `vllm:lora_requests_info`),
-//! [`stats`] (counters and `/metrics`).
+//! `lmcache_worker` (the engine's LMCache worker: chunk store and controller reports),
+//! [`lmcache_wire`] (LMCache's worker messages and chunk keys),
+//! [`lmcache_controller`] (an LMCache controller stand-in: `/lookup` over HTTP, fed by
+//! workers over ZMQ), [`lora`] (LoRA adapters: slots, load/unload,
+//! `vllm:lora_requests_info`), [`stats`] (counters and `/metrics`).
 
 pub mod client;
 pub mod config;
+pub mod lmcache_controller;
+pub mod lmcache_wire;
 pub mod lora;
 pub mod stats;
 
@@ -21,6 +26,7 @@ mod api;
 mod conn;
 mod http;
 mod kv_events;
+mod lmcache_worker;
 mod prefix;
 mod server;
 
@@ -29,9 +35,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-pub use config::{Driver, Fault, KvEventsConfig, MockConfig, PrefixCacheConfig};
+pub use config::{
+    Driver, Fault, KvEventsConfig, LmcacheWorkerConfig, MockConfig, PrefixCacheConfig,
+};
+pub use lmcache_controller::{Controller, ControllerConfig, LayoutEntry};
 pub use lora::{LoraConfig, LoraStats};
-pub use stats::{PrefixCacheStats, StatsSnapshot};
+pub use stats::{LmcacheStats, PrefixCacheStats, StatsSnapshot};
 
 /// A request as received (kept when `MockConfig::record_requests` is set).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +77,8 @@ pub(crate) struct Shared {
     pub lora: Option<Arc<lora::Lora>>,
     /// The KV-event publisher, when `cfg.kv_events` is set.
     pub kv: Option<Arc<kv_events::KvPublisher>>,
+    /// The LMCache worker, when `cfg.lmcache` is set.
+    pub lmcache: Option<Arc<lmcache_worker::LmcacheWorker>>,
     fault_set: AtomicBool,
     fault: Mutex<Option<Fault>>,
     pub recorded: Mutex<Vec<RecordedRequest>>,
@@ -106,8 +117,16 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
         }
         None => None,
     };
+    if cfg.lmcache.is_some() {
+        cfg.prefix_cache
+            .get_or_insert_with(PrefixCacheConfig::default);
+    }
     let listeners = server::bind(cfg.listen, cfg.threads)?;
     let addr = listeners[0].local_addr()?;
+    let lmcache = match &cfg.lmcache {
+        Some(l) => Some(lmcache_worker::LmcacheWorker::start(l, &cfg.name, addr)?),
+        None => None,
+    };
     let default_model = cfg.models[0].clone();
     let shared = Arc::new(Shared {
         engine_header: format!("x-mock-engine: {}\r\n", cfg.name).into_bytes(),
@@ -120,6 +139,7 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
             .as_ref()
             .map(|p| prefix::PrefixCache::new(p, kv.clone())),
         kv,
+        lmcache,
         lora: cfg.lora.clone().map(|l| Arc::new(lora::Lora::new(l))),
         fault_set: AtomicBool::new(false),
         fault: Mutex::new(None),
@@ -251,6 +271,17 @@ impl MockHandle {
         }
     }
 
+    /// The LMCache worker's counters and occupancy; `None` without `lmcache`.
+    pub fn lmcache_stats(&self) -> Option<LmcacheStats> {
+        Some(self.shared.lmcache.as_ref()?.stats())
+    }
+
+    /// The instance id the LMCache worker reports (the engine's name unless configured);
+    /// `None` without `lmcache`.
+    pub fn lmcache_instance_id(&self) -> Option<&str> {
+        Some(self.shared.lmcache.as_ref()?.instance_id())
+    }
+
     /// Requests received so far (empty unless `record_requests`).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.recorded.lock().unwrap().clone()
@@ -278,6 +309,9 @@ impl MockHandle {
         }
         if let Some(kv) = &self.shared.kv {
             kv.shutdown();
+        }
+        if let Some(w) = &self.shared.lmcache {
+            w.shutdown();
         }
     }
 }

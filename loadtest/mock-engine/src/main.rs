@@ -1,17 +1,50 @@
-//! `rolter-mock` binary: runs one mock engine until SIGINT/SIGTERM.
+//! `rolter-mock` binary: runs one mock engine (or, with the `lmcache-controller`
+//! subcommand, an LMCache controller stand-in) until SIGINT/SIGTERM.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use clap::Parser;
-use rolter_mock::{Driver, KvEventsConfig, MockConfig, PrefixCacheConfig};
+use clap::{Parser, Subcommand};
+use rolter_mock::{
+    Controller, ControllerConfig, Driver, KvEventsConfig, LmcacheWorkerConfig, MockConfig,
+    PrefixCacheConfig,
+};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "rolter-mock",
-    about = "A fast mock of vLLM's OpenAI-compatible server"
+    about = "A fast mock of vLLM's OpenAI-compatible server",
+    args_conflicts_with_subcommands = true
 )]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    engine: Args,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run an LMCache controller stand-in: workers PUSH to its PULL socket, routers ask
+    /// its HTTP `/lookup` which instance holds how much of a prompt.
+    LmcacheController(ControllerArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ControllerArgs {
+    /// HTTP listen address (`/lookup`, `/query_instance`, `/health`).
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    http: SocketAddr,
+    /// ZMQ bind endpoint of the PULL socket the workers push to.
+    #[arg(long, default_value = "tcp://127.0.0.1:9100")]
+    pull: String,
+    /// Tokens per chunk (must match the workers').
+    #[arg(long, default_value_t = 256)]
+    chunk_size: usize,
+}
+
+#[derive(clap::Args, Debug)]
 struct Args {
     /// Listen address.
     #[arg(long, default_value = "127.0.0.1:9001")]
@@ -74,6 +107,22 @@ struct Args {
     /// KV-event messages kept for replay.
     #[arg(long, default_value_t = 10_000)]
     kv_buffer_steps: usize,
+    /// Run an LMCache worker that reports its chunk store to the controller whose PULL
+    /// socket is here (e.g. `tcp://127.0.0.1:9100`). Turns the prefix cache on.
+    #[arg(long)]
+    lmcache_controller: Option<String>,
+    /// The LMCache instance id (default: the engine name).
+    #[arg(long, requires = "lmcache_controller")]
+    lmcache_instance_id: Option<String>,
+    /// The LMCache worker id.
+    #[arg(long, default_value_t = 0)]
+    lmcache_worker_id: u32,
+    /// Tokens per LMCache chunk (must match the controller's).
+    #[arg(long, default_value_t = 256)]
+    lmcache_chunk_size: usize,
+    /// Chunks the LMCache CPU store holds (LRU).
+    #[arg(long, default_value_t = LmcacheWorkerConfig::default().capacity_chunks)]
+    lmcache_capacity_chunks: usize,
     /// Keep received requests in memory (tests only).
     #[arg(long, hide = true)]
     record_requests: bool,
@@ -85,8 +134,55 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// Installs the SIGINT/SIGTERM handler.
+fn on_signals() {
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+fn wait_for_signal() {
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn main() {
-    let args = Args::parse();
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::LmcacheController(c)) => run_controller(c),
+        None => run_engine(cli.engine),
+    }
+}
+
+fn run_controller(args: ControllerArgs) {
+    let controller = match Controller::start(ControllerConfig {
+        http: args.http,
+        pull: args.pull,
+        chunk_size: args.chunk_size,
+    }) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rolter-mock lmcache-controller: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
+    on_signals();
+    println!(
+        "lmcache controller stand-in: http on {}, pull on {} (chunk size {})",
+        controller.http_addr(),
+        controller.pull_endpoint(),
+        args.chunk_size
+    );
+    wait_for_signal();
+    controller.shutdown();
+}
+
+fn run_engine(args: Args) {
+    let lmcache_controller = args.lmcache_controller.clone();
     let mut models = args.models;
     if models.is_empty() {
         models.push("mock-model".to_string());
@@ -102,8 +198,11 @@ fn main() {
         max_running: args.max_running,
         driver: args.driver,
         record_requests: args.record_requests,
-        prefix_cache: match (args.prefix_cache_blocks, &args.kv_events_endpoint) {
-            (None, None) => None,
+        prefix_cache: match (
+            args.prefix_cache_blocks,
+            args.kv_events_endpoint.is_some() || args.lmcache_controller.is_some(),
+        ) {
+            (None, false) => None,
             (blocks, _) => Some(PrefixCacheConfig {
                 block_tokens: args.block_tokens,
                 capacity_blocks: blocks.unwrap_or(PrefixCacheConfig::default().capacity_blocks),
@@ -117,6 +216,16 @@ fn main() {
             topic: args.kv_topic,
             buffer_steps: args.kv_buffer_steps,
         }),
+        lmcache: args
+            .lmcache_controller
+            .map(|controller| LmcacheWorkerConfig {
+                controller,
+                instance_id: args.lmcache_instance_id.unwrap_or_default(),
+                worker_id: args.lmcache_worker_id,
+                chunk_size: args.lmcache_chunk_size,
+                capacity_chunks: args.lmcache_capacity_chunks,
+                ..LmcacheWorkerConfig::default()
+            }),
         lora: (args.max_loras.is_some() || !args.lora_adapters.is_empty()).then(|| {
             rolter_mock::LoraConfig {
                 max_loras: args.max_loras.unwrap_or(1),
@@ -132,12 +241,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
-    }
+    on_signals();
     println!(
         "rolter-mock {} listening on {} (driver: {})",
         handle.name(),
@@ -150,8 +254,9 @@ fn main() {
             None => println!("kv events on {ep}"),
         }
     }
-    while !STOP.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(50));
+    if let (Some(id), Some(controller)) = (handle.lmcache_instance_id(), &lmcache_controller) {
+        println!("lmcache worker {id} reporting to {controller}");
     }
+    wait_for_signal();
     handle.shutdown();
 }

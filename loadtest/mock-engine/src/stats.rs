@@ -46,6 +46,28 @@ pub struct PrefixCacheStats {
     pub evicted_blocks: u64,
 }
 
+/// The LMCache worker's counters and occupancy (see `MockHandle::lmcache_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LmcacheStats {
+    /// Lookups (one per admitted chat or completions request).
+    pub lookups: u64,
+    /// Prompt tokens looked up (`lmcache:num_requested_tokens_total`).
+    pub query_tokens: u64,
+    /// Prompt tokens found held: the end of the last leading chunk held
+    /// (`lmcache:num_hit_tokens_total`).
+    pub hit_tokens: u64,
+    /// Chunks admitted into the store (each sent as `KVAdmitMsg`).
+    pub admitted_chunks: u64,
+    /// Chunks evicted from the store (each sent as `KVEvictMsg`).
+    pub evicted_chunks: u64,
+    /// Chunks held now.
+    pub resident_chunks: u64,
+    /// Messages handed to ZMQ (registration, heartbeats, admissions, evictions).
+    pub sent_messages: u64,
+    /// Messages dropped: the sender's queue was full or ZMQ could not take them.
+    pub dropped_messages: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct Stats {
     pub requests: AtomicU64,
