@@ -318,11 +318,72 @@ fn bench_lora_aware(c: &mut Criterion) {
     g.finish();
 }
 
+/// lmcache_aware: the worker's side of a lookup (memo key, request body, answer parsing)
+/// for 1 KiB and 32 KiB prompts (256 and 8192 tokens), and the pick over 4, 16 and 64
+/// targets of which every fourth holds part of the prompt.
+fn bench_lmcache_aware(c: &mut Criterion) {
+    use rolter::engine_state::lmcache::{lookup_body, memo_key, parse_lookup, Instances};
+
+    let mut g = c.benchmark_group("lmcache_aware");
+    for (label, tokens) in [("1KiB", 256u32), ("32KiB", 8192)] {
+        let ids: Vec<u32> = (0..tokens).map(|i| i * 7 + 100).collect();
+        let mut body = Vec::new();
+        g.bench_function(format!("memo_key/{label}"), |b| {
+            b.iter(|| memo_key(black_box(&ids), 256))
+        });
+        g.bench_function(format!("body/{label}"), |b| {
+            b.iter(|| lookup_body(black_box(&ids), &mut body))
+        });
+    }
+    for n in [4usize, 16, 64] {
+        let names: Vec<String> = (0..n).map(|i| format!("vllm-pod-{i}")).collect();
+        let instances = Instances::new(names.iter().map(String::as_str).zip(0..n));
+        let answer = format!(
+            "{{\"event_id\":\"Lookup0f1e\",\"layout_info\":{{{}}}}}",
+            (0..n)
+                .step_by(4)
+                .map(|i| format!("\"vllm-pod-{i}\":[\"LocalCPUBackend\",{}]", 256 * (i + 1)))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        g.bench_function(format!("parse/{n}"), |b| {
+            b.iter(|| parse_lookup(black_box(answer.as_bytes()), &instances, 8192))
+        });
+        let held = parse_lookup(answer.as_bytes(), &instances, 8192)
+            .unwrap()
+            .holdings;
+        let inputs = AsyncInputs {
+            token_ids: Some((0..8192u32).collect::<Vec<_>>().into()),
+            cached_tokens: Some(held.into()),
+            ..AsyncInputs::default()
+        };
+        let req = PickRequest {
+            model: "m",
+            session: SessionKey::default(),
+            prompt: b"[]",
+            prompt_tokens: 8192,
+            max_tokens: Some(256),
+            inputs: &inputs,
+        };
+        let mut cands = bench_candidates(n, |_| 1.0);
+        for (i, c) in cands.iter_mut().enumerate() {
+            c.kv_usage = Some((i % 10) as f32 / 10.0);
+        }
+        let mut s = build_strategy("lmcache_aware", n, vec![None; n]);
+        let now = Instant::now();
+        g.bench_function(format!("pick/{n}"), |b| {
+            b.iter(|| s.pick(black_box(&req), black_box(&cands), now))
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     bench_picks,
     bench_cache_aware,
     bench_pipeline,
-    bench_lora_aware
+    bench_lora_aware,
+    bench_lmcache_aware
 );
 criterion_main!(benches);

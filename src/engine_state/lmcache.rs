@@ -124,11 +124,16 @@ pub fn parse_lookup(
 pub fn memo_key(tokens: &[u32], chunk: usize) -> u64 {
     let whole = tokens.len() / chunk.max(1) * chunk.max(1);
     let keyed = if whole == 0 { tokens } else { &tokens[..whole] };
-    let mut bytes = Vec::with_capacity(keyed.len() * 4);
-    for t in keyed {
-        bytes.extend_from_slice(&t.to_le_bytes());
+    // Streamed through a stack buffer: no allocation per request.
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = [0u8; 4096];
+    for part in keyed.chunks(buf.len() / 4) {
+        for (dst, t) in buf.chunks_exact_mut(4).zip(part) {
+            dst.copy_from_slice(&t.to_le_bytes());
+        }
+        hasher.update(&buf[..part.len() * 4]);
     }
-    xxhash_rust::xxh3::xxh3_64(&bytes) ^ (keyed.len() as u64).rotate_left(32)
+    hasher.digest() ^ (keyed.len() as u64).rotate_left(32)
 }
 
 /// Recent answers by memo key, each reused until `window` after it arrived. Bounded: when
@@ -172,6 +177,30 @@ impl LookupMemo {
             }
         }
         self.entries.insert(key, (now, holdings));
+    }
+
+    /// The request behind `key` was just sent to `target`, whose engine will store its
+    /// `tokens` prompt tokens: a remembered answer now says so, so the prompts after it in
+    /// the window follow it instead of the answer from before it was stored. Without a
+    /// remembered answer nothing changes.
+    pub fn note_routed(&mut self, key: u64, target: TargetId, tokens: u32) {
+        let Some((_, holdings)) = self.entries.get_mut(&key) else {
+            return;
+        };
+        if holdings
+            .iter()
+            .any(|&(t, held)| t == target && held >= tokens)
+        {
+            return;
+        }
+        let mut merged: Vec<(TargetId, u32)> = holdings
+            .iter()
+            .copied()
+            .filter(|&(t, _)| t != target)
+            .collect();
+        merged.push((target, tokens));
+        merged.sort_unstable();
+        *holdings = Rc::from(merged);
     }
 
     pub fn len(&self) -> usize {
@@ -294,6 +323,14 @@ mod tests {
             m.put(100 + k, t0 + Duration::from_secs(k), h.clone());
             assert!(m.len() <= 3);
         }
+        // A request routed to target 2 makes the remembered answer name it.
+        m.put(5, t0, Rc::from(vec![(1, 256)]));
+        m.note_routed(5, 2, 600);
+        assert_eq!(&*m.get(5, t0).unwrap(), &[(1, 256), (2, 600)]);
+        m.note_routed(5, 1, 600);
+        assert_eq!(&*m.get(5, t0).unwrap(), &[(1, 600), (2, 600)]);
+        m.note_routed(6, 1, 600);
+        assert_eq!(m.get(6, t0), None, "nothing remembered, nothing noted");
         // A zero window turns the memo off.
         let mut off = LookupMemo::new(Duration::ZERO, 3);
         off.put(1, t0, h);

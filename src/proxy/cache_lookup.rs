@@ -2,7 +2,9 @@
 //! prompt each instance holds, before an `lmcache_aware` route picks.
 //!
 //! Owns, per route and core, a few idle keep-alive connections to the controller, a memo of
-//! recent answers (the same prompt prefix within `lookup_window` is asked once) and a pause
+//! recent answers (the same prompt prefix within `lookup_window` is asked once; a request
+//! routed meanwhile is written into the remembered answer, since its engine stores the
+//! prompt) and a pause
 //! after a failure (`retry_after`), so a dead controller costs one timeout per pause, not
 //! one per request. It must not fail a request: every failure is an empty answer, and the
 //! strategy falls back to load and says so. It never blocks and makes at most one call per
@@ -62,6 +64,8 @@ impl LookupResult {
 /// A lookup's holdings (`None` unless usable), its result, and how many instance ids in the
 /// answer named no target of the route.
 pub struct Lookup {
+    /// The prompt's memo key, for [`CacheLookup::routed`].
+    pub key: u64,
     pub holdings: Option<Holdings>,
     pub result: LookupResult,
     pub unknown_instances: usize,
@@ -149,20 +153,21 @@ impl CacheLookup {
         let key = lmcache::memo_key(ids, self.options.chunk_tokens);
         if let Some(h) = self.memo.borrow().get(key, now) {
             return Lookup {
+                key,
                 holdings: Some(h),
                 result: LookupResult::Memo,
                 unknown_instances: 0,
             };
         }
         if !self.backoff.get().open(now) {
-            return self.failed(LookupResult::Paused, now);
+            return self.failed(key, LookupResult::Paused, now);
         }
         lmcache::lookup_body(ids, body);
         let answer =
             match monoio::time::timeout(self.options.timeout, self.call(body, scratch)).await {
                 Ok(Ok(a)) => a,
-                Ok(Err(())) => return self.failed(LookupResult::Failed, Instant::now()),
-                Err(_) => return self.failed(LookupResult::TimedOut, Instant::now()),
+                Ok(Err(())) => return self.failed(key, LookupResult::Failed, Instant::now()),
+                Err(_) => return self.failed(key, LookupResult::TimedOut, Instant::now()),
             };
         let prompt_len = u32::try_from(ids.len()).unwrap_or(u32::MAX);
         match lmcache::parse_lookup(&answer, &self.instances, prompt_len) {
@@ -173,22 +178,30 @@ impl CacheLookup {
                 let holdings: Holdings = Rc::from(parsed.holdings);
                 self.memo.borrow_mut().put(key, now, holdings.clone());
                 Lookup {
+                    key,
                     holdings: Some(holdings),
                     result: LookupResult::Answered,
                     unknown_instances: parsed.unknown_instances,
                 }
             }
-            Err(_) => self.failed(LookupResult::Failed, Instant::now()),
+            Err(_) => self.failed(key, LookupResult::Failed, Instant::now()),
         }
     }
 
-    fn failed(&self, result: LookupResult, now: Instant) -> Lookup {
+    /// The request whose lookup had memo key `key` went to `target`, whose engine will
+    /// store its `tokens` prompt tokens; see [`LookupMemo::note_routed`].
+    pub fn routed(&self, key: u64, target: usize, tokens: u32) {
+        self.memo.borrow_mut().note_routed(key, target, tokens);
+    }
+
+    fn failed(&self, key: u64, result: LookupResult, now: Instant) -> Lookup {
         if result != LookupResult::Paused {
             let mut b = self.backoff.get();
             b.failed(now);
             self.backoff.set(b);
         }
         Lookup {
+            key,
             holdings: None,
             result,
             unknown_instances: 0,

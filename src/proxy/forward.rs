@@ -172,8 +172,10 @@ pub async fn forward(
             inputs.token_ids = token_ids(state, tokens, route, &prompt, &mut bufs.side).await;
         }
     }
+    let mut lookup_key = None;
     if let (Some(client), Some(ids)) = (&state.routes[route_idx].lookup, &inputs.token_ids) {
         let found = client.lookup(ids, &mut bufs.prompt, &mut bufs.side).await;
+        lookup_key = Some(found.key);
         state.links.record(Record::CacheLookup {
             route: route_idx as u16,
             result: found.result.label(),
@@ -227,6 +229,13 @@ pub async fn forward(
             state.share.borrow_mut().for_route(route_idx),
             now,
         );
+        if let (Some(client), Some(key), Some(ids)) = (
+            &state.routes[route_idx].lookup,
+            lookup_key,
+            &inputs.token_ids,
+        ) {
+            client.routed(key, tid, u32::try_from(ids.len()).unwrap_or(u32::MAX));
+        }
         let target = &state.config.targets[tid];
         let retries_left = (route.retries as usize)
             .saturating_sub(attempts)
