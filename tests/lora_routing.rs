@@ -385,3 +385,80 @@ fn lora_aware_cuts_adapter_loads_against_least_loaded() {
         );
     }
 }
+
+/// With `load_from`, a request for a configured adapter that no target has is served: the
+/// gateway loads it on the chosen target first (vLLM's `/v1/load_lora_adapter`), the next
+/// requests follow it there without loading again, and without `load_from` the engine's
+/// 404 reaches the client.
+#[test]
+fn load_from_loads_a_missing_adapter_once_and_follows_it() {
+    for d in drivers() {
+        let engines = [
+            lora_mock("a", &[], 2),
+            lora_mock("b", &[], 2),
+            lora_mock("c", &[], 2),
+        ];
+        let refs: Vec<&MockHandle> = engines.iter().collect();
+        let mut rest = String::new();
+        for (i, m) in refs.iter().enumerate() {
+            rest.push_str(&format!(
+                "[[targets]]\nname = \"t{i}\"\nurl = \"http://{}\"\n[targets.timeouts]\nfirst_byte = \"3s\"\n",
+                m.addr()
+            ));
+        }
+        rest.push_str(
+            "[[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\", \"t2\"]\nretries = 0\n\
+             [routes.strategy]\nname = \"lora_aware\"\nadapters = \"sql-lora, chat-lora\"\n\
+             load_from = \"/models/loras\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        );
+        rest.push_str(SCRAPE);
+        let g = gateway_with(d, 2, &rest);
+        wait_for_residency(&g, |_| true);
+
+        let first = landed(&g, "sql-lora");
+        // The load reaches the other core through the control thread within a few signal
+        // ticks (2 ms each).
+        std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..8 {
+            assert_eq!(landed(&g, "sql-lora"), first, "under {}", driver_name(d));
+        }
+        let loads: Vec<u64> = engines
+            .iter()
+            .map(|e| e.lora_stats().unwrap().api_loads)
+            .collect();
+        assert_eq!(loads.iter().sum::<u64>(), 1, "{loads:?}");
+        let holder = &engines[first[1..].parse::<usize>().unwrap()];
+        assert_eq!(holder.lora_stats().unwrap().registered, vec!["sql-lora"]);
+        let series = format!("rolter_adapter_loads_total{{target=\"{first}\",result=\"loaded\"}}");
+        assert_eq!(admin_metric(&g, &series), Some(1.0));
+        // Once the models poll shows it, later requests still go there.
+        wait_for_residency(&g, |v| {
+            v["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["lora"]["loaded"][0] == "sql-lora")
+        });
+        assert_eq!(landed(&g, "sql-lora"), first);
+        // A name that is not one of the route's adapters is not loaded: vLLM's 404.
+        let r = completion(g.local_addr(), "unknown-lora", &[]);
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert_eq!(
+            engines
+                .iter()
+                .map(|e| e.lora_stats().unwrap().api_loads)
+                .sum::<u64>(),
+            1
+        );
+        g.shutdown(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn load_from_needs_adapters() {
+    let text = "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:8000\"\n\n[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n[routes.strategy]\nname = \"lora_aware\"\nload_from = \"/loras\"\n";
+    let e = rolter::config::load_str(text, "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("load_from") && e.contains("adapters"), "{e}");
+}

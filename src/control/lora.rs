@@ -34,7 +34,14 @@ struct TargetBook {
     list_error: Option<String>,
     /// Whether the last check found the sources fresh (to log transitions once).
     fresh: bool,
+    /// Adapters the gateway loaded on this target (keys, with when), counted as listed for
+    /// [`GATEWAY_LOAD_GRACE`] whatever the model lists say meanwhile.
+    gateway_loaded: Vec<(u64, Instant)>,
 }
+
+/// How long an adapter the gateway loaded counts as listed on its target without the
+/// target's model list showing it.
+const GATEWAY_LOAD_GRACE: Duration = Duration::from_secs(10);
 
 pub struct LoraBook {
     /// Per target: some route reads its residency and it is scraped.
@@ -93,6 +100,10 @@ impl LoraBook {
         };
         match result {
             Ok(adapters) => {
+                // A poll may have started before a load it does not show yet: loads are
+                // kept for a grace period rather than dropped by the first list after them.
+                b.gateway_loaded
+                    .retain(|&(_, at)| now.saturating_duration_since(at) < GATEWAY_LOAD_GRACE);
                 if b.list_error.is_some() {
                     tracing::info!(target = %self.names[t], "model list poll succeeds again");
                 }
@@ -105,6 +116,15 @@ impl LoraBook {
                 }
                 b.list_error = Some(e);
             }
+        }
+    }
+
+    /// The gateway loaded the adapter with key `adapter` on `t` (`lora_aware`'s
+    /// `load_from`): it counts as listed there for [`GATEWAY_LOAD_GRACE`].
+    pub fn loaded_by_gateway(&mut self, t: usize, adapter: u64, now: Instant) {
+        if let Some(b) = self.targets.get_mut(t) {
+            b.gateway_loaded.retain(|&(k, _)| k != adapter);
+            b.gateway_loaded.push((adapter, now));
         }
     }
 
@@ -128,7 +148,11 @@ impl LoraBook {
                 .as_ref()
                 .filter(|(_, at)| self.fresh(*at, now))
                 .map(|(names, _)| {
-                    let mut keys: Vec<u64> = names.iter().map(|n| adapter_key(n)).collect();
+                    let mut keys: Vec<u64> = names
+                        .iter()
+                        .map(|n| adapter_key(n))
+                        .chain(b.gateway_loaded.iter().map(|&(k, _)| k))
+                        .collect();
                     keys.sort_unstable();
                     keys.dedup();
                     keys

@@ -59,7 +59,8 @@ pub struct Plane {
     fallbacks: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// The KV-event plane's per-target reports, when any target publishes events.
     pub kv_reports: Option<super::kv_plane::KvReports>,
-    /// Rate-limited log book of failing cache lookups, per (route, problem).
+    /// Rate-limited log book of failing cache lookups, per (route, problem), and of failing
+    /// adapter loads, per (target, "adapter_load").
     lookup_problems: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// LoRA adapter residency per target, for routes that read it.
     pub lora: super::lora::LoraBook,
@@ -243,6 +244,28 @@ impl Plane {
                     self.metrics
                         .record_cache_lookup(route as usize, UNKNOWN_INSTANCE);
                     self.log_lookup_problem(route, UNKNOWN_INSTANCE, now);
+                }
+            }
+            Record::AdapterLoad {
+                target,
+                adapter,
+                loaded,
+            } => {
+                self.metrics.record_adapter_load(target as usize, loaded);
+                if loaded {
+                    self.lora.loaded_by_gateway(target as usize, adapter, now);
+                }
+                if !loaded {
+                    if let Some((first, since)) =
+                        log_due(&mut self.lookup_problems, (target, "adapter_load"), now)
+                    {
+                        tracing::warn!(
+                            target = %self.config.targets[target as usize].name,
+                            failures = since,
+                            first,
+                            "loading a LoRA adapter on the target failed; the request was forwarded anyway (counted in rolter_adapter_loads_total)"
+                        );
+                    }
                 }
             }
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),

@@ -85,6 +85,12 @@ struct CacheLookupLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdapterLoadLabel {
+    target: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GatewayResponse {
     status: u16,
     code: &'static str,
@@ -133,6 +139,7 @@ pub struct GatewayMetrics {
     /// Per route: `rolter_strategy_fallbacks_total` per reason seen.
     route_fallbacks: Vec<Vec<(&'static str, Counter)>>,
     cache_lookups: Family<CacheLookupLabel, Counter>,
+    adapter_loads: Family<AdapterLoadLabel, Counter>,
     /// Per route: `rolter_cache_lookups_total` per result seen.
     route_lookups: Vec<Vec<(&'static str, Counter)>>,
     /// `rolter_gateway_responses_total` per (status, code) seen.
@@ -162,6 +169,7 @@ impl GatewayMetrics {
         let fallbacks = Family::<Fallback, Counter>::default();
         let gateway_responses = Family::<GatewayResponse, Counter>::default();
         let cache_lookups = Family::<CacheLookupLabel, Counter>::default();
+        let adapter_loads = Family::<AdapterLoadLabel, Counter>::default();
         let ejections = Family::<TargetLabel, Counter>::default();
         let scrape_failures = Family::<TargetLabel, Counter>::default();
 
@@ -222,6 +230,11 @@ impl GatewayMetrics {
             cache_lookups.clone(),
         );
         registry.register(
+            "rolter_adapter_loads",
+            "LoRA adapters the gateway loaded on a target before forwarding (lora_aware load_from), by result",
+            adapter_loads.clone(),
+        );
+        registry.register(
             "rolter_gateway_responses",
             "Responses the gateway produced itself without reaching a target, by status and code",
             gateway_responses.clone(),
@@ -254,6 +267,7 @@ impl GatewayMetrics {
             per_target,
             route_fallbacks: vec![Vec::new(); route_names.len()],
             cache_lookups,
+            adapter_loads,
             route_lookups: vec![Vec::new(); route_names.len()],
             responses: Vec::new(),
             _owner: PhantomData,
@@ -380,6 +394,19 @@ impl GatewayMetrics {
             }
         };
         seen[i].1.inc();
+    }
+
+    /// The gateway loaded a LoRA adapter on `target` (or failed to).
+    pub fn record_adapter_load(&mut self, target: usize, loaded: bool) {
+        let Some(name) = self.targets.get(target) else {
+            return;
+        };
+        self.adapter_loads
+            .get_or_create(&AdapterLoadLabel {
+                target: name.clone(),
+                result: if loaded { "loaded" } else { "failed" },
+            })
+            .inc();
     }
 
     /// A response the gateway produced itself without reaching a target (`code` is the

@@ -9,6 +9,7 @@
 
 use std::time::Instant as StdInstant;
 
+use super::adapter_load::LoadResult;
 use super::conn::{respond, ClientIo};
 use super::inputs::{token_ids, Prompt, TokenSource};
 use super::relay::{exchange, ClientSide, Explain, Outcome, Report};
@@ -21,6 +22,8 @@ use crate::http::{header_tokens, is_hop_by_hop};
 use crate::openai::canonical;
 use crate::openai::facts::{self, RequestFacts};
 use crate::signals::exchange::{Record, Verdict};
+use crate::signals::lora::adapter_key;
+use crate::strategy::lora_aware::Residency;
 use crate::strategy::{AsyncInputs, Candidate, Needs, Pick, PickRequest, Sample, SessionKey};
 
 /// What happens to the client connection after a request.
@@ -236,6 +239,22 @@ pub async fn forward(
         ) {
             client.routed(key, tid, u32::try_from(ids.len()).unwrap_or(u32::MAX));
         }
+        if let Some(loader) = &state.routes[route_idx].adapters {
+            let residency = state
+                .candidates
+                .borrow()
+                .iter()
+                .find(|c| c.target == tid)
+                .map_or(Residency::UNKNOWN, |c| c.lora);
+            if let Some(adapter) = loader.needed(preq.model, residency) {
+                let loaded = loader.load(state, tid, adapter, &mut bufs.side).await;
+                state.links.record(Record::AdapterLoad {
+                    target: tid as u16,
+                    adapter: adapter_key(adapter),
+                    loaded: loaded == LoadResult::Loaded,
+                });
+            }
+        }
         let target = &state.config.targets[tid];
         let retries_left = (route.retries as usize)
             .saturating_sub(attempts)
@@ -402,7 +421,13 @@ fn pick_target(
             tier: target.tier,
             queue_depth: state.load.queue_depth(t),
             kv_usage: state.load.kv_usage(t),
-            lora: lora.as_ref().map(|l| l.residency(t)).unwrap_or_default(),
+            lora: lora.as_ref().map_or(Residency::UNKNOWN, |l| {
+                let r = l.residency(t);
+                match &state.routes[route_idx].adapters {
+                    Some(loader) => loader.residency(preq.model, t, r, now),
+                    None => r,
+                }
+            }),
         });
     }
     drop(lora);

@@ -4,6 +4,7 @@
 //! Owns everything that happens per request on a worker core. It must not block, take a
 //! lock, or log per request at default levels; anything slow belongs to the control thread.
 
+pub mod adapter_load;
 pub mod cache_lookup;
 pub mod conn;
 pub mod forward;

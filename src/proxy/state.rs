@@ -7,6 +7,7 @@
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
+use super::adapter_load::AdapterLoader;
 use super::cache_lookup::CacheLookup;
 use super::inputs::TokenSource;
 use crate::config::Config;
@@ -32,6 +33,8 @@ pub struct RouteState {
     pub tokens: TokenSource,
     /// The route's cache-controller client, when its strategy asks for a lookup.
     pub lookup: Option<CacheLookup>,
+    /// The route's LoRA adapter loader, when its strategy loads adapters (`load_from`).
+    pub adapters: Option<AdapterLoader>,
 }
 
 pub struct WorkerState {
@@ -131,6 +134,7 @@ impl WorkerState {
                         .contains(Needs::CACHE_LOOKUP)
                         .then(|| CacheLookup::for_route(r, &config.targets))
                         .flatten(),
+                    adapters: AdapterLoader::for_route(r),
                     needs,
                     strategy: RefCell::new(strategy),
                 }

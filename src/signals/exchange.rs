@@ -68,6 +68,13 @@ pub enum Record {
         result: &'static str,
         unknown_instances: u32,
     },
+    /// A route loaded a LoRA adapter on `target` before forwarding (`load_from`).
+    /// `adapter` is the adapter's key (`signals::lora::adapter_key`).
+    AdapterLoad {
+        target: u16,
+        adapter: u64,
+        loaded: bool,
+    },
     /// The gateway answered a request itself (no target reached).
     Gateway { status: u16, code: &'static str },
 }

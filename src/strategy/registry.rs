@@ -763,6 +763,20 @@ static STRATEGIES: &[StrategyInfo] = &[
                 help: "comma-separated adapter names treated as adapters even before a target lists them, e.g. \"sql-lora,chat-lora\"",
                 check: Some(lora_adapter_names),
             },
+            OptionSpec {
+                key: "load_from",
+                kind: OptionKind::String,
+                default: "off",
+                help: "a directory on the engines holding one subdirectory per adapter: a request for one of `adapters` whose chosen target does not list it loads it there first (POST /v1/load_lora_adapter with lora_path = load_from/<name>)",
+                check: None,
+            },
+            OptionSpec {
+                key: "load_timeout",
+                kind: OptionKind::Duration,
+                default: "30s",
+                help: "how long an adapter load may take; after it the request is forwarded anyway",
+                check: Some(positive_duration),
+            },
         ],
         build: |opts, ctx| {
             Box::new(LoraAware::new(
@@ -1043,6 +1057,20 @@ fn combined_checks(name: &str, options: &toml::Table) -> Vec<(String, String)> {
                     .to_string(),
             ));
         }
+    }
+    if name == "lora_aware"
+        && options
+            .get("load_from")
+            .and_then(toml::Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+        && !options.contains_key("adapters")
+    {
+        errors.push((
+            "load_from".to_string(),
+            "load_from loads only the adapters named in `adapters`, and there are none; \
+             add adapters = \"<name>,<name>\" (the subdirectories of load_from)"
+                .to_string(),
+        ));
     }
     if name == "lmcache_aware" {
         let weight = |k: &str, d: f64| options.get(k).and_then(number).unwrap_or(d);
