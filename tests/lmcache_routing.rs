@@ -83,18 +83,8 @@ fn chat(seed: u64, question: &str) -> String {
 
 /// Sends `body` through the gateway with the explain header: (target, score, fallback).
 fn routed(addr: SocketAddr, body: &str) -> (String, f64, Option<String>) {
-    let r = call(
-        addr,
-        &post("/v1/chat/completions", &[("x-rolter-explain", "1")], body),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    (
-        r.header("x-rolter-target").unwrap().to_string(),
-        r.header("x-rolter-score")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(-1.0),
-        r.header("x-rolter-fallback").map(str::to_string),
-    )
+    let e = explained(addr, body);
+    (e.target, e.score.unwrap_or(-1.0), e.fallback)
 }
 
 /// Sends `body` straight to the engine so its LMCache worker stores the prompt, and waits
@@ -113,15 +103,7 @@ fn warm(m: &MockHandle, body: &str, ctl: &Controller, all: &[&MockHandle]) {
 
 /// The value of one series on the gateway's `/metrics` (0 when absent).
 fn series(g: &rolter::Gateway, name: &str) -> f64 {
-    call(
-        g.admin_addr().unwrap(),
-        &request("GET", "/metrics", &[], ""),
-    )
-    .text()
-    .lines()
-    .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-    .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    .unwrap_or(0.0)
+    admin_series(g, name).unwrap_or(0.0)
 }
 
 fn lookups(g: &rolter::Gateway, result: &str) -> f64 {

@@ -59,17 +59,6 @@ fn targets_json(g: &rolter::Gateway) -> serde_json::Value {
     r.json()
 }
 
-fn admin_metric(g: &rolter::Gateway, series: &str) -> Option<f64> {
-    let text = call(
-        g.admin_addr().unwrap(),
-        &request("GET", "/metrics", &[], ""),
-    )
-    .text();
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
-}
-
 const FALLBACKS: &str =
     "rolter_strategy_fallbacks_total{route=\"r\",strategy=\"lora_aware\",reason=\"no_lora_signal\"}";
 
@@ -129,7 +118,7 @@ fn adapter_requests_go_where_the_adapter_is_and_base_requests_spread() {
             }
         }
         assert!((3..=27).contains(&on_t0), "{on_t0} of 30 on t0");
-        assert_eq!(admin_metric(&g, FALLBACKS), None, "no fallback while fresh");
+        assert_eq!(admin_series(&g, FALLBACKS), None, "no fallback while fresh");
     }
 }
 
@@ -182,7 +171,7 @@ fn without_a_signal_the_route_falls_back_to_load_visibly() {
             std::thread::sleep(Duration::from_millis(10));
         }
         wait_for("the fallback count", SHORT, || {
-            admin_metric(&g, FALLBACKS).unwrap_or(0.0) >= 7.0
+            admin_series(&g, FALLBACKS).unwrap_or(0.0) >= 7.0
         });
         let v = targets_json(&g);
         assert_eq!(v["targets"][0]["lora"], serde_json::Value::Null, "{v}");
@@ -205,7 +194,7 @@ fn stale_signal_falls_back(d: rolter::config::DriverChoice) {
     let g = gateway_lora(d, &[&a, &b], SCRAPE);
     wait_for_residency(&g, |_| true);
     assert_eq!(landed(&g, "sql-lora"), "t0");
-    assert_eq!(admin_metric(&g, FALLBACKS), None);
+    assert_eq!(admin_series(&g, FALLBACKS), None);
     // … which the mocks model by shutting down: the scrape fails, the signal goes stale
     // after 300 ms, and the route reports the fallback (the request itself fails, as the
     // engine is gone).
@@ -223,7 +212,7 @@ fn stale_signal_falls_back(d: rolter::config::DriverChoice) {
     let r = completion(g.local_addr(), "sql-lora", &[]);
     assert!(r.status >= 500, "{} {}", r.status, r.text());
     wait_for("the fallback count", SHORT, || {
-        admin_metric(&g, FALLBACKS).unwrap_or(0.0) >= 1.0
+        admin_series(&g, FALLBACKS).unwrap_or(0.0) >= 1.0
     });
 }
 
@@ -430,7 +419,7 @@ fn load_from_loads_a_missing_adapter_once_and_follows_it() {
         let holder = &engines[first[1..].parse::<usize>().unwrap()];
         assert_eq!(holder.lora_stats().unwrap().registered, vec!["sql-lora"]);
         let series = format!("rolter_adapter_loads_total{{target=\"{first}\",result=\"loaded\"}}");
-        assert_eq!(admin_metric(&g, &series), Some(1.0));
+        assert_eq!(admin_series(&g, &series), Some(1.0));
         // Once the models poll shows it, later requests still go there.
         wait_for_residency(&g, |v| {
             v["targets"]

@@ -62,17 +62,8 @@ fn chat(system: &str, bytes: usize, question: &str) -> String {
 
 /// Sends `body` through the gateway with the explain header; (target, score).
 fn routed(addr: SocketAddr, body: &str) -> (String, f64) {
-    let r = call(
-        addr,
-        &post("/v1/chat/completions", &[("x-rolter-explain", "1")], body),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    (
-        r.header("x-rolter-target").unwrap().to_string(),
-        r.header("x-rolter-score")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(-1.0),
-    )
+    let e = explained(addr, body);
+    (e.target, e.score.unwrap_or(-1.0))
 }
 
 /// Sends `body` straight to the engine (bypassing the gateway) so its cache holds it.
@@ -81,20 +72,8 @@ fn warm(m: &MockHandle, body: &str) {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
-/// The value of one series on the gateway's `/metrics`, `None` when it is not there.
-fn series(g: &rolter::Gateway, name: &str) -> Option<f64> {
-    call(
-        g.admin_addr().unwrap(),
-        &request("GET", "/metrics", &[], ""),
-    )
-    .text()
-    .lines()
-    .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-    .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 fn fallbacks(g: &rolter::Gateway) -> f64 {
-    series(g, "rolter_strategy_fallbacks_total{route=\"r\",strategy=\"precise_cache_aware\",reason=\"kv_events_stale\"}").unwrap_or(0.0)
+    admin_series(g, "rolter_strategy_fallbacks_total{route=\"r\",strategy=\"precise_cache_aware\",reason=\"kv_events_stale\"}").unwrap_or(0.0)
 }
 
 #[test]
@@ -153,12 +132,15 @@ fn resident_prefixes_attract_evicted_ones_do_not_and_a_silent_publisher_falls_ba
         // The plane's own series show both streams live, and what they carried.
         for t in ["t0", "t1"] {
             let live = format!("rolter_kv_events_live{{target=\"{t}\"}}");
-            assert_eq!(series(&g, &live), Some(1.0), "{live}");
+            assert_eq!(admin_series(&g, &live), Some(1.0), "{live}");
         }
-        assert!(series(&g, "rolter_kv_events_messages_total{target=\"t0\"}").unwrap_or(0.0) >= 2.0);
-        assert!(series(&g, "rolter_kv_index_blocks{target=\"t0\"}").unwrap_or(0.0) > 0.0);
+        assert!(
+            admin_series(&g, "rolter_kv_events_messages_total{target=\"t0\"}").unwrap_or(0.0)
+                >= 2.0
+        );
+        assert!(admin_series(&g, "rolter_kv_index_blocks{target=\"t0\"}").unwrap_or(0.0) > 0.0);
         assert_eq!(
-            series(&g, "rolter_kv_events_gaps_total{target=\"t0\"}"),
+            admin_series(&g, "rolter_kv_events_gaps_total{target=\"t0\"}"),
             Some(0.0)
         );
         // Both publishers stop: after stale_after, picks fall back to load and say so.
@@ -172,8 +154,8 @@ fn resident_prefixes_attract_evicted_ones_do_not_and_a_silent_publisher_falls_ba
             "the streams to be shown stale",
             Duration::from_secs(3),
             || {
-                series(&g, "rolter_kv_events_live{target=\"t0\"}") == Some(0.0)
-                    && series(&g, "rolter_kv_events_live{target=\"t1\"}") == Some(0.0)
+                admin_series(&g, "rolter_kv_events_live{target=\"t0\"}") == Some(0.0)
+                    && admin_series(&g, "rolter_kv_events_live{target=\"t1\"}") == Some(0.0)
             },
         );
         g.shutdown(Duration::from_secs(1));

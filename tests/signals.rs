@@ -55,14 +55,6 @@ fn targets_json(g: &rolter::Gateway) -> serde_json::Value {
     r.json()
 }
 
-/// A metric sample from the admin `/metrics` text: the line that starts with `series`.
-fn admin_metric(g: &rolter::Gateway, series: &str) -> Option<f64> {
-    let text = admin_get(g, "/metrics").text();
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
-}
-
 fn completion(addr: SocketAddr, headers: &[(&str, &str)]) -> rolter_mock::client::Response {
     call(
         addr,
@@ -186,7 +178,7 @@ fn passive_ejection_takes_a_failing_target_out_and_brings_it_back() {
         assert_eq!(v["targets"][1]["health"]["ejected"], true, "{v}");
         assert_eq!(v["targets"][1]["eligible"], false);
         assert_eq!(
-            admin_metric(&g, "rolter_ejections_total{target=\"t1\"}"),
+            admin_series(&g, "rolter_ejections_total{target=\"t1\"}"),
             Some(1.0)
         );
         // It returns after its ejection time (no active checks configured) and, healed,
@@ -300,11 +292,11 @@ fn scraped_queue_depth_steers_least_loaded() {
             );
         }
         assert_eq!(
-            admin_metric(&g, "rolter_target_queue_depth{target=\"t0\"}"),
+            admin_series(&g, "rolter_target_queue_depth{target=\"t0\"}"),
             Some(3.0)
         );
         assert_eq!(
-            admin_metric(&g, "rolter_scrape_up{target=\"t0\"}"),
+            admin_series(&g, "rolter_scrape_up{target=\"t0\"}"),
             Some(1.0)
         );
         for h in direct {
@@ -327,7 +319,7 @@ fn a_failing_scrape_falls_back_visibly() {
         "[metrics_scrape]\ninterval = \"50ms\"\ntimeout = \"40ms\"\nstale_after = \"200ms\"\n",
     );
     wait_for("a scrape failure and a good scrape", SHORT, || {
-        admin_metric(&g, "rolter_scrape_failures_total{target=\"t0\"}").unwrap_or(0.0) >= 1.0
+        admin_series(&g, "rolter_scrape_failures_total{target=\"t0\"}").unwrap_or(0.0) >= 1.0
             && targets_json(&g)["targets"][1]["engine"]["scrape"] == "fresh"
     });
     let v = targets_json(&g);
@@ -338,7 +330,7 @@ fn a_failing_scrape_falls_back_visibly() {
         .contains("404"));
     assert_eq!(v["targets"][1]["engine"]["scrape"], "fresh");
     assert_eq!(
-        admin_metric(&g, "rolter_scrape_up{target=\"t0\"}"),
+        admin_series(&g, "rolter_scrape_up{target=\"t0\"}"),
         Some(0.0)
     );
     // Routing still works on in-flight counts.
@@ -378,39 +370,39 @@ fn outcomes_are_recorded_per_target() {
         assert_eq!(r.status, 404);
         // Each worker publishes its records on its own tick: wait for all of them.
         wait_for("the records to reach the control thread", SHORT, || {
-            admin_metric(
+            admin_series(
                 &g,
                 "rolter_requests_total{route=\"r\",target=\"t0\",code=\"200\"}",
             ) == Some(6.0)
-                && admin_metric(
+                && admin_series(
                     &g,
                     "rolter_requests_total{route=\"r\",target=\"t0\",code=\"429\"}",
                 ) == Some(1.0)
-                && admin_metric(
+                && admin_series(
                     &g,
                     "rolter_gateway_responses_total{status=\"404\",code=\"model_not_found\"}",
                 ) == Some(1.0)
         });
         assert_eq!(
-            admin_metric(
+            admin_series(
                 &g,
                 "rolter_requests_total{route=\"r\",target=\"t0\",code=\"429\"}"
             ),
             Some(1.0)
         );
         assert_eq!(
-            admin_metric(&g, "rolter_ttft_seconds_count{route=\"r\",target=\"t0\"}"),
+            admin_series(&g, "rolter_ttft_seconds_count{route=\"r\",target=\"t0\"}"),
             Some(6.0),
             "only successes have a TTFT sample"
         );
         assert!(
-            admin_metric(&g, "rolter_tokens_total{target=\"t0\",kind=\"completion\"}")
+            admin_series(&g, "rolter_tokens_total{target=\"t0\",kind=\"completion\"}")
                 .unwrap_or(0.0)
                 > 0.0,
             "usage from the stream's last event is counted"
         );
         assert_eq!(
-            admin_metric(
+            admin_series(
                 &g,
                 "rolter_gateway_responses_total{status=\"404\",code=\"model_not_found\"}"
             ),

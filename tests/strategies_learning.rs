@@ -70,16 +70,8 @@ fn in_flight(g: &rolter::Gateway, i: usize) -> u64 {
         .expect("in_flight")
 }
 
-/// A metric sample from the admin `/metrics` text: the line that starts with `series`.
-fn admin_metric(g: &rolter::Gateway, series: &str) -> Option<f64> {
-    let text = admin_call(g, "GET", "/metrics", "").text();
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
-}
-
 fn fallbacks(g: &rolter::Gateway, strategy: &str, reason: &str) -> f64 {
-    admin_metric(
+    admin_series(
         g,
         &format!(
             "rolter_strategy_fallbacks_total{{route=\"r\",strategy=\"{strategy}\",reason=\"{reason}\"}}"
@@ -513,7 +505,7 @@ fn predicted_latency_learns_prefill_speed_and_queue_cost() {
         // Four learning picks and six probes succeeded on route r.
         wait_for("the probes to be recorded", SHORT, || {
             let ok = |t: &str| {
-                admin_metric(
+                admin_series(
                     &g,
                     &format!("rolter_requests_total{{route=\"r\",target=\"{t}\",code=\"200\"}}"),
                 )

@@ -357,20 +357,15 @@ impl GatewayMetrics {
         if !valid {
             return;
         }
-        let seen = &mut self.route_fallbacks[route];
-        let i = match seen.iter().position(|(r, _)| *r == reason) {
-            Some(i) => i,
-            None => {
-                let counter = self.fallbacks.get_or_create_owned(&Fallback {
-                    route: self.routes[route].clone(),
-                    strategy: self.strategies[route],
-                    reason,
-                });
-                seen.push((reason, counter));
-                seen.len() - 1
-            }
-        };
-        seen[i].1.inc();
+        let (fallbacks, routes, strategies) = (&self.fallbacks, &self.routes, &self.strategies);
+        counter_for(&mut self.route_fallbacks[route], reason, || {
+            fallbacks.get_or_create_owned(&Fallback {
+                route: routes[route].clone(),
+                strategy: strategies[route],
+                reason,
+            })
+        })
+        .inc();
     }
 
     /// `route` asked its cache controller before a pick, with `result` (an answer naming
@@ -381,19 +376,14 @@ impl GatewayMetrics {
         if !valid {
             return;
         }
-        let seen = &mut self.route_lookups[route];
-        let i = match seen.iter().position(|(r, _)| *r == result) {
-            Some(i) => i,
-            None => {
-                let counter = self.cache_lookups.get_or_create_owned(&CacheLookupLabel {
-                    route: self.routes[route].clone(),
-                    result,
-                });
-                seen.push((result, counter));
-                seen.len() - 1
-            }
-        };
-        seen[i].1.inc();
+        let (lookups, routes) = (&self.cache_lookups, &self.routes);
+        counter_for(&mut self.route_lookups[route], result, || {
+            lookups.get_or_create_owned(&CacheLookupLabel {
+                route: routes[route].clone(),
+                result,
+            })
+        })
+        .inc();
     }
 
     /// The gateway loaded a LoRA adapter on `target` (or failed to).
@@ -474,4 +464,21 @@ impl GatewayMetrics {
         }
         debug_assert!(written.is_ok(), "metrics encoding failed");
     }
+}
+
+/// The counter kept for `key` among a route's few (key, counter) pairs, created with
+/// `create` (which builds the label set) the first time `key` appears.
+fn counter_for<'a>(
+    seen: &'a mut Vec<(&'static str, Counter)>,
+    key: &'static str,
+    create: impl FnOnce() -> Counter,
+) -> &'a Counter {
+    let i = match seen.iter().position(|(k, _)| *k == key) {
+        Some(i) => i,
+        None => {
+            seen.push((key, create()));
+            seen.len() - 1
+        }
+    };
+    &seen[i].1
 }

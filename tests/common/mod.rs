@@ -113,3 +113,44 @@ pub fn chat_body(stream: bool) -> String {
 }
 
 pub const SHORT: Duration = Duration::from_secs(2);
+
+/// The value of one series on the gateway's admin `/metrics`, written exactly as rendered
+/// (name and labels, e.g. `rolter_kv_events_live{target="t0"}`); `None` when absent.
+pub fn admin_series(g: &Gateway, series: &str) -> Option<f64> {
+    call(
+        g.admin_addr().expect("an admin listener"),
+        &request("GET", "/metrics", &[], ""),
+    )
+    .text()
+    .lines()
+    .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+    .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// What the explain headers of a routed response say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explained {
+    pub target: String,
+    /// `x-rolter-score`, when the strategy scored.
+    pub score: Option<f64>,
+    /// `x-rolter-fallback`, when the strategy fell back.
+    pub fallback: Option<String>,
+}
+
+/// Sends a chat completion `body` through the gateway with `x-rolter-explain: 1`, asserts
+/// a 200, and returns what the explain headers say.
+pub fn explained(addr: SocketAddr, body: &str) -> Explained {
+    let r = call(
+        addr,
+        &post("/v1/chat/completions", &[("x-rolter-explain", "1")], body),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    Explained {
+        target: r
+            .header("x-rolter-target")
+            .expect("explain header")
+            .to_string(),
+        score: r.header("x-rolter-score").and_then(|s| s.parse().ok()),
+        fallback: r.header("x-rolter-fallback").map(str::to_string),
+    }
+}

@@ -18,6 +18,7 @@
 //!
 //! This module only encodes, decodes and hashes; it holds no state and does no I/O.
 
+use crate::prefix::{fnv1a, FNV_OFFSET};
 use serde_json::Value as Json;
 
 /// The `type` tag, fields and values of every worker message the mock sends or the
@@ -343,17 +344,6 @@ fn json_fields(frame: &[u8]) -> Result<Fields, String> {
 pub struct Chunk {
     pub end: usize,
     pub key: i64,
-}
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    h
 }
 
 /// The key before the first chunk (LMCache's `NONE_HASH`).
