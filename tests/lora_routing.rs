@@ -419,7 +419,9 @@ fn load_from_loads_a_missing_adapter_once_and_follows_it() {
         let holder = &engines[first[1..].parse::<usize>().unwrap()];
         assert_eq!(holder.lora_stats().unwrap().registered, vec!["sql-lora"]);
         let series = format!("rolter_adapter_loads_total{{target=\"{first}\",result=\"loaded\"}}");
-        assert_eq!(admin_series(&g, &series), Some(1.0));
+        wait_for("the load counted", Duration::from_secs(3), || {
+            admin_series(&g, &series) == Some(1.0)
+        });
         // Once the models poll shows it, later requests still go there.
         wait_for_residency(&g, |v| {
             v["targets"]
