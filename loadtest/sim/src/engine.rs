@@ -1,11 +1,14 @@
 //! The engine model: one inference-engine replica with a fixed number of running slots, a
-//! FIFO waiting queue, a serialised prefill unit and an LRU prefix cache of prompt blocks.
+//! FIFO waiting queue, a serialised prefill unit and an LRU prefix cache of prompt blocks;
+//! optionally LoRA adapter slots ([`AdapterSlots`]) in front of the running slots.
 //!
 //! Everything is in simulated time ([`Duration`] offsets from the start of a run); the
 //! engine never reads a clock.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
+
+use crate::adapters::AdapterSlots;
 
 /// Prompt tokens per cache block.
 pub const BLOCK_TOKENS: u32 = 16;
@@ -188,6 +191,8 @@ pub struct Engine {
     prefill_free_at: Duration,
     /// Blocks held by running requests (for a kv_usage signal).
     running_blocks: u64,
+    /// LoRA adapter slots, on engines that serve adapters.
+    pub adapters: Option<AdapterSlots>,
 }
 
 impl Engine {
@@ -199,6 +204,7 @@ impl Engine {
             queue: VecDeque::new(),
             prefill_free_at: Duration::ZERO,
             running_blocks: 0,
+            adapters: None,
         }
     }
 
@@ -206,8 +212,10 @@ impl Engine {
         self.running
     }
 
+    /// Requests waiting: for a running slot, or for an adapter slot (as vLLM counts both in
+    /// `num_requests_waiting`).
     pub fn queue_depth(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.adapters.as_ref().map_or(0, |a| a.waiting_len())
     }
 
     /// Share of the cache held by running requests, in [0, 1].

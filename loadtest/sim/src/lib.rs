@@ -4,17 +4,23 @@
 //! a run is a pure function of its seed and settings.
 //!
 //! - [`engine`]: slots, FIFO queue, serialised prefill and an LRU prefix cache of blocks.
-//! - [`workload`]: multi-turn chat, RAG, few-shot, mixed long/short, heterogeneous fleet.
+//! - [`adapters`]: an engine's LoRA adapter slots (LRU, load delay, slot loads).
+//! - [`workload`]: multi-turn chat, RAG, few-shot, mixed long/short, heterogeneous fleet,
+//!   many LoRA adapters.
 //! - [`sim`]: the event loop, N gateway cores with the cross-core exchange, the oracle.
+//! - [`lora_feed`]: the gateway's LoRA residency signal (scraped, published, looked up).
 //! - [`report`]: Markdown and JSON.
 
+pub mod adapters;
 pub mod engine;
+pub mod lora_feed;
 pub mod report;
 pub mod sim;
 pub mod workload;
 
 use std::time::Duration;
 
+use adapters::LoraParams;
 use engine::EngineParams;
 use report::{Report, WorkloadInfo};
 use sim::{FleetSpec, Policy, RunResult, SimConfig};
@@ -32,6 +38,10 @@ pub struct FleetDefaults {
     pub cache_blocks: Option<usize>,
     /// The slow replica's factor in the `hetero` workload.
     pub slow_factor: f64,
+    /// Adapter slots per engine in the `lora` workload.
+    pub max_loras: usize,
+    /// What a slot load costs in the `lora` workload.
+    pub lora_load_delay: Duration,
 }
 
 impl Default for FleetDefaults {
@@ -44,6 +54,8 @@ impl Default for FleetDefaults {
             itl: Duration::from_millis(10),
             cache_blocks: None,
             slow_factor: 3.0,
+            max_loras: 4,
+            lora_load_delay: Duration::from_millis(200),
         }
     }
 }
@@ -62,6 +74,9 @@ pub fn cache_blocks(kind: Kind) -> usize {
         Kind::FewShot => 600,
         // Long unique prompts (~560 blocks each) keep churning the caches.
         Kind::Mixed => 8192,
+        // Per-adapter system prompts (~7 blocks) and unique questions (~20 blocks): the
+        // caches keep every system prompt and a few hundred recent questions.
+        Kind::Lora => 4000,
     }
 }
 
@@ -79,6 +94,10 @@ pub fn fleet_for(workload: &Workload, d: &FleetDefaults) -> FleetSpec {
             itl: d.itl,
         },
         slow: (workload.kind == Kind::Hetero).then_some((0, d.slow_factor)),
+        lora: (workload.adapters > 0).then_some(LoraParams {
+            max_loras: d.max_loras.max(1),
+            load_delay: d.lora_load_delay,
+        }),
     }
 }
 
@@ -107,6 +126,7 @@ pub fn run_matrix(
             Some((w, _)) => Workload {
                 kind,
                 sessions: w.sessions.clone(),
+                adapters: w.adapters,
             },
             None => workload::generate(kind, sizes, cfg.seed),
         };
@@ -120,6 +140,7 @@ pub fn run_matrix(
             fleet_cache_ratio: (spec.engine.cache_blocks * spec.targets) as f64
                 / footprint.max(1) as f64,
             fleet: spec,
+            adapters: w.adapters,
         };
         workloads.push((w, info));
     }

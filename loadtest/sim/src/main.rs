@@ -25,14 +25,14 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Workloads, comma-separated: multi-turn, multi-turn-no-header, rag, few-shot, mixed,
-    /// hetero, or `all`.
+    /// hetero, lora (alias many-adapters), or `all`.
     #[arg(long, default_value = "all")]
     workloads: String,
     /// Strategies by registry name or alias, comma-separated, or `all` for every registered
     /// strategy; names the registry does not know are skipped with a warning.
     #[arg(
         long,
-        default_value = "round_robin,least_loaded,power_of_two,consistent_hash,cache_aware,pipeline"
+        default_value = "round_robin,least_loaded,power_of_two,consistent_hash,cache_aware,pipeline,lora_aware"
     )]
     strategies: String,
     /// A strategy option, `name.key=value` (value in TOML syntax, bare words as strings);
@@ -72,6 +72,16 @@ struct Args {
     /// How much slower the hetero workload's slow replica is.
     #[arg(long, default_value_t = 3.0)]
     slow_factor: f64,
+    /// LoRA adapter slots per engine (the lora workload).
+    #[arg(long, default_value_t = 4)]
+    max_loras: usize,
+    /// What loading an adapter into a slot costs, milliseconds (the lora workload).
+    #[arg(long, default_value_t = 200.0)]
+    lora_load_ms: f64,
+    /// The gateway's metrics scrape period, milliseconds: the staleness of the LoRA
+    /// residency signal.
+    #[arg(long, default_value_t = 1000.0)]
+    scrape_ms: f64,
     /// Worker threads (runs are independent; results do not depend on this).
     #[arg(long)]
     threads: Option<usize>,
@@ -197,11 +207,14 @@ fn run(args: Args) -> Result<(), String> {
         itl: ms(args.itl_ms),
         cache_blocks: args.cache_blocks,
         slow_factor: args.slow_factor,
+        max_loras: args.max_loras.max(1),
+        lora_load_delay: ms(args.lora_load_ms),
     };
     let cfg = SimConfig {
         cores: args.cores.max(1),
         core_assign: args.core_assign,
         exchange: ms(args.exchange_ms),
+        scrape: ms(args.scrape_ms.max(1.0)),
         seed: args.seed,
     };
     let threads = args.threads.unwrap_or_else(|| {
@@ -212,11 +225,14 @@ fn run(args: Args) -> Result<(), String> {
     let started = Instant::now();
     let report = rolter_sim::run_matrix(&kinds, &policies, &sizes, &fleet, &cfg, threads, &|r| {
         eprintln!(
-            "  {:<22} {:<28} hit {:>5.1}%  ttft p99 {:>7.0} ms",
+            "  {:<22} {:<28} hit {:>5.1}%  ttft p99 {:>7.0} ms{}",
             r.workload,
             r.policy,
             r.hit_rate * 100.0,
-            r.ttft_p99_ms
+            r.ttft_p99_ms,
+            r.adapter_loads
+                .map(|l| format!("  adapter loads {l}"))
+                .unwrap_or_default()
         )
     });
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());

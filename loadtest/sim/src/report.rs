@@ -19,6 +19,13 @@ pub struct WorkloadInfo {
     /// Fleet cache capacity ÷ footprint (below 1: the fleet cannot hold everything).
     pub fleet_cache_ratio: f64,
     pub fleet: FleetSpec,
+    /// LoRA adapters the requests name (0: base model only).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub adapters: usize,
+}
+
+fn is_zero(v: &usize) -> bool {
+    *v == 0
 }
 
 /// Everything one invocation produced.
@@ -72,6 +79,19 @@ impl Report {
                     None => String::new(),
                 }
             );
+            if let Some(l) = &w.fleet.lora {
+                let _ = writeln!(
+                    out,
+                    "{} adapters; {} adapter slots per engine, a slot load costs {:.0} ms; \
+                     LoRA residency scraped every {:.0} ms\n",
+                    w.adapters,
+                    l.max_loras,
+                    l.load_delay.as_secs_f64() * 1e3,
+                    self.sim.scrape.as_secs_f64() * 1e3
+                );
+                self.lora_table(&mut out, &w.name);
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "| policy | requests | hit rate | TTFT mean ms | p50 ms | p99 ms | load spread | per target | sticky sessions |"
@@ -103,5 +123,43 @@ impl Report {
             out.push('\n');
         }
         out
+    }
+
+    /// The table of a workload on engines with adapter slots: adapter loads first.
+    fn lora_table(&self, out: &mut String, workload: &str) {
+        let _ = writeln!(
+            out,
+            "| policy | requests | adapter loads | per 1k requests | TTFT mean ms | p50 ms | p99 ms | load spread | per target | loads per target | hit rate |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|");
+        let join = |v: &[u64]| {
+            v.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        for r in self.results.iter().filter(|r| r.workload == workload) {
+            let _ = writeln!(
+                out,
+                "| {} | {}{} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} | {:.1}% |",
+                r.policy,
+                r.requests,
+                if r.rejected > 0 {
+                    format!(" ({} rejected)", r.rejected)
+                } else {
+                    String::new()
+                },
+                r.adapter_loads.unwrap_or(0),
+                r.adapter_loads_per_1k.unwrap_or(0.0),
+                r.ttft_mean_ms,
+                r.ttft_p50_ms,
+                r.ttft_p99_ms,
+                r.load_spread,
+                join(&r.per_target),
+                join(r.adapter_loads_per_target.as_deref().unwrap_or(&[])),
+                r.hit_rate * 100.0,
+            );
+        }
+        out.push('\n');
     }
 }

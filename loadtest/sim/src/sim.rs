@@ -1,6 +1,7 @@
 //! The discrete-event simulation: a virtual clock, one [`Engine`] per target, N gateway
 //! cores each holding its own instance of the strategy, the gateway's cross-core exchange
-//! (shared routing items and samples every exchange period), and the metrics of one run.
+//! (shared routing items and samples every exchange period), the engines' signals the
+//! strategies read (KV events, LoRA residency), and the metrics of one run.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -16,11 +17,14 @@ use rolter::strategy::{
 use rolter::strategy::{Pick, Sample};
 use serde::Serialize;
 
+use crate::adapters::{AdapterSlots, LoraParams};
 use crate::engine::{block_hashes, Engine, EngineParams};
-use crate::workload::Workload;
+use crate::lora_feed::LoraFeed;
+use crate::workload::{Workload, BASE_MODEL};
 use rolter::engine_state::kv_events::{BlockRemoved, BlockStored, EventBatch, Medium};
 use rolter::engine_state::kv_index::{KvIndex, KvIndexConfig};
 use rolter::engine_state::view::EngineView;
+use rolter::strategy::lora_aware::Residency;
 
 /// The fleet a workload runs on.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -29,6 +33,9 @@ pub struct FleetSpec {
     pub engine: EngineParams,
     /// `(target, factor)`: that target's constants are `factor` times larger.
     pub slow: Option<(usize, f64)>,
+    /// LoRA adapter slots on every engine, for workloads that name adapters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraParams>,
 }
 
 impl FleetSpec {
@@ -79,6 +86,10 @@ pub struct SimConfig {
     /// The gateway's signal exchange period between cores.
     #[serde(serialize_with = "ser_ms")]
     pub exchange: Duration,
+    /// The gateway's metrics scrape period: how stale the LoRA residency signal is (at
+    /// most one period).
+    #[serde(serialize_with = "ser_ms")]
+    pub scrape: Duration,
     pub seed: u64,
 }
 
@@ -92,6 +103,7 @@ impl Default for SimConfig {
             cores: 2,
             core_assign: CoreAssign::RoundRobin,
             exchange: Duration::from_millis(2),
+            scrape: Duration::from_secs(1),
             seed: 1,
         }
     }
@@ -122,6 +134,15 @@ pub struct RunResult {
     pub sticky_sessions: Option<f64>,
     /// Simulated time from the first arrival to the last completion.
     pub sim_seconds: f64,
+    /// LoRA adapters loaded into a GPU slot, per target (fleets with adapter slots only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter_loads_per_target: Option<Vec<u64>>,
+    /// Their sum.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter_loads: Option<u64>,
+    /// Adapter loads per 1000 completed requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter_loads_per_1k: Option<f64>,
 }
 
 /// What a pick ran against: a strategy instance per core, or the oracle.
@@ -158,6 +179,8 @@ enum Event {
     Arrive { session: u32, turn: u32 },
     /// Request `req` finished on its engine.
     Finish { req: u32 },
+    /// Request `req`'s adapter is loaded: it goes on to a running slot.
+    Ready { req: u32 },
 }
 
 struct InFlight {
@@ -174,6 +197,8 @@ struct InFlight {
     to_finish: Duration,
     /// The prompt's token ids, for strategies that read them.
     tokens: Option<std::rc::Rc<[u32]>>,
+    /// The LoRA adapter it holds a slot of, on engines with adapter slots.
+    adapter: Option<u32>,
 }
 
 /// Synthesised token ids: one per 4 prompt bytes (the simulator's token), so a 16-token
@@ -309,7 +334,29 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
     };
     let mut sinks: Vec<ShareSink> = (0..cores).map(|_| ShareSink::default()).collect();
     let mut pending_samples: Vec<(usize, Sample)> = Vec::new();
-    let mut engines: Vec<Engine> = (0..n).map(|t| Engine::new(fleet.params(t))).collect();
+    let mut engines: Vec<Engine> = (0..n)
+        .map(|t| {
+            let mut e = Engine::new(fleet.params(t));
+            e.adapters = fleet.lora.map(AdapterSlots::new);
+            e
+        })
+        .collect();
+    // The LoRA residency signal, for strategies that read it (as the gateway fills it).
+    let adapter_names: Vec<String> = workload.adapter_names();
+    let mut lora = match &router {
+        Router::Cores(i)
+            if fleet.lora.is_some() && i[0].needs().contains(Needs::LORA_RESIDENCY) =>
+        {
+            Some(LoraFeed::new(
+                n,
+                cfg.scrape,
+                i,
+                adapter_names.clone().into(),
+            ))
+        }
+        _ => None,
+    };
+    let mut residency = vec![Residency::UNKNOWN; n];
     let wants_tokens =
         matches!(&router, Router::Cores(i) if i[0].needs().contains(Needs::TOKEN_IDS));
     if wants_tokens {
@@ -364,6 +411,9 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
             }
             next_tick = (t_ns / period + 1) * period;
         }
+        if let Some(feed) = &mut lora {
+            feed.scrape_due(t_ns, &engines, base);
+        }
         let at = base + now;
         match ev {
             Event::Arrive { session, turn } => {
@@ -376,6 +426,13 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     }
                     CoreAssign::Random => core_rng.usize(..cores),
                 };
+                let model = match tr.adapter {
+                    Some(a) if fleet.lora.is_some() => adapter_names[a as usize].as_str(),
+                    _ => BASE_MODEL,
+                };
+                if let Some(feed) = &lora {
+                    feed.residency(model, &mut residency);
+                }
                 let candidates: Vec<Candidate> = (0..n)
                     .map(|t| Candidate {
                         target: t,
@@ -384,7 +441,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                         tier: 0,
                         queue_depth: engines[t].queue_depth() as u64,
                         kv_usage: Some(engines[t].kv_usage()),
-                        ..Candidate::default()
+                        lora: residency[t],
                     })
                     .collect();
                 let session_id = format!("session-{}", s.id);
@@ -395,7 +452,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     ..inputs.clone()
                 };
                 let req = PickRequest {
-                    model: "m",
+                    model,
                     session: SessionKey {
                         header: header.then_some(session_id.as_bytes()),
                         prompt: &tr.prompt,
@@ -456,13 +513,29 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     to_first_token: Duration::ZERO,
                     to_finish: Duration::ZERO,
                     tokens,
+                    adapter: tr.adapter.filter(|_| fleet.lora.is_some()),
                 });
-                if engines[target].has_free_slot() {
-                    let fin = admit(&mut engines[target], &mut reqs[id], sessions, now);
-                    kv.publish(target, &mut engines[target], &reqs[id], base + now);
-                    push(&mut heap, fin, Event::Finish { req: id as u32 });
-                } else {
-                    engines[target].enqueue(id);
+                // An adapter request first needs its adapter's slot (and maybe its load).
+                let ready = match (reqs[id].adapter, engines[target].adapters.as_mut()) {
+                    (Some(a), Some(slots)) => slots.acquire(id, a, now),
+                    _ => Some(now),
+                };
+                match ready {
+                    Some(r) if r > now => push(&mut heap, r, Event::Ready { req: id as u32 }),
+                    Some(_) => {
+                        let e = &mut engines[target];
+                        if let Some(fin) = start(e, &mut kv, &mut reqs, id, sessions, now, base) {
+                            push(&mut heap, fin, Event::Finish { req: id as u32 });
+                        }
+                    }
+                    None => {}
+                }
+            }
+            Event::Ready { req } => {
+                let id = req as usize;
+                let e = &mut engines[reqs[id].target];
+                if let Some(fin) = start(e, &mut kv, &mut reqs, id, sessions, now, base) {
+                    push(&mut heap, fin, Event::Finish { req });
                 }
             }
             Event::Finish { req } => {
@@ -490,11 +563,27 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                 };
                 let (session, turn) = (r.session, r.turn);
                 let held = r.blocks.len();
+                let adapter = r.adapter;
                 in_flight[target] -= 1;
                 if let Some(next) = engines[target].release(held) {
                     let fin = admit(&mut engines[target], &mut reqs[next], sessions, now);
                     kv.publish(target, &mut engines[target], &reqs[next], base + now);
                     push(&mut heap, fin, Event::Finish { req: next as u32 });
+                }
+                // The adapter's slot: waiting requests that get one go on.
+                let granted = match (adapter, engines[target].adapters.as_mut()) {
+                    (Some(a), Some(slots)) => slots.release(a, now),
+                    _ => Vec::new(),
+                };
+                for (id, ready) in granted {
+                    if ready > now {
+                        push(&mut heap, ready, Event::Ready { req: id as u32 });
+                    } else {
+                        let e = &mut engines[target];
+                        if let Some(fin) = start(e, &mut kv, &mut reqs, id, sessions, now, base) {
+                            push(&mut heap, fin, Event::Finish { req: id as u32 });
+                        }
+                    }
                 }
                 // Free the finished request's blocks list; it is not needed any more.
                 reqs[req as usize].blocks = Vec::new();
@@ -520,6 +609,12 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
     }
 
     let first_start = sessions.iter().map(|s| s.start).min().unwrap_or_default();
+    let adapter_loads = fleet.lora.map(|_| {
+        engines
+            .iter()
+            .map(|e| e.adapters.as_ref().map_or(0, |a| a.loads()))
+            .collect()
+    });
     summarize(Summary {
         workload: workload.kind.name().to_string(),
         policy: policy.label(),
@@ -531,7 +626,29 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
         per_target,
         tracks,
         sim: last_finish.saturating_sub(first_start),
+        adapter_loads,
     })
+}
+
+/// Request `id`, ready to run on `engine` at `now`, takes a running slot (or queues for
+/// one); returns when it finishes if it was admitted.
+fn start(
+    engine: &mut Engine,
+    kv: &mut KvFeed,
+    reqs: &mut [InFlight],
+    id: usize,
+    sessions: &[crate::workload::Session],
+    now: Duration,
+    base: Instant,
+) -> Option<Duration> {
+    if !engine.has_free_slot() {
+        engine.enqueue(id);
+        return None;
+    }
+    let fin = admit(engine, &mut reqs[id], sessions, now);
+    let target = reqs[id].target;
+    kv.publish(target, engine, &reqs[id], base + now);
+    Some(fin)
 }
 
 /// Admits `r` on `engine` at `now`; returns when it finishes.
@@ -613,6 +730,7 @@ struct Summary {
     per_target: Vec<u64>,
     tracks: Vec<SessionTrack>,
     sim: Duration,
+    adapter_loads: Option<Vec<u64>>,
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -642,6 +760,7 @@ fn summarize(s: Summary) -> RunResult {
     let multi: Vec<&SessionTrack> = s.tracks.iter().filter(|t| t.routed >= 2).collect();
     let sticky_sessions = (!multi.is_empty())
         .then(|| multi.iter().filter(|t| !t.moved).count() as f64 / multi.len() as f64);
+    let adapter_loads = s.adapter_loads.as_ref().map(|l| l.iter().sum::<u64>());
     RunResult {
         workload: s.workload,
         policy: s.policy,
@@ -662,6 +781,9 @@ fn summarize(s: Summary) -> RunResult {
         load_spread,
         sticky_sessions,
         sim_seconds: s.sim.as_secs_f64(),
+        adapter_loads_per_1k: adapter_loads.map(|l| l as f64 * 1000.0 / requests.max(1) as f64),
+        adapter_loads,
+        adapter_loads_per_target: s.adapter_loads,
     }
 }
 
@@ -700,6 +822,7 @@ mod tests {
                 itl: Duration::from_millis(10),
             },
             slow: None,
+            lora: None,
         }
     }
 
@@ -774,6 +897,12 @@ mod tests {
             if kind == Kind::Hetero {
                 f.slow = Some((0, 3.0));
             }
+            if kind == Kind::Lora {
+                f.lora = Some(LoraParams {
+                    max_loras: 2,
+                    load_delay: Duration::from_millis(200),
+                });
+            }
             for info in registry::all() {
                 let policy = strategy_policy(info.name, toml::Table::new())
                     .unwrap()
@@ -800,6 +929,76 @@ mod tests {
         assert!(strategy_policy("round_robin", opts).is_err());
         let p = strategy_policy("p2c", toml::Table::new()).unwrap().unwrap();
         assert_eq!(p.label(), "power_of_two");
+    }
+
+    /// Requests for the given adapters on one engine, `gap` apart.
+    fn adapter_workload(adapters: &[u32], gap: Duration) -> Workload {
+        let sessions = adapters
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                let prompt: Arc<[u8]> = format!("[{{\"role\":\"user\",\"content\":\"q{i}\"}}]")
+                    .into_bytes()
+                    .into();
+                crate::workload::Session {
+                    id: i as u64,
+                    group: i as u64,
+                    start: gap * (i as u32 + 1),
+                    turns: vec![crate::workload::Turn {
+                        prompt_tokens: crate::engine::prompt_tokens(&prompt),
+                        prompt,
+                        output_tokens: 10,
+                        think: Duration::ZERO,
+                        adapter: Some(a),
+                    }],
+                }
+            })
+            .collect();
+        Workload {
+            kind: Kind::Lora,
+            sessions: Arc::new(sessions),
+            adapters: 4,
+        }
+    }
+
+    fn one_lora_engine(max_loras: usize) -> FleetSpec {
+        FleetSpec {
+            targets: 1,
+            lora: Some(LoraParams {
+                max_loras,
+                load_delay: Duration::from_millis(200),
+            }),
+            ..fleet(100)
+        }
+    }
+
+    #[test]
+    fn a_slot_load_adds_its_delay_to_ttft() {
+        let gap = Duration::from_secs(5);
+        // One slot, alternating adapters, each request alone: every one is a load.
+        let w = adapter_workload(&[0, 1, 0, 1], gap);
+        let r = run(&w, &one_lora_engine(1), &rr(), &SimConfig::default());
+        assert_eq!(r.adapter_loads, Some(4));
+        assert_eq!(r.adapter_loads_per_1k, Some(1000.0));
+        // 200 ms load + 20 ms base + a few tokens of prefill.
+        assert!((220.0..221.0).contains(&r.ttft_p50_ms), "{}", r.ttft_p50_ms);
+        // Two slots: each adapter loads once, later requests start at once.
+        let r = run(&w, &one_lora_engine(2), &rr(), &SimConfig::default());
+        assert_eq!(r.adapter_loads, Some(2));
+        assert!(r.ttft_p50_ms < 21.0, "{}", r.ttft_p50_ms);
+    }
+
+    #[test]
+    fn requests_wait_for_a_busy_slot_and_join_a_running_adapter() {
+        // Back to back (1 ms apart, each running 20 ms + 10 × 10 ms): adapter 1 waits for
+        // adapter 0's slot; the third request joins adapter 0 while it runs.
+        let w = adapter_workload(&[0, 1, 0], Duration::from_millis(1));
+        let r = run(&w, &one_lora_engine(1), &rr(), &SimConfig::default());
+        assert_eq!(r.requests, 3);
+        assert_eq!(r.adapter_loads, Some(2));
+        // Adapter 1 waited for both adapter-0 requests (the second joined once the load
+        // was done and ends last, at about 322 ms), then loaded: TTFT about 540 ms.
+        assert!(r.ttft_p99_ms > 500.0, "{}", r.ttft_p99_ms);
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub struct Turn {
     pub output_tokens: u32,
     /// Pause between the previous turn's answer and this turn (zero for the first turn).
     pub think: Duration,
+    /// The LoRA adapter the request names in `model` (see [`adapter_name`]); `None`: the
+    /// base model.
+    pub adapter: Option<u32>,
 }
 
 /// A sequence of turns from one user; later turns are sent once the previous one finished.
@@ -46,16 +49,20 @@ pub enum Kind {
     Mixed,
     /// Multi-turn chat on a fleet with one slow replica.
     Hetero,
+    /// Single requests for many LoRA adapters (skewed popularity) on engines with adapter
+    /// slots.
+    Lora,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::MultiTurn,
         Kind::MultiTurnNoHeader,
         Kind::Rag,
         Kind::FewShot,
         Kind::Mixed,
         Kind::Hetero,
+        Kind::Lora,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,10 +73,14 @@ impl Kind {
             Kind::FewShot => "few-shot",
             Kind::Mixed => "mixed",
             Kind::Hetero => "hetero",
+            Kind::Lora => "lora",
         }
     }
 
     pub fn parse(s: &str) -> Option<Kind> {
+        if s == "many-adapters" {
+            return Some(Kind::Lora);
+        }
         Kind::ALL.into_iter().find(|k| k.name() == s)
     }
 
@@ -110,6 +121,13 @@ pub struct Sizes {
     pub mixed_requests: usize,
     pub mixed_rate: f64,
     pub long_share: f64,
+    /// LoRA: adapters, the Zipf exponent of their popularity, requests, rate, and the share
+    /// of requests for the base model.
+    pub lora_adapters: usize,
+    pub lora_zipf: f64,
+    pub lora_requests: usize,
+    pub lora_rate: f64,
+    pub lora_base_share: f64,
 }
 
 impl Sizes {
@@ -136,6 +154,11 @@ impl Sizes {
             mixed_requests: 3000,
             mixed_rate: 20.0,
             long_share: 0.15,
+            lora_adapters: 48,
+            lora_zipf: 1.0,
+            lora_requests: 3000,
+            lora_rate: 12.0,
+            lora_base_share: 0.1,
         }
     }
 
@@ -157,9 +180,24 @@ impl Sizes {
 pub struct Workload {
     pub kind: Kind,
     pub sessions: Arc<Vec<Session>>,
+    /// LoRA adapters requests may name (`0..adapters`, see [`adapter_name`]).
+    pub adapters: usize,
 }
 
+/// The `model` of a request for adapter `i` (every adapter serves the same base model).
+pub fn adapter_name(i: u32) -> String {
+    format!("adapter-{i:02}")
+}
+
+/// The `model` of a request for the base model.
+pub const BASE_MODEL: &str = "m";
+
 impl Workload {
+    /// Names of the adapters, by index.
+    pub fn adapter_names(&self) -> Vec<String> {
+        (0..self.adapters as u32).map(adapter_name).collect()
+    }
+
     pub fn requests(&self) -> usize {
         self.sessions.iter().map(|s| s.turns.len()).sum()
     }
@@ -200,6 +238,7 @@ fn turn(messages: &[(&str, &str)], output_tokens: u32, think: Duration) -> Turn 
         prompt,
         output_tokens,
         think,
+        adapter: None,
     }
 }
 
@@ -259,10 +298,16 @@ pub fn generate(kind: Kind, sizes: &Sizes, seed: u64) -> Workload {
         Kind::Rag => rag(sizes, seed),
         Kind::FewShot => few_shot(sizes, seed),
         Kind::Mixed => mixed(sizes, seed),
+        Kind::Lora => lora(sizes, seed),
     };
     Workload {
         kind,
         sessions: Arc::new(sessions),
+        adapters: if kind == Kind::Lora {
+            sizes.lora_adapters.max(1)
+        } else {
+            0
+        },
     }
 }
 
@@ -312,7 +357,7 @@ pub fn multi_turn(sizes: &Sizes, seed: u64) -> Vec<Session> {
     sessions
 }
 
-/// Index drawn with Zipf-like weights 1/(i+1)^0.8.
+/// Index drawn from a cumulative weight table ([`zipf_table`]).
 fn zipf(rng: &mut fastrand::Rng, cumulative: &[f64]) -> usize {
     let x = rng.f64() * cumulative[cumulative.len() - 1];
     cumulative
@@ -320,11 +365,17 @@ fn zipf(rng: &mut fastrand::Rng, cumulative: &[f64]) -> usize {
         .min(cumulative.len() - 1)
 }
 
+/// Cumulative Zipf-like weights 1/(i+1)^0.8 over `n` items.
 fn zipf_table(n: usize) -> Vec<f64> {
+    zipf_table_with(n, 0.8)
+}
+
+/// Cumulative Zipf-like weights 1/(i+1)^`exponent` over `n` items.
+fn zipf_table_with(n: usize, exponent: f64) -> Vec<f64> {
     let mut acc = 0.0;
     (0..n)
         .map(|i| {
-            acc += 1.0 / ((i + 1) as f64).powf(0.8);
+            acc += 1.0 / ((i + 1) as f64).powf(exponent);
             acc
         })
         .collect()
@@ -445,6 +496,57 @@ pub fn mixed(sizes: &Sizes, seed: u64) -> Vec<Session> {
         .collect()
 }
 
+/// Single requests, each for one of many LoRA adapters (Zipf popularity over a shuffled
+/// order, so adapter 0 is not always the hottest) or, for a share of them, the base model.
+/// Each adapter has its own short system prompt (vLLM keys prefix-cache blocks per
+/// adapter, so adapters share no blocks).
+pub fn lora(sizes: &Sizes, seed: u64) -> Vec<Session> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x6c6f_7261);
+    let adapters = sizes.lora_adapters.max(1);
+    let systems: Vec<String> = (0..adapters)
+        .map(|a| {
+            format!(
+                "You are {}, a tuned assistant. {}",
+                adapter_name(a as u32),
+                text(&mut rng, 100)
+            )
+        })
+        .collect();
+    let base_system = format!("You are a helpful assistant. {}", text(&mut rng, 100));
+    let mut rank: Vec<u32> = (0..adapters as u32).collect();
+    rng.shuffle(&mut rank);
+    let table = zipf_table_with(adapters, sizes.lora_zipf);
+    let n = sizes.n(sizes.lora_requests);
+    let starts = arrivals(&mut rng, n, sizes.lora_rate);
+    starts
+        .into_iter()
+        .enumerate()
+        .map(|(i, start)| {
+            let adapter =
+                (rng.f64() >= sizes.lora_base_share).then(|| rank[zipf(&mut rng, &table)]);
+            let system = match adapter {
+                Some(a) => &systems[a as usize],
+                None => &base_system,
+            };
+            let user = format!("request {i}: {}", text_between(&mut rng, 100, 500));
+            let output = range(&mut rng, 50, 250) as u32;
+            let mut t = turn(
+                &[("system", system), ("user", &user)],
+                output,
+                Duration::ZERO,
+            );
+            t.adapter = adapter;
+            Session {
+                id: i as u64,
+                // The oracle keeps each adapter on one engine; base requests are their own.
+                group: adapter.map_or((1 << 32) + i as u64, u64::from),
+                start,
+                turns: vec![t],
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,6 +587,45 @@ mod tests {
                 assert_eq!(x.turns[0].prompt, y.turns[0].prompt);
             }
         }
+    }
+
+    #[test]
+    fn lora_popularity_is_skewed_and_adapters_share_no_blocks() {
+        let sizes = Sizes {
+            scale: 0.5,
+            ..Sizes::full()
+        };
+        let w = generate(Kind::Lora, &sizes, 4);
+        assert_eq!(w.adapters, 48);
+        assert_eq!(w.adapter_names()[7], "adapter-07");
+        let mut counts = vec![0usize; w.adapters];
+        let mut base = 0;
+        for s in w.sessions.iter() {
+            match s.turns[0].adapter {
+                Some(a) => counts[a as usize] += 1,
+                None => base += 1,
+            }
+        }
+        let n = w.requests();
+        assert_eq!(n, 1500);
+        assert!((n / 20..n / 5).contains(&base), "{base} base requests");
+        let mut hot: Vec<u32> = (0..w.adapters as u32).collect();
+        hot.sort_by_key(|&a| std::cmp::Reverse(counts[a as usize]));
+        counts.sort_unstable();
+        // Zipf(1) over 48: the hottest adapter draws ~22%, the median ~1%.
+        assert!(counts[47] > 10 * counts[24], "{counts:?}");
+        // An adapter's requests share its system prompt's blocks; two adapters share none.
+        let first = |a: u32| {
+            w.sessions
+                .iter()
+                .filter(|s| s.turns[0].adapter == Some(a))
+                .map(|s| block_hashes(&s.turns[0].prompt))
+                .take(2)
+                .collect::<Vec<_>>()
+        };
+        let (x, y) = (first(hot[0]), first(hot[1]));
+        assert_eq!(x[0][..4], x[1][..4]);
+        assert_ne!(x[0][0], y[0][0]);
     }
 
     #[test]
