@@ -64,7 +64,8 @@ struct Args {
     /// Instead of the scenarios: replay a `rolter-sim` workload (multi-turn,
     /// multi-turn-no-header, rag, few-shot, mixed) end to end and in the simulator, and
     /// compare prefix-cache hit rates. `--strategies` chooses the strategies (default:
-    /// round_robin, least_loaded, consistent_hash, cache_aware, pipeline).
+    /// round_robin, least_loaded, consistent_hash, cache_aware, pipeline; any registered
+    /// name, e.g. precise_cache_aware).
     #[arg(long)]
     replay: Option<String>,
     /// Replay: workload size multiplier.
@@ -73,9 +74,24 @@ struct Args {
     /// Replay: every time of the workload and the fleet is multiplied by this.
     #[arg(long, default_value_t = 0.25)]
     time_scale: f64,
-    /// Replay: prefix-cache blocks per engine.
+    /// Replay: prefix-cache blocks (16 tokens) per engine, for the mocks and the simulator
+    /// alike; smaller caches make the engines evict.
     #[arg(long, default_value_t = 5000)]
     cache_blocks: usize,
+    /// Replay: independent gateway replicas in front of the same engines, sharing nothing;
+    /// each request goes to one chosen at random (a load balancer without session
+    /// affinity). The simulator runs as many gateway cores that never exchange what they
+    /// learn, a random core per request.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// Replay: the mocks publish KV-cache events and every gateway subscribes, for every
+    /// strategy (always so for strategies that read them, such as precise_cache_aware).
+    #[arg(long)]
+    kv_events: bool,
+    /// Replay: a strategy option, `NAME.KEY=VALUE` (value in TOML syntax, bare words as
+    /// strings), for the gateways and the simulator alike; repeatable.
+    #[arg(long = "option", value_name = "NAME.KEY=VALUE")]
+    options: Vec<String>,
     /// Replay: fail (exit 1) when a strategy's end-to-end hit rate differs from the
     /// simulated one by more than this many percentage points.
     #[arg(long)]
@@ -242,11 +258,18 @@ fn replay_main(args: &Args, workload: String) -> ExitCode {
         time_scale: args.time_scale,
         cache_blocks: args.cache_blocks,
         workers: args.workers.max(1),
+        replicas: args.replicas,
+        kv_events: args.kv_events,
+        options: args.options.clone(),
         seed: args.seed,
         ..replay::ReplayOptions::default()
     };
     if !(opts.scale > 0.0 && opts.time_scale > 0.0) {
         eprintln!("--replay-scale and --time-scale must be positive");
+        return ExitCode::from(2);
+    }
+    if opts.replicas == 0 || opts.cache_blocks == 0 {
+        eprintln!("--replicas and --cache-blocks must be at least 1");
         return ExitCode::from(2);
     }
     let w = match opts.workload() {
@@ -278,7 +301,7 @@ fn replay_main(args: &Args, workload: String) -> ExitCode {
         let simulated = match replay::simulate(&w, &opts, s) {
             Ok(side) => side,
             Err(e) => {
-                eprintln!("--strategies: {e}");
+                eprintln!("--strategies / --option: {e}");
                 return ExitCode::from(2);
             }
         };
@@ -290,12 +313,13 @@ fn replay_main(args: &Args, workload: String) -> ExitCode {
         match replay::end_to_end(&w, &opts, s) {
             Ok((end_to_end, seconds)) => {
                 eprintln!(
-                    "  hit rate {:.1} % end to end, {:.1} % simulated, {seconds:.1} s",
+                    "  hit rate {:.1} % end to end, {:.1} % simulated, {} fallbacks end to end, {seconds:.1} s",
                     end_to_end.hit_rate * 100.0,
-                    simulated.hit_rate * 100.0
+                    simulated.hit_rate * 100.0,
+                    end_to_end.fallbacks
                 );
                 rows.push(replay::ReplayRow {
-                    strategy: s.clone(),
+                    strategy: opts.label(s),
                     end_to_end,
                     simulated,
                     seconds,

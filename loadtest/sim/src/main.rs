@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rolter_sim::sim::{strategy_policy, CoreAssign, Policy, SimConfig};
+use rolter_sim::sim::{strategy_policy, CoreAssign, LoadView, Policy, SimConfig};
 use rolter_sim::workload::{Kind, Sizes};
 use rolter_sim::FleetDefaults;
 
@@ -51,6 +51,11 @@ struct Args {
     /// Cross-core exchange period, milliseconds.
     #[arg(long, default_value_t = 2.0)]
     exchange_ms: f64,
+    /// The load each core sees: `global` (every request in flight plus the engines' queues,
+    /// exactly) or `per-core` (its own requests in flight plus the other cores' as of the
+    /// last exchange; with no exchange, gateway replicas that share nothing).
+    #[arg(long, value_enum, default_value_t = LoadView::Global)]
+    load_view: LoadView,
     /// Engines in the fleet.
     #[arg(long, default_value_t = 4)]
     targets: usize,
@@ -215,6 +220,7 @@ fn run(args: Args) -> Result<(), String> {
         core_assign: args.core_assign,
         exchange: ms(args.exchange_ms),
         scrape: ms(args.scrape_ms.max(1.0)),
+        load_view: args.load_view,
         seed: args.seed,
     };
     let threads = args.threads.unwrap_or_else(|| {

@@ -47,7 +47,7 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "# Fleet simulation\n\nseed {}, {} gateway cores ({} assignment), exchange every {} ms, scale {}\n",
+            "# Fleet simulation\n\nseed {}, {} gateway cores ({} assignment), exchange every {} ms, {} load view, scale {}\n",
             self.seed,
             self.sim.cores,
             match self.sim.core_assign {
@@ -55,6 +55,10 @@ impl Report {
                 crate::sim::CoreAssign::Random => "random",
             },
             self.sim.exchange.as_secs_f64() * 1e3,
+            match self.sim.load_view {
+                crate::sim::LoadView::Global => "global",
+                crate::sim::LoadView::PerCore => "per-core",
+            },
             self.sizes.scale
         );
         for w in &self.workloads {

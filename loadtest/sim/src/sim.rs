@@ -78,6 +78,19 @@ pub enum CoreAssign {
     Random,
 }
 
+/// The load a core sees on each candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadView {
+    /// Every core sees every request in flight on the target (all cores') plus the
+    /// engine's queue depth, exactly: one gateway with `[metrics_scrape]`.
+    Global,
+    /// A core counts the requests it has in flight itself, plus the other cores' counts as
+    /// of the last exchange, and no engine queue: gateway cores without `[metrics_scrape]`,
+    /// and, with an exchange that never comes, gateway replicas that share nothing.
+    PerCore,
+}
+
 /// Gateway-side settings of a run.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct SimConfig {
@@ -90,6 +103,7 @@ pub struct SimConfig {
     /// most one period).
     #[serde(serialize_with = "ser_ms")]
     pub scrape: Duration,
+    pub load_view: LoadView,
     pub seed: u64,
 }
 
@@ -104,6 +118,7 @@ impl Default for SimConfig {
             core_assign: CoreAssign::RoundRobin,
             exchange: Duration::from_millis(2),
             scrape: Duration::from_secs(1),
+            load_view: LoadView::Global,
             seed: 1,
         }
     }
@@ -365,6 +380,10 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
         }
     }
     let mut in_flight = vec![0u64; n];
+    // Per core: its own requests in flight per target, and (LoadView::PerCore) the other
+    // cores' as of the last exchange.
+    let mut own_in_flight = vec![vec![0u64; n]; cores];
+    let mut others_seen = vec![vec![0u64; n]; cores];
     let mut per_target = vec![0u64; n];
     let mut core_rng = fastrand::Rng::with_seed(cfg.seed ^ 0xc0de);
     let mut next_core = 0usize;
@@ -409,6 +428,13 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
             if let Router::Cores(instances) = &mut router {
                 exchange(instances, &mut sinks, &mut pending_samples, tick_at);
             }
+            if cfg.load_view == LoadView::PerCore {
+                for (c, seen) in others_seen.iter_mut().enumerate() {
+                    for (t, v) in seen.iter_mut().enumerate() {
+                        *v = in_flight[t] - own_in_flight[c][t];
+                    }
+                }
+            }
             next_tick = (t_ns / period + 1) * period;
         }
         if let Some(feed) = &mut lora {
@@ -437,7 +463,10 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     .map(|t| Candidate {
                         target: t,
                         weight: targets[t].weight,
-                        load: in_flight[t] + engines[t].queue_depth() as u64,
+                        load: match cfg.load_view {
+                            LoadView::Global => in_flight[t] + engines[t].queue_depth() as u64,
+                            LoadView::PerCore => own_in_flight[core][t] + others_seen[core][t],
+                        },
                         tier: 0,
                         queue_depth: engines[t].queue_depth() as u64,
                         kv_usage: Some(engines[t].kv_usage()),
@@ -499,6 +528,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                 }
                 track.routed += 1;
                 in_flight[target] += 1;
+                own_in_flight[core][target] += 1;
                 let id = reqs.len();
                 reqs.push(InFlight {
                     session,
@@ -565,6 +595,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                 let held = r.blocks.len();
                 let adapter = r.adapter;
                 in_flight[target] -= 1;
+                own_in_flight[core][target] -= 1;
                 if let Some(next) = engines[target].release(held) {
                     let fin = admit(&mut engines[target], &mut reqs[next], sessions, now);
                     kv.publish(target, &mut engines[target], &reqs[next], base + now);
@@ -999,6 +1030,63 @@ mod tests {
         // Adapter 1 waited for both adapter-0 requests (the second joined once the load
         // was done and ends last, at about 322 ms), then loaded: TTFT about 540 ms.
         assert!(r.ttft_p99_ms > 500.0, "{}", r.ttft_p99_ms);
+    }
+
+    #[test]
+    fn a_single_cores_own_load_is_the_whole_load() {
+        // One core, enough slots that nothing queues: the per-core view (own requests in
+        // flight) is the global one (all requests in flight + an empty queue).
+        let w = generate(Kind::Rag, &tiny(), 3);
+        let mut f = fleet(500);
+        f.engine.max_running = 100_000;
+        let least = strategy_policy("least_loaded", toml::Table::new())
+            .unwrap()
+            .unwrap();
+        let run_with = |load_view| {
+            let cfg = SimConfig {
+                cores: 1,
+                load_view,
+                ..SimConfig::default()
+            };
+            serde_json::to_string(&run(&w, &f, &least, &cfg)).unwrap()
+        };
+        assert_eq!(run_with(LoadView::Global), run_with(LoadView::PerCore));
+    }
+
+    #[test]
+    fn replicas_that_share_no_load_cannot_balance_a_shared_prefix() {
+        // precise_cache_aware on RAG (every prompt shares the system prompt's blocks):
+        // with the whole load in view the balance guard spreads the documents; four
+        // replicas that each see only their own requests let one engine take them.
+        let w = generate(
+            Kind::Rag,
+            &Sizes {
+                scale: 0.5,
+                ..Sizes::full()
+            },
+            1,
+        );
+        let f = fleet(1500);
+        let precise = strategy_policy("precise_cache_aware", toml::Table::new())
+            .unwrap()
+            .unwrap();
+        let replicas = |load_view| SimConfig {
+            cores: 4,
+            core_assign: CoreAssign::Random,
+            exchange: Duration::from_secs(1_000_000),
+            load_view,
+            seed: 1,
+            ..SimConfig::default()
+        };
+        let global = run(&w, &f, &precise, &replicas(LoadView::Global));
+        let own = run(&w, &f, &precise, &replicas(LoadView::PerCore));
+        assert!(
+            own.load_spread > global.load_spread + 0.3,
+            "per-core {:?} against global {:?}",
+            own.per_target,
+            global.per_target
+        );
+        assert!(own.hit_rate < global.hit_rate, "{own:?} {global:?}");
     }
 
     #[test]
