@@ -193,25 +193,11 @@ impl ReplayOptions {
 
     /// The options given for `strategy` (by the name it was given as).
     pub fn options_for(&self, strategy: &str) -> Result<toml::Table, String> {
-        let mut table = toml::Table::new();
-        for o in &self.options {
-            let (path, value) = o
-                .split_once('=')
-                .ok_or_else(|| format!("option `{o}`: expected NAME.KEY=VALUE"))?;
-            let (name, key) = path
-                .split_once('.')
-                .ok_or_else(|| format!("option `{o}`: expected NAME.KEY=VALUE"))?;
-            if name.trim() != strategy {
-                continue;
-            }
-            let value = format!("v = {value}")
-                .parse::<toml::Table>()
-                .ok()
-                .and_then(|mut t| t.remove("v"))
-                .unwrap_or_else(|| toml::Value::String(value.trim().to_string()));
-            table.insert(key.trim().to_string(), value);
-        }
-        Ok(table)
+        Ok(rolter_sim::parse_options(&self.options)?
+            .into_iter()
+            .find(|(name, _)| name == strategy)
+            .map(|(_, t)| t)
+            .unwrap_or_default())
     }
 
     /// A row's label: the strategy, with its options if any.

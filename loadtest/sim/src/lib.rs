@@ -173,3 +173,52 @@ pub fn run_matrix(
             .collect(),
     }
 }
+
+/// Parses `NAME.KEY=VALUE` strategy options (the command lines' `--option`) into one table
+/// per strategy name, in first-seen order. A value is read as TOML (`0.3`, `"30s"`, `true`)
+/// and kept as a bare string when it is not TOML (`least_loaded`).
+pub fn parse_options(raw: &[String]) -> Result<Vec<(String, toml::Table)>, String> {
+    let mut out: Vec<(String, toml::Table)> = Vec::new();
+    for o in raw {
+        let (path, value) = o
+            .split_once('=')
+            .ok_or_else(|| format!("option `{o}`: expected NAME.KEY=VALUE"))?;
+        let (name, key) = path
+            .split_once('.')
+            .ok_or_else(|| format!("option `{o}`: expected NAME.KEY=VALUE"))?;
+        let value = format!("v = {value}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(value.trim().to_string()));
+        let name = name.trim().to_string();
+        let key = key.trim().to_string();
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, t)) => {
+                t.insert(key, value);
+            }
+            None => out.push((name, toml::Table::from_iter([(key, value)]))),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_options;
+
+    #[test]
+    fn options_parse_as_toml_values() {
+        let o = parse_options(&[
+            "cache_aware.threshold=0.3".into(),
+            "cache_aware.session_ttl=\"30s\"".into(),
+            "failover.within_tier=least_loaded".into(),
+        ])
+        .unwrap();
+        assert_eq!(o.len(), 2);
+        assert_eq!(o[0].1["threshold"].as_float(), Some(0.3));
+        assert_eq!(o[0].1["session_ttl"].as_str(), Some("30s"));
+        assert_eq!(o[1].1["within_tier"].as_str(), Some("least_loaded"));
+        assert!(parse_options(&["nodot=1".into()]).is_err());
+    }
+}

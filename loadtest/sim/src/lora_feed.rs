@@ -28,23 +28,12 @@ pub struct LoraFeed {
     next_ns: u64,
 }
 
-/// A configuration with `[metrics_scrape]` on every one of `n` targets at `period`, parsed
-/// by the gateway's own loader.
+/// A configuration with `[metrics_scrape]` on every one of `n` targets at `period` and a
+/// `lora_aware` route, parsed by the gateway's own loader.
 fn scrape_config(n: usize, period: Duration) -> rolter::config::Config {
     let ms = (period.as_millis() as u64).max(1);
-    let mut text = format!("[metrics_scrape]\ninterval = \"{ms}ms\"\ntimeout = \"{ms}ms\"\n\n");
-    for i in 0..n {
-        text.push_str(&format!(
-            "[[targets]]\nname = \"engine-{i}\"\nurl = \"http://127.0.0.1:{}\"\n\n",
-            9000 + i
-        ));
-    }
-    let names: Vec<String> = (0..n).map(|i| format!("\"engine-{i}\"")).collect();
-    text.push_str(&format!(
-        "[[routes]]\nname = \"sim\"\ntargets = [{}]\n[routes.strategy]\nname = \"lora_aware\"\n",
-        names.join(",")
-    ));
-    rolter::config::load_str(&text, "sim.toml").expect("simulator scrape configuration")
+    let head = format!("[metrics_scrape]\ninterval = \"{ms}ms\"\ntimeout = \"{ms}ms\"\n\n");
+    crate::sim::fleet_config(n, &head, "lora_aware")
 }
 
 impl LoraFeed {

@@ -102,36 +102,6 @@ fn ms(v: f64) -> Duration {
     Duration::from_secs_f64(v.max(0.0) / 1e3)
 }
 
-/// Parses `name.key=value` options into per-strategy tables.
-fn parse_options(raw: &[String]) -> Result<Vec<(String, toml::Table)>, String> {
-    let mut out: Vec<(String, toml::Table)> = Vec::new();
-    for o in raw {
-        let (path, value) = o
-            .split_once('=')
-            .ok_or_else(|| format!("option `{o}`: expected NAME.KEY=VALUE"))?;
-        let (name, key) = path
-            .split_once('.')
-            .ok_or_else(|| format!("option `{o}`: expected NAME.KEY=VALUE"))?;
-        let value = format!("v = {value}")
-            .parse::<toml::Table>()
-            .ok()
-            .and_then(|mut t| t.remove("v"))
-            .unwrap_or_else(|| toml::Value::String(value.to_string()));
-        let name = name.trim().to_string();
-        match out.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, t)) => {
-                t.insert(key.trim().to_string(), value);
-            }
-            None => {
-                let mut t = toml::Table::new();
-                t.insert(key.trim().to_string(), value);
-                out.push((name, t));
-            }
-        }
-    }
-    Ok(out)
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(args) {
@@ -168,7 +138,7 @@ fn run(args: Args) -> Result<(), String> {
             })
             .collect::<Result<_, _>>()?
     };
-    let options = parse_options(&args.options)?;
+    let options = rolter_sim::parse_options(&args.options)?;
     let names: Vec<String> = if args.strategies == "all" {
         rolter::strategy::registry::all()
             .iter()
@@ -251,24 +221,4 @@ fn run(args: Args) -> Result<(), String> {
         std::fs::write(p, report.to_json()).map_err(|e| format!("writing {}: {e}", p.display()))?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_options;
-
-    #[test]
-    fn options_parse_as_toml_values() {
-        let o = parse_options(&[
-            "cache_aware.threshold=0.3".into(),
-            "cache_aware.session_ttl=\"30s\"".into(),
-            "failover.within_tier=least_loaded".into(),
-        ])
-        .unwrap();
-        assert_eq!(o.len(), 2);
-        assert_eq!(o[0].1["threshold"].as_float(), Some(0.3));
-        assert_eq!(o[0].1["session_ttl"].as_str(), Some("30s"));
-        assert_eq!(o[1].1["within_tier"].as_str(), Some("least_loaded"));
-        assert!(parse_options(&["nodot=1".into()]).is_err());
-    }
 }

@@ -169,9 +169,10 @@ enum Router {
     },
 }
 
-/// A small configuration of `n` equal targets, parsed by the gateway's own loader.
-pub fn fleet_targets(n: usize) -> Vec<Target> {
-    let mut text = String::new();
+/// A configuration of `n` equal targets `engine-0..` behind one route `sim` with
+/// `strategy`, after the `head` tables, parsed by the gateway's own loader.
+pub fn fleet_config(n: usize, head: &str, strategy: &str) -> rolter::config::Config {
+    let mut text = head.to_string();
     for i in 0..n {
         text.push_str(&format!(
             "[[targets]]\nname = \"engine-{i}\"\nurl = \"http://127.0.0.1:{}\"\n\n",
@@ -180,12 +181,15 @@ pub fn fleet_targets(n: usize) -> Vec<Target> {
     }
     let names: Vec<String> = (0..n).map(|i| format!("\"engine-{i}\"")).collect();
     text.push_str(&format!(
-        "[[routes]]\nname = \"sim\"\ntargets = [{}]\n[routes.strategy]\nname = \"round_robin\"\n",
+        "[[routes]]\nname = \"sim\"\ntargets = [{}]\n[routes.strategy]\nname = \"{strategy}\"\n",
         names.join(",")
     ));
-    rolter::config::load_str(&text, "sim.toml")
-        .expect("simulator fleet configuration")
-        .targets
+    rolter::config::load_str(&text, "sim.toml").expect("simulator fleet configuration")
+}
+
+/// The targets of a fleet of `n` equal engines ([`fleet_config`]).
+pub fn fleet_targets(n: usize) -> Vec<Target> {
+    fleet_config(n, "", "round_robin").targets
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
