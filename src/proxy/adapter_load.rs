@@ -80,16 +80,16 @@ impl AdapterLoader {
         })
     }
 
-    /// `residency` of `model` on `target`, plus `LOADED` where this core loaded it within
-    /// the window.
+    /// `residency` of the model with key `key` ([`adapter_key`]) on `target`, plus `LOADED`
+    /// where this core loaded it within the window.
     pub fn residency(
         &self,
-        model: &str,
+        key: u64,
         target: TargetId,
         residency: Residency,
         now: Instant,
     ) -> Residency {
-        if self.recently_loaded(adapter_key(model), target, now) {
+        if self.recently_loaded(key, target, now) {
             residency.union(Residency::LOADED)
         } else {
             residency
@@ -103,22 +103,24 @@ impl AdapterLoader {
             .is_some_and(|&at| now.saturating_duration_since(at) < self.window)
     }
 
-    /// The adapter name to load on a target with `residency` for `model`, when it must be
-    /// loaded: a configured adapter the target's model list shows is not registered there.
-    pub fn needed(&self, model: &str, residency: Residency) -> Option<&str> {
+    /// The adapter name to load on a target with `residency` for the model with key `key`,
+    /// when it must be loaded: a configured adapter the target's model list shows is not
+    /// registered there.
+    pub fn needed(&self, key: u64, residency: Residency) -> Option<&str> {
         let listed_elsewhere =
             residency.contains(Residency::LISTED) && !residency.contains(Residency::LOADED);
         if !listed_elsewhere {
             return None;
         }
-        self.adapters.get(&adapter_key(model)).map(String::as_str)
+        self.adapters.get(&key).map(String::as_str)
     }
 
-    /// Loads `adapter` on `target`; remembers a success for the window.
+    /// Loads `adapter` (key `key`) on `target`; remembers a success for the window.
     pub async fn load(
         &self,
         state: &WorkerState,
         target: TargetId,
+        key: u64,
         adapter: &str,
         scratch: &mut Vec<u8>,
     ) -> LoadResult {
@@ -152,7 +154,7 @@ impl AdapterLoader {
                     loaded.clear();
                 }
             }
-            loaded.insert((adapter_key(adapter), target), now);
+            loaded.insert((key, target), now);
         }
         result
     }
@@ -188,13 +190,17 @@ mod tests {
     fn a_configured_adapter_the_target_does_not_list_is_loaded() {
         let l = loader("adapters = \"sql-lora, chat-lora\"\nload_from = \"/loras\"").unwrap();
         let listed = Residency::LISTED.union(Residency::SLOTS_KNOWN);
-        assert_eq!(l.needed("sql-lora", listed), Some("sql-lora"));
-        assert_eq!(l.needed("chat-lora", listed), Some("chat-lora"));
+        let k = adapter_key;
+        assert_eq!(l.needed(k("sql-lora"), listed), Some("sql-lora"));
+        assert_eq!(l.needed(k("chat-lora"), listed), Some("chat-lora"));
         // Registered there, or nothing known about its model list: no load.
-        assert_eq!(l.needed("sql-lora", listed.union(Residency::LOADED)), None);
-        assert_eq!(l.needed("sql-lora", Residency::SLOTS_KNOWN), None);
+        assert_eq!(
+            l.needed(k("sql-lora"), listed.union(Residency::LOADED)),
+            None
+        );
+        assert_eq!(l.needed(k("sql-lora"), Residency::SLOTS_KNOWN), None);
         // Not one of the route's adapters (a base model, a typo): no load.
-        assert_eq!(l.needed("base-model", listed), None);
+        assert_eq!(l.needed(k("base-model"), listed), None);
     }
 
     #[test]
@@ -205,16 +211,13 @@ mod tests {
             .borrow_mut()
             .insert((adapter_key("sql-lora"), 1), t0);
         let listed = Residency::LISTED;
-        let r = l.residency("sql-lora", 1, listed, t0 + Duration::from_secs(4));
+        let key = adapter_key("sql-lora");
+        let r = l.residency(key, 1, listed, t0 + Duration::from_secs(4));
         assert!(r.contains(Residency::LOADED));
-        assert_eq!(l.needed("sql-lora", r), None);
+        assert_eq!(l.needed(key, r), None);
+        assert_eq!(l.residency(key, 0, listed, t0), listed, "another target");
         assert_eq!(
-            l.residency("sql-lora", 0, listed, t0),
-            listed,
-            "another target"
-        );
-        assert_eq!(
-            l.residency("sql-lora", 1, listed, t0 + Duration::from_secs(5)),
+            l.residency(key, 1, listed, t0 + Duration::from_secs(5)),
             listed,
             "expired"
         );

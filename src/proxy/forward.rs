@@ -246,11 +246,12 @@ pub async fn forward(
                 .iter()
                 .find(|c| c.target == tid)
                 .map_or(Residency::UNKNOWN, |c| c.lora);
-            if let Some(adapter) = loader.needed(preq.model, residency) {
-                let loaded = loader.load(state, tid, adapter, &mut bufs.side).await;
+            let key = adapter_key(preq.model);
+            if let Some(adapter) = loader.needed(key, residency) {
+                let loaded = loader.load(state, tid, key, adapter, &mut bufs.side).await;
                 state.links.record(Record::AdapterLoad {
                     target: tid as u16,
-                    adapter: adapter_key(adapter),
+                    adapter: key,
                     loaded: loaded == LoadResult::Loaded,
                 });
             }
@@ -424,7 +425,7 @@ fn pick_target(
             lora: lora.as_ref().map_or(Residency::UNKNOWN, |l| {
                 let r = l.residency(t);
                 match &state.routes[route_idx].adapters {
-                    Some(loader) => loader.residency(preq.model, t, r, now),
+                    Some(loader) => loader.residency(l.key(), t, r, now),
                     None => r,
                 }
             }),

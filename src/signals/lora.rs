@@ -255,6 +255,12 @@ pub struct LoraLookup<'a> {
 }
 
 impl LoraLookup<'_> {
+    /// The requested model's key ([`adapter_key`]), hashed once per request.
+    #[inline]
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
     #[inline]
     pub fn residency(&self, t: TargetId) -> Residency {
         match self.table.as_ref() {
