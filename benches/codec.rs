@@ -4,10 +4,11 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rolter::http::chunked::{encode_chunk, ChunkedDecoder};
-use rolter::http::head::{self, HeadLimits};
-use rolter::openai::facts;
-use rolter::proxy::forward::{build_upstream_request, Request};
+use rolter::codec::api::facts;
+use rolter::codec::h1::chunked::{encode_chunk, ChunkedDecoder};
+use rolter::codec::h1::request_head::{self as head, HeadLimits};
+use rolter::gateway::path::request::Request;
+use rolter::gateway::path::upstream_request;
 
 const HEAD: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway.local:8080\r\nUser-Agent: OpenAI/Python 1.54.0\r\nAccept: application/json\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-test-0123456789abcdef\r\nX-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.54.0\r\nx-session-id: user-42\r\nContent-Length: 1024\r\n\r\n";
 
@@ -109,7 +110,7 @@ headers = { "Authorization" = "Bearer upstream-key" }
     let mut g = c.benchmark_group("rewrite");
     g.bench_function("upstream_request_1k", |b| {
         b.iter(|| {
-            build_upstream_request(
+            upstream_request::build(
                 &mut out,
                 black_box(&req),
                 &facts,

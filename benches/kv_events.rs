@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rmp::encode as enc;
-use rolter::engine_state::kv_events::{decode_batch, BlockStored, EventBatch};
-use rolter::engine_state::kv_index::{KeySpace, KvIndex, KvIndexConfig};
+use rolter::engine::kv::events::{decode_batch, BlockStored, EventBatch};
+use rolter::engine::kv::index::{KeySpace, KvIndex, KvIndexConfig};
 
 const BLOCK: u32 = 16;
 

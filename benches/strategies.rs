@@ -5,58 +5,33 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use rolter::config::{Price, StrategySpec, Target};
-use rolter::pricing::PriceBook;
-use rolter::strategy::registry::{self, BuildContext};
+use rolter::core::{Price, PriceBook};
+use rolter::strategy::registry;
 use rolter::strategy::{
-    AsyncInputs, Candidate, PickRequest, Sample, SessionKey, ShareSink, Strategy, Switches,
+    AsyncInputs, BuildContext, Candidate, PickRequest, Sample, SessionKey, ShareSink, Strategy,
+    StrategySpec, Switches,
 };
 
-/// `n` targets from a parsed configuration, weights 1..3 and tiers 0..1.
-fn bench_targets(n: usize) -> Vec<Target> {
-    let mut text = String::new();
-    for i in 0..n {
-        text.push_str(&format!(
-            "[[targets]]\nname = \"t{i}\"\nurl = \"http://127.0.0.1:{}\"\nweight = {}\n\n",
-            9000 + i,
-            1 + i % 3
-        ));
-    }
-    text.push_str("[[routes]]\nname = \"r\"\ntargets = [");
-    text.push_str(
-        &(0..n)
-            .map(|i| format!("\"t{i}\""))
-            .collect::<Vec<_>>()
-            .join(","),
-    );
-    text.push_str("]\n[routes.strategy]\nname = \"round_robin\"\n");
-    rolter::config::load_str(&text, "bench.toml")
-        .expect("bench config")
-        .targets
-}
-
-/// A default-options instance of strategy `name` for a route over `n` targets, with the
-/// given fixed prices (or none).
+/// A default-options instance of strategy `name` for a route over `n` targets (weights
+/// 1..3), with the given fixed prices (or none).
 fn build_strategy(name: &'static str, n: usize, prices: Vec<Option<Price>>) -> Box<dyn Strategy> {
-    let targets = bench_targets(n);
+    let weights: Vec<f64> = (0..n).map(|i| (1 + i % 3) as f64).collect();
+    let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
     let route_targets: Vec<usize> = (0..n).collect();
     let prices = PriceBook::fixed(&prices);
     let switches = Arc::new(Switches::default());
-    registry::build(
-        &StrategySpec {
-            name,
-            options: toml::Table::new(),
-        },
-        &BuildContext {
+    StrategySpec::with_defaults(name)
+        .expect("a registered strategy")
+        .build(&BuildContext {
             target_count: n,
             seed: 1,
-            targets: &targets,
+            weights: &weights,
+            names: &names,
             route_targets: &route_targets,
             prices: &prices,
             switches: &switches,
-            engine: &rolter::engine_state::view::EngineView::default(),
-        },
-    )
+            kv: None,
+        })
 }
 
 /// `n` candidates with target ids 0.., loads spread over 0..10 and the given weights.
@@ -124,7 +99,7 @@ fn bench_picks(c: &mut Criterion) {
 /// prompts. Every target holds 16 prompts sharing its own system prompt; the request shares
 /// the system prompt of target `n / 2` and differs in its last 256 bytes.
 fn bench_cache_aware(c: &mut Criterion) {
-    use rolter::strategy::prefix_index::PrefixIndex;
+    use rolter::strategy::shared::prefix_index::PrefixIndex;
     use rolter::strategy::{SessionKey, ShareSink};
 
     fn text(seed: u64, len: usize) -> Vec<u8> {
@@ -265,7 +240,7 @@ fn bench_pipeline(c: &mut Criterion) {
 /// residency per target) and the pick, with 4, 16 and 64 targets of which every fourth runs
 /// the adapter and the rest list it with a free slot.
 fn bench_lora_aware(c: &mut Criterion) {
-    use rolter::signals::lora::{adapter_key, LoraTable, LoraView, Slots, TargetLora};
+    use rolter::engine::lora::{adapter_key, LoraTable, LoraView, Slots, TargetLora};
 
     let inputs = AsyncInputs::default();
     let req = PickRequest {
@@ -322,7 +297,7 @@ fn bench_lora_aware(c: &mut Criterion) {
 /// for 1 KiB and 32 KiB prompts (256 and 8192 tokens), and the pick over 4, 16 and 64
 /// targets of which every fourth holds part of the prompt.
 fn bench_lmcache_aware(c: &mut Criterion) {
-    use rolter::engine_state::lmcache::{lookup_body, memo_key, parse_lookup, Instances};
+    use rolter::engine::lmcache::{lookup_body, memo_key, parse_lookup, Instances};
 
     let mut g = c.benchmark_group("lmcache_aware");
     for (label, tokens) in [("1KiB", 256u32), ("32KiB", 8192)] {
@@ -355,7 +330,6 @@ fn bench_lmcache_aware(c: &mut Criterion) {
         let inputs = AsyncInputs {
             token_ids: Some((0..8192u32).collect::<Vec<_>>().into()),
             cached_tokens: Some(held.into()),
-            ..AsyncInputs::default()
         };
         let req = PickRequest {
             model: "m",

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use rolter_mock::{MockConfig, MockHandle};
 
-use crate::config::{self, Config};
-use crate::runtime::Gateway;
+use rolter_config::{self as config, Config};
+use rolter_gateway::Gateway;
 
 /// The model name the demo fleet serves.
 pub const DEMO_MODEL: &str = "demo-model";

@@ -1,41 +1,33 @@
 //! Rolter: a thread-per-core io_uring gateway for OpenAI-compatible inference engines.
 //!
-//! Crate map (a request's way through, top to bottom):
+//! This crate is the `rolter` binary and a facade over the workspace's crates, named as
+//! they are layered (each depends only on those above it in this list):
 //!
-//! - [`runtime`]: worker threads, one pinned per core, each with its own monoio runtime
-//!   (io_uring or epoll) and SO_REUSEPORT listener; start, drain, stop.
-//! - [`proxy`]: the per-request pipeline on a worker: the client connection loop
-//!   ([`proxy::conn`]), routing and target choice with retries ([`proxy::forward`]), and
-//!   the streaming relay ([`proxy::relay`]).
-//! - [`http`]: the HTTP/1.1 codec: request heads with limits and framing rules, strict
-//!   chunked decoding, response serialisation.
-//! - [`upstream`]: the thin upstream client: connect, per-core keep-alive pool, response heads.
-//! - [`openai`]: the API surface: proxied paths, request facts, `/v1/models`.
-//! - [`signals`]: the load view, the cross-core exchange and the health book.
-//! - [`strategy`]: the strategy interface, registry and the strategies themselves.
-//! - [`pricing`]: model prices (built-in catalog, `[catalog]`, per-target) for cost-aware strategies.
-//! - [`control`]: the control thread: health checks, metrics scrape, merged metrics, and
-//!   the signals it publishes to the workers; [`admin`] is its listener.
-//! - [`metrics`]: the gateway's own Prometheus metrics, kept and rendered by the control thread.
-//! - [`config`]: TOML → validated [`config::Config`], every error reported at once.
-//! - [`error`]: errors typed by side and retryability, rendered in OpenAI's shape.
-//! - [`demo`]: `rolter demo`, the gateway in front of built-in mock engines.
+//! - [`core`] (`rolter-core`): the values every layer shares: target ids, candidates,
+//!   picks, samples, usage, LoRA residency, prices, the KV-cache view.
+//! - [`codec`] (`rolter-codec`): HTTP/1.1 heads and bodies, request facts, canonical
+//!   prompts, the usage scan, API-shaped errors.
+//! - [`strategy`] (`rolter-strategy`): the strategy trait, the registry, one typed options
+//!   struct per strategy, the strategies.
+//! - [`tokenize`] (`rolter-tokenize`): the local tokenizer and chat templates (feature
+//!   `local-tokenizer`) and the engines' tokenize wire formats.
+//! - [`config`] (`rolter-config`): TOML to a validated configuration, every error named.
+//! - [`engine`] (`rolter-engine`): what the engines tell: scrape, health book, LoRA
+//!   residency, KV events and their index (transport behind feature `kv-events`), LMCache.
+//! - [`gateway`] (`rolter-gateway`): the runtime, the per-core mesh, the request path, the
+//!   upstream client, the control thread, admin and metrics.
+//! - [`demo`] (feature `demo`): `rolter demo`, the gateway in front of built-in mock
+//!   engines.
 
-pub mod admin;
-pub mod config;
-pub mod control;
+pub use rolter_codec as codec;
+pub use rolter_config as config;
+pub use rolter_core as core;
+pub use rolter_engine as engine;
+pub use rolter_gateway as gateway;
+pub use rolter_strategy as strategy;
+pub use rolter_tokenize as tokenize;
+
+pub use rolter_gateway::Gateway;
+
+#[cfg(feature = "demo")]
 pub mod demo;
-pub mod engine_state;
-pub mod error;
-pub mod http;
-pub mod metrics;
-pub mod openai;
-pub mod pricing;
-pub mod proxy;
-pub mod runtime;
-pub mod signals;
-pub mod strategy;
-pub mod tokenize;
-pub mod upstream;
-
-pub use runtime::Gateway;

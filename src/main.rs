@@ -1,19 +1,23 @@
-//! The `rolter` command: run, check, demo, strategies.
+//! The `rolter` command: run, check, demo (feature `demo`), strategies.
 //!
 //! Exit codes: 0 success, 1 runtime failure (cannot bind, cannot start), 2 configuration
-//! error (reported before any port is bound).
+//! error (reported before any port is bound). Output to a closed pipe (`rolter strategies |
+//! head -1`) ends the command quietly.
 
+use std::io::{self, Write};
+#[cfg(feature = "demo")]
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
+#[cfg(feature = "demo")]
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
 use rolter::config;
-use rolter::runtime::Gateway;
 use rolter::strategy::registry;
+use rolter::Gateway;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -42,6 +46,7 @@ enum Command {
         config: PathBuf,
     },
     /// Start three built-in mock engines and the gateway in front of them.
+    #[cfg(feature = "demo")]
     Demo {
         /// Gateway listen address.
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -85,33 +90,66 @@ fn wait_for_signal() {
     let _ = rx.recv();
 }
 
+/// Writes command output; a reader that went away (a closed pipe) is not an error.
+fn emit(write: impl FnOnce(&mut io::StdoutLock<'_>) -> io::Result<()>) -> ExitCode {
+    let mut out = io::stdout().lock();
+    match write(&mut out).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rolter: cannot write the output: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `rolter strategies`: every strategy with its aliases, traits, summary and options, the
+/// defaults read from each strategy's options type.
+fn list_strategies(out: &mut impl Write) -> io::Result<()> {
+    for s in registry::all() {
+        writeln!(out, "{}", s.name)?;
+        if !s.aliases.is_empty() {
+            writeln!(out, "  aliases: {}", s.aliases.join(", "))?;
+        }
+        let traits: Vec<&str> = s.traits.iter().map(|t| t.label()).collect();
+        writeln!(out, "  traits:  {}", traits.join(", "))?;
+        writeln!(out, "  {}", s.summary)?;
+        for o in s.options() {
+            let default = o.default.as_deref().unwrap_or("none");
+            writeln!(out, "  option {} (default {default}): {}", o.key, o.help)?;
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => match config::load_file(&config) {
-            Ok(c) => {
-                println!(
+            Ok(c) => emit(|out| {
+                writeln!(
+                    out,
                     "{}: OK ({} targets, {} routes)",
                     config.display(),
                     c.targets.len(),
                     c.routes.len()
-                );
+                )?;
                 for r in &c.routes {
-                    println!("  route {}: strategy {}", r.name, r.strategy.name);
+                    writeln!(out, "  route {}: strategy {}", r.name, r.strategy.name())?;
                 }
                 let on_off = |b: bool| if b { "on" } else { "off" };
-                println!(
+                writeln!(
+                    out,
                     "  health: active checks {}, passive ejection {}",
                     on_off(c.health.active),
                     on_off(c.health.failures > 0)
-                );
-                println!("  metrics scrape: {}", on_off(c.scrape.enabled));
+                )?;
+                writeln!(out, "  metrics scrape: {}", on_off(c.scrape.enabled))?;
                 match &c.admin {
-                    Some(a) => println!("  admin listener: {}", a.listen),
-                    None => println!("  admin listener: off"),
+                    Some(a) => writeln!(out, "  admin listener: {}", a.listen),
+                    None => writeln!(out, "  admin listener: off"),
                 }
-                ExitCode::SUCCESS
-            }
+            }),
             Err(errors) => {
                 eprintln!("{errors}");
                 eprintln!("{} error(s) in {}", errors.errors.len(), config.display());
@@ -148,6 +186,7 @@ fn main() -> ExitCode {
             gateway.shutdown(grace);
             ExitCode::SUCCESS
         }
+        #[cfg(feature = "demo")]
         Command::Demo {
             listen,
             workers,
@@ -166,20 +205,6 @@ fn main() -> ExitCode {
             demo.gateway.shutdown(Duration::from_secs(5));
             ExitCode::SUCCESS
         }
-        Command::Strategies => {
-            for s in registry::all() {
-                println!("{}", s.name);
-                if !s.aliases.is_empty() {
-                    println!("  aliases: {}", s.aliases.join(", "));
-                }
-                let traits: Vec<&str> = s.traits.iter().map(|t| t.label()).collect();
-                println!("  traits:  {}", traits.join(", "));
-                println!("  {}", s.summary);
-                for o in s.options {
-                    println!("  option {} (default {}): {}", o.key, o.default, o.help);
-                }
-            }
-            ExitCode::SUCCESS
-        }
+        Command::Strategies => emit(|out| list_strategies(out)),
     }
 }

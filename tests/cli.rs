@@ -20,6 +20,7 @@ impl Drop for Kill {
 }
 
 #[test]
+#[cfg(feature = "demo")]
 fn demo_streams_tokens_one_by_one() {
     let child = Command::new(BIN)
         .args(["demo", "--listen", "127.0.0.1:0", "--workers", "1"])
@@ -175,6 +176,61 @@ fn strategies_lists_names_and_aliases() {
     for n in ["round_robin", "weighted_round_robin", "random"] {
         assert!(text.contains(n), "{text}");
     }
+}
+
+/// Every default `rolter strategies` prints is the strategy's options type's `Default`, as
+/// it would be written in the configuration; an option without a default says `none`.
+#[test]
+fn strategies_prints_the_defaults_of_each_options_type() {
+    let out = Command::new(BIN).arg("strategies").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut current: Option<&'static rolter::strategy::StrategyInfo> = None;
+    let mut checked = 0;
+    for line in text.lines() {
+        if !line.starts_with(' ') {
+            current = Some(rolter::strategy::registry::lookup(line).expect(line));
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("  option ") else {
+            continue;
+        };
+        let info = current.expect("an option line follows a strategy");
+        let (key, rest) = rest.split_once(" (default ").unwrap();
+        let printed = rest.split_once("): ").unwrap().0;
+        let defaults = rolter::strategy::StrategySpec::with_defaults(info.name)
+            .unwrap()
+            .to_table();
+        let expected = defaults
+            .get(key)
+            .map_or("none".to_string(), rolter::strategy::options::render);
+        assert_eq!(printed, expected, "{}.{key}", info.name);
+        checked += 1;
+    }
+    let total: usize = rolter::strategy::registry::all()
+        .iter()
+        .map(|i| i.options().len())
+        .sum();
+    assert_eq!(checked, total, "every option is listed");
+    assert!(checked > 50);
+}
+
+/// `rolter strategies | head -1`: a reader that goes away early ends the command quietly.
+#[test]
+fn strategies_to_a_closed_pipe_exits_quietly() {
+    use std::process::Stdio;
+    let mut child = Command::new(BIN)
+        .arg("strategies")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the command writes (like `head` exiting).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]

@@ -4,12 +4,10 @@
 use std::time::Instant;
 
 use rmp::encode as enc;
-use rolter::engine_state::kv_events::{
+use rolter::engine::kv::events::{
     decode_batch, decode_message, BlockStored, DecodeError, EventBatch, KvEvent, Medium,
 };
-use rolter::engine_state::kv_index::{
-    ApplyOutcome, KeySpace, KvIndex, KvIndexConfig, KvIndexReader,
-};
+use rolter::engine::kv::index::{ApplyOutcome, KeySpace, KvIndex, KvIndexConfig, KvIndexReader};
 
 /// The payload of `fixtures/kv_events_examples.txt` (ts=1718000000.5; two blocks stored, one
 /// removed, then a clear; dp=0).

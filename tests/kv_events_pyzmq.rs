@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rolter_mock::{KvEventsConfig, MockConfig, PrefixCacheConfig};
 
-use rolter::engine_state::kv_transport::{
+use rolter::engine::kv::transport::{
     replay, KvEventsEndpoint, KvFrame, KvTransport, KvTransportOptions,
 };
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh machine (system packages and
-# the OpenAI Python SDK), then runs formatting, lints and the whole test suite.
+# the OpenAI Python SDK), then runs formatting, lints and the whole test suite: the default
+# build, then the lean build (`--no-default-features`: no ZMQ, no local tokenizer, no demo),
+# whose dependency tree is checked to hold none of them.
 #
 #   ./tests/run.sh
 set -euo pipefail
@@ -55,3 +57,18 @@ log "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 log "cargo test"
 cargo test --workspace
+
+# The lean gateway: built, linted and tested without its optional features, and checked to
+# link none of what they pull in.
+LEAN=(-p rolter -p rolter-gateway -p rolter-config -p rolter-engine -p rolter-tokenize
+      -p rolter-strategy -p rolter-codec -p rolter-core)
+log "lean build: cargo tree -e normal --no-default-features"
+if cargo tree -p rolter -e normal --no-default-features --prefix none \
+    | grep -E '^(zmq|zmq-sys|tokenizers|onig|onig_sys|minijinja|rolter-mock) '; then
+  echo "the lean build depends on an optional feature's crates (listed above)" >&2
+  exit 1
+fi
+log "lean build: cargo clippy --no-default-features"
+cargo clippy "${LEAN[@]}" --all-targets --no-default-features -- -D warnings
+log "lean build: cargo test --no-default-features"
+cargo test "${LEAN[@]}" --no-default-features

@@ -762,7 +762,7 @@ mod tests {
         };
         for s in ["precise_cache_aware", "cache_aware"] {
             let c = gateway_config(&kv, s, &opts.options_for(s).unwrap(), 1).unwrap();
-            assert_eq!(c.routes[0].strategy.options.len(), 1, "{s}");
+            assert_eq!(c.routes[0].strategy.non_default().len(), 1, "{s}");
             let k = c.targets[1].kv_events.as_ref().expect("kv_events");
             assert_eq!(k.endpoint, "tcp://127.0.0.1:5558");
             assert_eq!(k.replay_endpoint.as_deref(), Some("tcp://127.0.0.1:6558"));

@@ -7,12 +7,14 @@
 //! - [`adapters`]: an engine's LoRA adapter slots (LRU, load delay, slot loads).
 //! - [`workload`]: multi-turn chat, RAG, few-shot, mixed long/short, heterogeneous fleet,
 //!   many LoRA adapters.
+//! - [`fleet`]: the fleet's configuration, parsed by the gateway's loader.
 //! - [`sim`]: the event loop, N gateway cores with the cross-core exchange, the oracle.
 //! - [`lora_feed`]: the gateway's LoRA residency signal (scraped, published, looked up).
 //! - [`report`]: Markdown and JSON.
 
 pub mod adapters;
 pub mod engine;
+pub mod fleet;
 pub mod lora_feed;
 pub mod report;
 pub mod sim;

@@ -1,8 +1,8 @@
 //! The LoRA residency signal, as the gateway builds it: every scrape period each engine's
 //! `vllm:lora_requests_info` (running and waiting adapters, `max_lora`) and its
 //! `GET /v1/models` adapter list go into the control thread's own [`LoraBook`], whose
-//! published [`LoraTable`](rolter::signals::lora::LoraTable) a worker's [`LoraView`]
-//! answers per candidate, exactly as `proxy::forward` fills `Candidate::lora`. Between
+//! published [`LoraTable`](rolter::engine::lora::LoraTable) a worker's [`LoraView`]
+//! answers per candidate, exactly as the gateway's candidate filter fills `Candidate::lora`. Between
 //! scrapes the signal is as stale as the gateway's.
 //!
 //! Owns the book, the view and the scrape schedule; it must not change an engine or pick a
@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rolter::control::lora::LoraBook;
-use rolter::signals::lora::{LoraInfo, LoraView};
-use rolter::strategy::lora_aware::Residency;
+use rolter::core::Residency;
+use rolter::engine::lora::{LoraInfo, LoraView};
+use rolter::engine::lora_book::LoraBook;
 use rolter::strategy::Strategy;
 
 use crate::engine::Engine;
@@ -33,7 +33,7 @@ pub struct LoraFeed {
 fn scrape_config(n: usize, period: Duration) -> rolter::config::Config {
     let ms = (period.as_millis() as u64).max(1);
     let head = format!("[metrics_scrape]\ninterval = \"{ms}ms\"\ntimeout = \"{ms}ms\"\n\n");
-    crate::sim::fleet_config(n, &head, "lora_aware")
+    crate::fleet::fleet_config(n, &head, "lora_aware")
 }
 
 impl LoraFeed {
@@ -48,7 +48,7 @@ impl LoraFeed {
         let config = scrape_config(n, period);
         let period = config.scrape.interval;
         LoraFeed {
-            book: LoraBook::new(&config, &route[..1]),
+            book: LoraBook::new(&config, &[route[0].needs()]),
             view: LoraView::default(),
             names,
             period_ns: (period.as_nanos() as u64).max(1),

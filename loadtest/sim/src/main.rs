@@ -142,6 +142,18 @@ fn run(args: Args) -> Result<(), String> {
     let names: Vec<String> = if args.strategies == "all" {
         rolter::strategy::registry::all()
             .iter()
+            .filter(|i| {
+                // The simulator has no LMCache controller to ask.
+                let asks_a_controller = rolter::strategy::StrategySpec::with_defaults(i.name)
+                    .is_some_and(|s| s.requirements().cache_lookup.is_some());
+                if asks_a_controller {
+                    eprintln!(
+                        "rolter-sim: skipping {} (it asks an LMCache controller, which the simulator does not model; rolter-quality --replay runs it against one)",
+                        i.name
+                    );
+                }
+                !asks_a_controller
+            })
             .map(|i| i.name.to_string())
             .collect()
     } else {

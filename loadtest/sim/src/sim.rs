@@ -8,23 +8,23 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rolter::config::{Price, StrategySpec, Target};
-use rolter::pricing::PriceBook;
-use rolter::strategy::registry::{self, BuildContext};
+use rolter::core::{KvCacheView, Price, PriceBook, Residency};
+use rolter::strategy::registry;
 use rolter::strategy::{
-    AsyncInputs, Candidate, Needs, PickRequest, SessionKey, ShareSink, Strategy, Switches, Usage,
+    AsyncInputs, BuildContext, Candidate, Needs, PickRequest, SessionKey, ShareSink, Strategy,
+    StrategySpec, Switches, Usage,
 };
 use rolter::strategy::{Pick, Sample};
 use serde::Serialize;
 
 use crate::adapters::{AdapterSlots, LoraParams};
 use crate::engine::{block_hashes, Engine, EngineParams};
+use crate::fleet::fleet_targets;
 use crate::lora_feed::LoraFeed;
 use crate::workload::{Workload, BASE_MODEL};
-use rolter::engine_state::kv_events::{BlockRemoved, BlockStored, EventBatch, Medium};
-use rolter::engine_state::kv_index::{KvIndex, KvIndexConfig};
-use rolter::engine_state::view::EngineView;
-use rolter::strategy::lora_aware::Residency;
+use rolter::engine::kv::events::{BlockRemoved, BlockStored, EventBatch, Medium};
+use rolter::engine::kv::index::{KvIndex, KvIndexConfig};
+use rolter::engine::view::EngineView;
 
 /// The fleet a workload runs on.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -61,10 +61,14 @@ impl Policy {
     pub fn label(&self) -> String {
         match self {
             Policy::Oracle => "oracle".to_string(),
-            Policy::Strategy(s) if s.options.is_empty() => s.name.to_string(),
+            Policy::Strategy(s) if s.is_default() => s.name().to_string(),
             Policy::Strategy(s) => {
-                let opts: Vec<String> = s.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                format!("{}({})", s.name, opts.join(","))
+                let opts: Vec<String> = s
+                    .non_default()
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                format!("{}({})", s.name(), opts.join(","))
             }
         }
     }
@@ -167,29 +171,6 @@ enum Router {
         owner: HashMap<u64, usize>,
         groups: Vec<u64>,
     },
-}
-
-/// A configuration of `n` equal targets `engine-0..` behind one route `sim` with
-/// `strategy`, after the `head` tables, parsed by the gateway's own loader.
-pub fn fleet_config(n: usize, head: &str, strategy: &str) -> rolter::config::Config {
-    let mut text = head.to_string();
-    for i in 0..n {
-        text.push_str(&format!(
-            "[[targets]]\nname = \"engine-{i}\"\nurl = \"http://127.0.0.1:{}\"\n\n",
-            9000 + i
-        ));
-    }
-    let names: Vec<String> = (0..n).map(|i| format!("\"engine-{i}\"")).collect();
-    text.push_str(&format!(
-        "[[routes]]\nname = \"sim\"\ntargets = [{}]\n[routes.strategy]\nname = \"{strategy}\"\n",
-        names.join(",")
-    ));
-    rolter::config::load_str(&text, "sim.toml").expect("simulator fleet configuration")
-}
-
-/// The targets of a fleet of `n` equal engines ([`fleet_config`]).
-pub fn fleet_targets(n: usize) -> Vec<Target> {
-    fleet_config(n, "", "round_robin").targets
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -316,6 +297,8 @@ fn ns(d: Duration) -> u64 {
 pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimConfig) -> RunResult {
     let n = fleet.targets;
     let targets = fleet_targets(n);
+    let weights: Vec<f64> = targets.iter().map(|t| t.weight).collect();
+    let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
     let route_targets: Vec<usize> = (0..n).collect();
     let price = Price {
         input_per_mtok: 0.5,
@@ -326,6 +309,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
     // KV events: every engine's cache changes reach one index at once (a strategy that
     // reads token ids gets them, synthesised as one id per 4 prompt bytes, like the blocks).
     let mut kv = KvFeed::new(n);
+    let kv_view: Arc<dyn KvCacheView> = Arc::new(kv.view.clone());
     let cores = cfg.cores.max(1);
     let mut router = match policy {
         Policy::Oracle => Router::Oracle {
@@ -335,18 +319,16 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
         Policy::Strategy(spec) => Router::Cores(
             (0..cores)
                 .map(|c| {
-                    registry::build(
-                        spec,
-                        &BuildContext {
-                            target_count: n,
-                            seed: cfg.seed.wrapping_mul(0x9e37_79b9).wrapping_add(c as u64),
-                            targets: &targets,
-                            route_targets: &route_targets,
-                            prices: &prices,
-                            switches: &switches,
-                            engine: &kv.view,
-                        },
-                    )
+                    spec.build(&BuildContext {
+                        target_count: n,
+                        seed: cfg.seed.wrapping_mul(0x9e37_79b9).wrapping_add(c as u64),
+                        weights: &weights,
+                        names: &names,
+                        route_targets: &route_targets,
+                        prices: &prices,
+                        switches: &switches,
+                        kv: Some(&kv_view),
+                    })
                 })
                 .collect(),
         ),
@@ -828,14 +810,11 @@ pub fn strategy_policy(name: &str, options: toml::Table) -> Result<Option<Policy
     if registry::lookup(name).is_none() {
         return Ok(None);
     }
-    match registry::validate_spec(name, &options) {
-        Ok(canonical) => Ok(Some(Policy::Strategy(StrategySpec {
-            name: canonical,
-            options,
-        }))),
+    match StrategySpec::parse(name, &options) {
+        Ok(spec) => Ok(Some(Policy::Strategy(spec))),
         Err(errors) => Err(errors
             .into_iter()
-            .map(|(k, m)| format!("{name}.{k}: {m}"))
+            .map(|e| format!("{name}.{}: {}", e.key, e.message))
             .collect::<Vec<_>>()
             .join("; ")),
     }
@@ -939,9 +918,14 @@ mod tests {
                 });
             }
             for info in registry::all() {
-                let policy = strategy_policy(info.name, toml::Table::new())
-                    .unwrap()
-                    .unwrap();
+                // lmcache_aware needs its controller named; with none answering in the
+                // simulator it routes by load, as it does when the controller is down.
+                let options: toml::Table = if info.name == "lmcache_aware" {
+                    toml::from_str("controller = \"http://127.0.0.1:9\"").unwrap()
+                } else {
+                    toml::Table::new()
+                };
+                let policy = strategy_policy(info.name, options).unwrap().unwrap();
                 let r = run(&w, &f, &policy, &SimConfig::default());
                 assert_eq!(
                     (r.requests + r.rejected) as usize,

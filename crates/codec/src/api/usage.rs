@@ -1,0 +1,102 @@
+//! Token usage in a response: `"prompt_tokens": N` and `"completion_tokens": N` (OpenAI
+//! chat, completions, embeddings) or `"input_tokens"` / `"output_tokens"` (Responses,
+//! Messages), in a JSON body or in the last SSE event of a stream that asked for usage.
+//!
+//! A byte scan, not a JSON parse: it runs on the relay path over each upstream read of a
+//! successful response, so it must stay a couple of SIMD searches and never allocate.
+//! Usage split across two reads is missed (the sample then has no usage).
+
+use memchr::memmem::Finder;
+use std::sync::LazyLock;
+
+use rolter_core::Usage;
+
+static COMPLETION: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"completion_tokens\""));
+static PROMPT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"prompt_tokens\""));
+static OUTPUT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"output_tokens\""));
+static INPUT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"input_tokens\""));
+
+/// The usage reported in `data`, if a complete one is there.
+pub fn scan(data: &[u8]) -> Option<Usage> {
+    let (prompt, completion) = match number_after(&PROMPT, data) {
+        Some(p) => (Some(p), number_after(&COMPLETION, data)),
+        None => (number_after(&INPUT, data), number_after(&OUTPUT, data)),
+    };
+    let prompt = prompt?;
+    Some(Usage {
+        prompt_tokens: prompt,
+        // Embeddings report no completion tokens.
+        completion_tokens: completion.unwrap_or(0),
+    })
+}
+
+/// The integer that follows `"key"` and a colon, allowing JSON whitespace.
+fn number_after(key: &Finder<'_>, data: &[u8]) -> Option<u32> {
+    let at = key.find(data)? + key.needle().len();
+    let rest = &data[at..];
+    let mut i = rest.iter().position(|b| !b" \t\r\n".contains(b))?;
+    if rest[i] != b':' {
+        return None;
+    }
+    i += 1;
+    i += rest[i..].iter().position(|b| !b" \t\r\n".contains(b))?;
+    let digits = rest[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 9 {
+        return None;
+    }
+    std::str::from_utf8(&rest[i..i + digits]).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_chat_usage_in_a_body_and_in_a_stream_event() {
+        let body = br#"{"id":"x","choices":[],"usage":{"prompt_tokens":12,"total_tokens":30,"completion_tokens":18,"prompt_tokens_details":null}}"#;
+        assert_eq!(
+            scan(body),
+            Some(Usage {
+                prompt_tokens: 12,
+                completion_tokens: 18
+            })
+        );
+        let event = b"data: {\"choices\":[],\"usage\": {\"prompt_tokens\" : 7,\n \"completion_tokens\": 3}}\n\n";
+        assert_eq!(
+            scan(event),
+            Some(Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3
+            })
+        );
+    }
+
+    #[test]
+    fn ignores_null_usage_and_partial_numbers() {
+        assert_eq!(scan(b"data: {\"usage\":null,\"choices\":[]}\n\n"), None);
+        assert_eq!(scan(b"{\"prompt_tokens\":"), None);
+        assert_eq!(scan(b"{\"prompt_tokens\": \"12\"}"), None);
+        assert_eq!(scan(b"{\"prompt_tokens\": 99999999999}"), None);
+    }
+
+    #[test]
+    fn reads_messages_and_responses_usage() {
+        let body = br#"{"usage":{"input_tokens":40,"output_tokens":2}}"#;
+        assert_eq!(
+            scan(body),
+            Some(Usage {
+                prompt_tokens: 40,
+                completion_tokens: 2
+            })
+        );
+        let emb = br#"{"data":[],"usage":{"prompt_tokens":5,"total_tokens":5}}"#;
+        assert_eq!(
+            scan(emb),
+            Some(Usage {
+                prompt_tokens: 5,
+                completion_tokens: 0
+            })
+        );
+    }
+}

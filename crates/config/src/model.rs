@@ -1,0 +1,320 @@
+//! Validated configuration: the types every other module reads.
+//!
+//! Owns the shape of a loaded, checked configuration. It must not parse text or
+//! touch the network: `load` builds these values and guarantees their invariants
+//! (target indices valid, header values free of CR/LF, addresses resolved).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use rolter_core::{Price, TargetId};
+pub use rolter_strategy::StrategySpec;
+
+/// A fully validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file this configuration came from (for messages), or `<builtin>`.
+    pub source: PathBuf,
+    pub server: ServerConfig,
+    pub targets: Vec<Target>,
+    pub routes: Vec<Route>,
+    /// Active health checks and passive ejection (`[health]`).
+    pub health: HealthConfig,
+    /// Scraping the engines' Prometheus endpoints (`[metrics_scrape]`).
+    pub scrape: ScrapeConfig,
+    /// The admin listener (`[admin]`); `None` when the section is absent.
+    pub admin: Option<AdminConfig>,
+    /// Prices per upstream model name from `[catalog]`, over the built-in catalog.
+    pub catalog: HashMap<String, Price>,
+    /// `[adaptive]`: the starting state of the global kill switch.
+    pub adaptive: AdaptiveConfig,
+    /// `[kv_events]`: how the KV block index is keyed, bounded and kept fresh.
+    pub kv_events: KvEventsConfig,
+}
+
+/// `[kv_events]`: settings of the index built from the targets' KV-cache events (used only
+/// when some target has `[targets.kv_events]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KvEventsConfig {
+    /// Tokens per index key; every engine's block size must be a multiple (vLLM: 16).
+    pub block_size: u32,
+    /// Engine blocks remembered per target (oldest dropped first).
+    pub max_blocks_per_target: u32,
+    /// A target whose publisher has been unreachable this long loses its entries and is
+    /// no longer trusted until it publishes again.
+    pub stale_after: Duration,
+}
+
+impl Default for KvEventsConfig {
+    fn default() -> Self {
+        KvEventsConfig {
+            block_size: 16,
+            max_blocks_per_target: 1 << 17,
+            stale_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A target's KV-cache event publisher (`[targets.kv_events]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetKvEvents {
+    /// The engine's ZMQ PUB endpoint, e.g. `tcp://10.0.0.5:5557` (the gateway connects).
+    pub endpoint: String,
+    /// The engine's replay (ROUTER) endpoint, for repairing gaps.
+    pub replay_endpoint: Option<String>,
+    /// Subscription prefix (vLLM publishes with an empty topic; llm-d uses `kv@`).
+    pub topic: String,
+}
+
+/// `[health]`. Active checks run only when the section is present (`active`, default true
+/// then); passive ejection is on by default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthConfig {
+    /// Probe every target (except those with `health_path = ""`) on an interval.
+    pub active: bool,
+    /// Path probed with `GET`; a 2xx answer passes. Per-target `health_path` overrides it.
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive passing probes that make an unhealthy target healthy again.
+    pub healthy_threshold: u32,
+    /// Consecutive failing probes that make a healthy target unhealthy.
+    pub unhealthy_threshold: u32,
+    /// Consecutive failed requests (connect errors, timeouts, 5xx) that eject a target;
+    /// 0 turns passive ejection off.
+    pub failures: u32,
+    /// First ejection time; each further ejection in a row doubles it.
+    pub ejection_time: Duration,
+    /// Longest ejection time.
+    pub max_ejection_time: Duration,
+    /// Largest share (percent) of a route's targets ejected at once (rounded down).
+    pub max_ejected_percent: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            active: false,
+            path: "/health".into(),
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(1),
+            healthy_threshold: 2,
+            unhealthy_threshold: 3,
+            failures: 5,
+            ejection_time: Duration::from_secs(10),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+/// `[metrics_scrape]`. Off unless the section is present (`enabled`, default true then).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScrapeConfig {
+    pub enabled: bool,
+    /// Path scraped on each target unless the target sets `metrics_path`.
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// A scrape older than this no longer counts: the target falls back to in-flight counts.
+    pub stale_after: Duration,
+}
+
+impl Default for ScrapeConfig {
+    fn default() -> Self {
+        ScrapeConfig {
+            enabled: false,
+            path: "/metrics".into(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            stale_after: Duration::from_secs(3),
+        }
+    }
+}
+
+/// `[admin]`: a separate listener for metrics and operations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminConfig {
+    /// Default 127.0.0.1:9091.
+    pub listen: SocketAddr,
+    /// When set, every request must carry `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+}
+
+/// `[adaptive]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveConfig {
+    /// Whether adaptive routes blend (true) or use their fallback strategy (false) at start.
+    /// The admin API flips it at run time for every adaptive route at once.
+    pub enabled: bool,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig { enabled: true }
+    }
+}
+
+/// Which io driver the workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverChoice {
+    /// io_uring where the kernel allows it, epoll otherwise.
+    Auto,
+    IoUring,
+    Epoll,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Client-facing listener (SO_REUSEPORT, one socket per worker).
+    pub listen: SocketAddr,
+    /// Worker threads; resolved (never 0 after validation: 0 in the file means one per core).
+    pub workers: usize,
+    /// Pin worker i to core i (modulo the core count).
+    pub pin_workers: bool,
+    pub driver: DriverChoice,
+    pub limits: Limits,
+    /// How long a stopping gateway lets in-flight requests finish.
+    pub shutdown_grace: Duration,
+}
+
+/// Client-side protocol limits and timeouts.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request head (request line + headers), bytes. Over it: 431.
+    pub max_head_bytes: usize,
+    /// Most header fields in one request. Over it: 431.
+    pub max_headers: usize,
+    /// Longest request target, bytes. Over it: 414.
+    pub max_uri_bytes: usize,
+    /// Largest request body, bytes. Over it: 413, before reading it.
+    pub max_body_bytes: usize,
+    /// Time allowed to receive a whole request head, from its first byte.
+    pub head_timeout: Duration,
+    /// Time allowed to receive a whole request body.
+    pub body_timeout: Duration,
+    /// Idle keep-alive time between requests on a client connection.
+    pub keepalive_timeout: Duration,
+    /// Longest a single write to a client may block (a client that never reads).
+    pub write_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    /// The URL as written, for messages and the admin API.
+    pub url: String,
+    /// Resolved upstream socket address (resolved once, at load).
+    pub addr: SocketAddr,
+    /// `https://` URL: the upstream connection is TLS (1.2 or later, ALPN `http/1.1`), its
+    /// certificate verified against the webpki public roots, or against `ca_certs` only.
+    pub tls: bool,
+    /// Host name from the URL, used for TLS SNI and certificate verification.
+    pub server_name: String,
+    /// `ca_file` as written (resolved against the configuration file's directory), if any.
+    pub ca_file: Option<PathBuf>,
+    /// The certificates read from `ca_file` (DER, checked to be usable trust anchors). When
+    /// non-empty they are the only roots trusted for this target, replacing the public ones.
+    pub ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// Value for the upstream `Host` header: `host[:port]` from the URL.
+    pub host_header: String,
+    /// Path prefix from the URL ("" or "/something", no trailing slash) prepended to the request path.
+    pub base_path: String,
+    /// Routing weight; non-positive values in the file become 1.0.
+    pub weight: f64,
+    /// Public model names this target serves (empty: any model the route accepts).
+    pub models: Vec<String>,
+    /// Public model name → the name this upstream expects in the body.
+    pub upstream_models: HashMap<String, String>,
+    /// Headers added to every upstream request (after client auth and hop-by-hop are removed).
+    /// Names are lowercase; values contain no CR, LF or NUL.
+    pub headers: Vec<(String, String)>,
+    pub max_concurrent: Option<u32>,
+    /// Failover tier, 0 = primary.
+    pub tier: u32,
+    pub price: Option<Price>,
+    /// Active health-check path for this target; `Some("")` turns active checks off for it
+    /// (a managed API without a health endpoint). `None`: `[health].path`.
+    pub health_path: Option<String>,
+    /// Scrape this target's metrics when `[metrics_scrape]` is on (default true; false for
+    /// managed APIs).
+    pub scrape: bool,
+    /// Metrics path for this target; `None`: `[metrics_scrape].path`.
+    pub metrics_path: Option<String>,
+    /// The engine's KV-cache event publisher, when it has one.
+    pub kv_events: Option<TargetKvEvents>,
+    /// The LMCache instance id this engine registers with the cache controller
+    /// (`LMCACHE_LMCACHE_INSTANCE_ID`); default: the target's name.
+    pub lmcache_instance: String,
+    pub timeouts: UpstreamTimeouts,
+    pub pool: PoolConfig,
+}
+
+impl Target {
+    /// Whether this target serves public model `model` (no `models` list: any).
+    #[inline]
+    pub fn serves(&self, model: &str) -> bool {
+        self.models.is_empty() || self.models.iter().any(|m| m == model)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamTimeouts {
+    pub connect: Duration,
+    /// From the request being written to the first response byte (covers queueing and prefill).
+    pub first_byte: Duration,
+    /// Longest silence between two response reads once bytes flow.
+    pub idle: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Most idle keep-alive connections kept per target, per worker.
+    pub max_idle: usize,
+    /// An idle pooled connection older than this is closed instead of reused.
+    pub idle_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    pub matcher: RouteMatch,
+    /// Targets this route may use, in configuration order.
+    pub targets: Vec<TargetId>,
+    pub strategy: StrategySpec,
+    /// Forward the client's `Authorization` header upstream (default false).
+    pub forward_client_auth: bool,
+    /// Extra attempts on other targets before any response byte reached the client.
+    pub retries: u32,
+    /// The local tokenizer the route's strategy named (`tokenizer = "<path>"`), loaded at
+    /// configuration time; `None` when it reads no token ids or asks the engine.
+    #[cfg(feature = "local-tokenizer")]
+    pub tokenizer: Option<std::sync::Arc<rolter_tokenize::LocalTokenizer>>,
+    /// The cache controller the route's strategy asks (`controller = "http://…"`),
+    /// resolved at configuration time; `None` when it asks none.
+    pub cache_controller: Option<CacheController>,
+}
+
+/// An LMCache controller's HTTP API (`python -m lmcache.v1.api_server`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheController {
+    /// As written in the configuration.
+    pub url: String,
+    pub addr: SocketAddr,
+    pub host_header: String,
+    /// The URL's path, prefixed to `/lookup` (empty for a root URL).
+    pub base_path: String,
+}
+
+/// All present rules must hold for a request to match. An empty rule set matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct RouteMatch {
+    /// Exact request paths (without query). Empty: any proxied path.
+    pub paths: Vec<String>,
+    /// Requested model names. Empty: any model served by one of the route's targets.
+    pub models: Vec<String>,
+    /// A request header (lowercase name) that must equal the value.
+    pub header: Option<(String, String)>,
+}

@@ -1,0 +1,379 @@
+//! `[[routes]]`: names and references, match rules, strategies, tokenizers, cache controllers.
+
+use super::*;
+
+// ------------------------------------------------------------------ names and references
+
+#[test]
+fn no_targets_is_an_error() {
+    let errs = errors("[server]\nworkers = 1\n");
+    error_at(&errs, "targets");
+    let errs = errors("targets = []\n");
+    error_at(&errs, "targets");
+}
+
+#[test]
+fn empty_routes_array_is_an_error() {
+    let errs = errors(&format!("routes = []\n{ONE_TARGET}"));
+    error_at(&errs, "routes");
+}
+
+#[test]
+fn names_required_unique_and_well_formed() {
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.2\"
+[[targets]]
+name = \"\"
+url = \"http://10.0.0.3\"
+[[targets]]
+name = \"bad name!\"
+url = \"http://10.0.0.4\"
+[[targets]]
+url = \"http://10.0.0.5\"
+[[targets]]
+name = \"nourl\"
+[[routes]]
+name = \"r\"
+targets = [\"a\"]
+[[routes]]
+name = \"r\"
+targets = [\"a\"]
+[[routes]]
+name = \"\"
+targets = [\"a\"]
+[[routes]]
+targets = [\"a\"]
+";
+    let errs = errors(text);
+    assert!(error_at(&errs, "targets[1].name")
+        .message
+        .contains("already used by targets[0]"));
+    assert!(error_at(&errs, "targets[2].name").message.contains("empty"));
+    assert!(error_at(&errs, "targets[3].name")
+        .fix
+        .contains("`bad-name-`"));
+    error_at(&errs, "targets[4].name");
+    error_at(&errs, "targets[5].url");
+    assert!(error_at(&errs, "routes[1].name")
+        .message
+        .contains("already used by routes[0]"));
+    error_at(&errs, "routes[2].name");
+    error_at(&errs, "routes[3].name");
+    assert_eq!(errs.len(), 8, "{}", ConfigErrors { errors: errs });
+}
+
+#[test]
+fn dangling_route_target_names_it_and_lists_known() {
+    let text = format!(
+        "{ONE_TARGET}[[targets]]\nname = \"bee\"\nurl = \"http://10.0.0.2\"\n\
+         [[routes]]\nname = \"r\"\ntargets = [\"a\", \"be\", \"a\"]\n\
+         [[routes]]\nname = \"s\"\ntargets = []\n[[routes]]\nname = \"t\"\n"
+    );
+    let errs = errors(&text);
+    let e = error_at(&errs, "routes[0].targets[1]");
+    assert!(e.message.contains("`be`"), "{e}");
+    assert!(e.fix.contains("a, bee"), "{e}");
+    assert!(e.fix.contains("did you mean `bee`?"), "{e}");
+    assert!(error_at(&errs, "routes[0].targets[2]")
+        .message
+        .contains("twice"));
+    error_at(&errs, "routes[1].targets");
+    error_at(&errs, "routes[2].targets");
+    assert_eq!(errs.len(), 4);
+}
+
+#[test]
+fn route_to_invalid_target_is_not_dangling() {
+    // The target has a bad URL; the route naming it must not add a second, misleading error.
+    let text = "[[targets]]\nname = \"a\"\nurl = \"ftp://x\"\n[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n";
+    let errs = errors(text);
+    assert_eq!(
+        errs.len(),
+        1,
+        "{}",
+        ConfigErrors {
+            errors: errs.clone()
+        }
+    );
+    assert_eq!(errs[0].key, "targets[0].url");
+}
+
+// ------------------------------------------------------------------ match rules
+
+#[test]
+fn match_rules() {
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+models = [\"m1\", \"m2\"]
+[[targets]]
+name = \"b\"
+url = \"http://10.0.0.2\"
+models = [\"m3\"]
+[[routes]]
+name = \"r\"
+targets = [\"a\", \"b\"]
+forward_client_auth = true
+retries = 0
+[routes.match]
+paths = [\"/v1/embeddings\", \"/v1/messages\"]
+models = [\"m1\", \"m3\"]
+header = { name = \"X-Tenant\", value = \"blue\" }
+";
+    let c = load(text).unwrap();
+    let r = &c.routes[0];
+    assert!(r.forward_client_auth);
+    assert_eq!(r.retries, 0);
+    assert_eq!(r.matcher.paths, vec!["/v1/embeddings", "/v1/messages"]);
+    assert_eq!(r.matcher.models, vec!["m1", "m3"]);
+    assert_eq!(
+        r.matcher.header,
+        Some(("x-tenant".to_string(), "blue".to_string()))
+    );
+}
+
+#[test]
+fn match_errors() {
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+models = [\"m1\"]
+[[targets]]
+name = \"any\"
+url = \"http://10.0.0.2\"
+[[routes]]
+name = \"r\"
+targets = [\"a\"]
+[routes.match]
+paths = [\"/v1/chat/completion\", \"/v1/completions\"]
+models = [\"m1\", \"m9\", \"\"]
+header = { name = \"bad header\", value = \"\" }
+[[routes]]
+name = \"s\"
+targets = [\"a\", \"any\"]
+match = { models = [\"m9\"] }
+";
+    let errs = errors(text);
+    let e = error_at(&errs, "routes[0].match.paths[0]");
+    assert!(
+        e.fix.contains("did you mean `/v1/chat/completions`?"),
+        "{e}"
+    );
+    let e = error_at(&errs, "routes[0].match.models[1]");
+    assert!(
+        e.message.contains("`m9`") && e.message.contains("m1"),
+        "{e}"
+    );
+    error_at(&errs, "routes[0].match.models[2]");
+    error_at(&errs, "routes[0].match.header.name");
+    error_at(&errs, "routes[0].match.header.value");
+    // Route `s` has a target without a model list, so m9 may be served: no error.
+    assert_eq!(errs.len(), 5, "{}", ConfigErrors { errors: errs });
+}
+
+#[test]
+fn retries_bounds() {
+    for (r, ok) in [("0", true), ("10", true), ("11", false), ("-1", false)] {
+        let text =
+            format!("{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\nretries = {r}\n");
+        match load(&text) {
+            Ok(c) => assert!(ok, "{r}: {c:?}"),
+            Err(errs) => {
+                assert!(!ok, "{r}: {errs}");
+                error_at(&errs.errors, "routes[0].retries");
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ strategies
+
+#[test]
+fn strategy_forms() {
+    let text = format!(
+        "{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\nstrategy = \"round_robin\"\n\
+         [[routes]]\nname = \"s\"\ntargets = [\"a\"]\nstrategy = {{ name = \"round_robin\" }}\n"
+    );
+    let c = load(&text).unwrap();
+    assert_eq!(c.routes[0].strategy.name(), "round_robin");
+    assert!(c.routes[0].strategy.is_default());
+    assert_eq!(c.routes[1].strategy.name(), "round_robin");
+    assert!(c.routes[1].strategy.is_default());
+}
+
+#[test]
+fn strategy_errors() {
+    let text = format!(
+        "{ONE_TARGET}\
+         [[routes]]\nname = \"r0\"\ntargets = [\"a\"]\nstrategy = \"zzz_no_such_strategy\"\n\
+         [[routes]]\nname = \"r1\"\ntargets = [\"a\"]\nstrategy = {{ name = \"zzz_nope\" }}\n\
+         [[routes]]\nname = \"r2\"\ntargets = [\"a\"]\nstrategy = {{ threshold = 2 }}\n\
+         [[routes]]\nname = \"r3\"\ntargets = [\"a\"]\nstrategy = 7\n\
+         [[routes]]\nname = \"r4\"\ntargets = [\"a\"]\nstrategy = {{ name = 7 }}\n\
+         [[routes]]\nname = \"r5\"\ntargets = [\"a\"]\nstrategy = \"\"\n"
+    );
+    let errs = errors(&text);
+    assert!(error_at(&errs, "routes[0].strategy")
+        .message
+        .contains("`zzz_no_such_strategy`"));
+    assert!(error_at(&errs, "routes[1].strategy.name")
+        .message
+        .contains("`zzz_nope`"));
+    error_at(&errs, "routes[2].strategy.name");
+    error_at(&errs, "routes[3].strategy");
+    error_at(&errs, "routes[4].strategy.name");
+    error_at(&errs, "routes[5].strategy");
+    assert_eq!(errs.len(), 6, "{}", ConfigErrors { errors: errs });
+}
+
+// ------------------------------------------------------------------ tokenizers
+
+fn precise_route(options: &str) -> String {
+    format!(
+        "{ONE_TARGET}\n[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n[routes.strategy]\nname = \"precise_cache_aware\"\n{options}\n"
+    )
+}
+
+#[test]
+#[cfg(feature = "local-tokenizer")]
+fn precise_cache_aware_loads_a_local_tokenizer_or_uses_the_engine() {
+    let c = load(&precise_route("")).unwrap();
+    assert!(c.routes[0].tokenizer.is_none(), "default: the engine");
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/tokenizer/chatml"
+    );
+    let c = load(&precise_route(&format!(
+        "tokenizer = \"{dir}/tokenizer.json\"\nmin_blocks = 2"
+    )))
+    .unwrap();
+    let t = c.routes[0].tokenizer.as_ref().expect("loaded");
+    assert!(
+        t.has_chat_template(),
+        "tokenizer_config.json beside it was read"
+    );
+}
+
+#[test]
+fn a_missing_tokenizer_file_is_a_configuration_error() {
+    let errs = errors(&precise_route(
+        "tokenizer = \"/nonexistent/tokenizer.json\"",
+    ));
+    let e = error_at(&errs, "routes[0].strategy.tokenizer");
+    assert!(e.message.contains("/nonexistent/tokenizer.json"), "{e}");
+    assert!(e.fix.contains("engine"), "{e}");
+}
+
+#[test]
+#[cfg(feature = "kv-events")]
+fn kv_events_endpoints_and_settings_are_checked() {
+    let ok = format!(
+        "{ONE_TARGET}[targets.kv_events]\nendpoint = \"tcp://10.0.0.1:5557\"\nreplay_endpoint = \"tcp://10.0.0.1:5558\"\n\n[kv_events]\nblock_size = 32\nstale_after = \"3s\"\n"
+    );
+    let c = load(&ok).unwrap();
+    let kv = c.targets[0].kv_events.as_ref().unwrap();
+    assert_eq!(kv.endpoint, "tcp://10.0.0.1:5557");
+    assert_eq!(kv.replay_endpoint.as_deref(), Some("tcp://10.0.0.1:5558"));
+    assert_eq!(c.kv_events.block_size, 32);
+    assert_eq!(c.kv_events.stale_after, Duration::from_secs(3));
+    // The engine's bind address is not something to connect to.
+    let errs = errors(&format!(
+        "{ONE_TARGET}[targets.kv_events]\nendpoint = \"tcp://*:5557\"\n"
+    ));
+    let e = error_at(&errs, "targets[0].kv_events.endpoint");
+    assert!(e.fix.contains("tcp://host:port"), "{e}");
+    let errs = errors(&format!(
+        "{ONE_TARGET}[targets.kv_events]\ntopic = \"kv@\"\n"
+    ));
+    error_at(&errs, "targets[0].kv_events.endpoint");
+    let errs = errors(&format!("{ONE_TARGET}[kv_events]\nblock_size = 0\n"));
+    error_at(&errs, "kv_events.block_size");
+}
+
+// ------------------------------------------------------------------ lmcache_aware
+
+fn lmcache_route(target_extra: &str, options: &str) -> String {
+    format!(
+        "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:8001\"\n{target_extra}\n[[targets]]\nname = \"b\"\nurl = \"http://127.0.0.1:8002\"\n\n[[routes]]\nname = \"r\"\ntargets = [\"a\", \"b\"]\n[routes.strategy]\nname = \"lmcache_aware\"\n{options}\n"
+    )
+}
+
+#[test]
+fn lmcache_aware_resolves_its_controller_and_maps_instances() {
+    let c = load(&lmcache_route(
+        "lmcache_instance = \"vllm-pod-0\"",
+        "controller = \"http://127.0.0.1:9000\"\nlookup_timeout = \"20ms\"",
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let ctl = c.routes[0].cache_controller.as_ref().expect("resolved");
+    assert_eq!(ctl.addr, "127.0.0.1:9000".parse().unwrap());
+    assert_eq!(ctl.host_header, "127.0.0.1:9000");
+    assert_eq!(ctl.base_path, "");
+    assert_eq!(c.targets[0].lmcache_instance, "vllm-pod-0");
+    assert_eq!(
+        c.targets[1].lmcache_instance, "b",
+        "default: the target's name"
+    );
+    // Other strategies have no controller.
+    let c = load(&precise_route("")).unwrap();
+    assert!(c.routes[0].cache_controller.is_none());
+}
+
+#[test]
+fn lmcache_aware_without_a_usable_controller_is_a_configuration_error() {
+    let errs = errors(&lmcache_route("", ""));
+    let e = error_at(&errs, "routes[0].strategy.controller");
+    assert!(e.message.contains("no `controller`"), "{e}");
+    assert!(e.fix.contains("http://"), "{e}");
+
+    let errs = errors(&lmcache_route("", "controller = \"https://10.0.0.1:9000\""));
+    let e = error_at(&errs, "routes[0].strategy.controller");
+    assert!(e.message.contains("plain HTTP"), "{e}");
+
+    let errs = errors(&lmcache_route("", "controller = \"10.0.0.1:9000\""));
+    let e = error_at(&errs, "routes[0].strategy.controller");
+    assert!(e.message.contains("no scheme"), "{e}");
+
+    let errs = errors(&lmcache_route("", "controller = 9000"));
+    error_at(&errs, "routes[0].strategy.controller");
+
+    let errs = errors(&lmcache_route(
+        "lmcache_instance = \"\"",
+        "controller = \"http://127.0.0.1:9000\"",
+    ));
+    let e = error_at(&errs, "targets[0].lmcache_instance");
+    assert!(e.fix.contains("LMCACHE_LMCACHE_INSTANCE_ID"), "{e}");
+
+    let errs = errors(&lmcache_route(
+        "",
+        "controller = \"http://127.0.0.1:9000\"\nw_prefix = 0\nw_free = 0",
+    ));
+    error_at(&errs, "routes[0].strategy.w_prefix");
+}
+
+#[test]
+#[cfg(not(feature = "local-tokenizer"))]
+fn a_tokenizer_file_needs_the_local_tokenizer_feature() {
+    let errs = errors(&precise_route("tokenizer = \"/models/x/tokenizer.json\""));
+    let e = error_at(&errs, "routes[0].strategy.tokenizer");
+    assert!(e.message.contains("local-tokenizer"), "{e}");
+    assert!(e.fix.contains("tokenizer = \"engine\""), "{e}");
+    assert!(load(&precise_route("tokenizer = \"engine\"")).is_ok());
+}
+
+#[test]
+#[cfg(not(feature = "kv-events"))]
+fn kv_events_need_the_kv_events_feature() {
+    let errs = errors(&format!(
+        "{ONE_TARGET}[targets.kv_events]\nendpoint = \"tcp://10.0.0.1:5557\"\n"
+    ));
+    let e = error_at(&errs, "targets[0].kv_events");
+    assert!(e.message.contains("kv-events"), "{e}");
+}

@@ -1,0 +1,198 @@
+//! `[health]` and `[metrics_scrape]`.
+
+use super::common::*;
+
+pub(super) fn health(raw: Option<RawHealth>, errs: &mut Collector) -> Option<HealthConfig> {
+    let d = HealthConfig::default();
+    let Some(raw) = raw else {
+        return Some(d);
+    };
+    let path = http_path(raw.path, "health.path", &d.path, errs);
+    let interval = nonzero_duration(raw.interval.as_ref(), "health.interval", d.interval, errs);
+    let timeout = duration(
+        raw.timeout.as_ref(),
+        "health.timeout",
+        d.timeout,
+        false,
+        errs,
+    );
+    let timeout = match (interval, timeout) {
+        (Some(i), Some(t)) if t >= i => {
+            errs.push(
+                "health.timeout",
+                format!(
+                    "timeout {}{} is not shorter than interval {}",
+                    humantime::format_duration(t),
+                    if raw.timeout.is_none() {
+                        " (the default)"
+                    } else {
+                        ""
+                    },
+                    humantime::format_duration(i)
+                ),
+                format!(
+                    "set timeout below the interval, e.g. timeout = \"{}\", or raise interval",
+                    humantime::format_duration(half(i))
+                ),
+            );
+            None
+        }
+        (_, t) => t,
+    };
+    let healthy_threshold = count(
+        raw.healthy_threshold,
+        "health.healthy_threshold",
+        d.healthy_threshold,
+        1..=u32::MAX,
+        "the number of passing probes that bring a target back",
+        errs,
+    );
+    let unhealthy_threshold = count(
+        raw.unhealthy_threshold,
+        "health.unhealthy_threshold",
+        d.unhealthy_threshold,
+        1..=u32::MAX,
+        "the number of failing probes that take a target out",
+        errs,
+    );
+    let failures = count(
+        raw.failures,
+        "health.failures",
+        d.failures,
+        0..=u32::MAX,
+        "the number of failed requests in a row that eject a target; 0 turns passive ejection off",
+        errs,
+    );
+    let ejection_time = nonzero_duration(
+        raw.ejection_time.as_ref(),
+        "health.ejection_time",
+        d.ejection_time,
+        errs,
+    );
+    let max_ejection_time = nonzero_duration(
+        raw.max_ejection_time.as_ref(),
+        "health.max_ejection_time",
+        d.max_ejection_time,
+        errs,
+    );
+    let max_ejection_time = match (ejection_time, max_ejection_time) {
+        (Some(first), Some(max)) if max < first => {
+            errs.push(
+                "health.max_ejection_time",
+                format!(
+                    "max_ejection_time {}{} is shorter than ejection_time {}",
+                    humantime::format_duration(max),
+                    if raw.max_ejection_time.is_none() { " (the default)" } else { "" },
+                    humantime::format_duration(first)
+                ),
+                format!(
+                    "set max_ejection_time to at least ejection_time, e.g. max_ejection_time = \"{}\"",
+                    humantime::format_duration(first * 30)
+                ),
+            );
+            None
+        }
+        (_, m) => m,
+    };
+    let max_ejected_percent = count(
+        raw.max_ejected_percent,
+        "health.max_ejected_percent",
+        d.max_ejected_percent,
+        0..=100,
+        "the largest share of a route's targets ejected at once, in percent",
+        errs,
+    );
+    Some(HealthConfig {
+        active: raw.active.unwrap_or(true),
+        path: path?,
+        interval: interval?,
+        timeout: timeout?,
+        healthy_threshold: healthy_threshold?,
+        unhealthy_threshold: unhealthy_threshold?,
+        failures: failures?,
+        ejection_time: ejection_time?,
+        max_ejection_time: max_ejection_time?,
+        max_ejected_percent: max_ejected_percent?,
+    })
+}
+
+pub(super) fn scrape(raw: Option<RawScrape>, errs: &mut Collector) -> Option<ScrapeConfig> {
+    let d = ScrapeConfig::default();
+    let Some(raw) = raw else {
+        return Some(d);
+    };
+    let path = http_path(raw.path, "metrics_scrape.path", &d.path, errs);
+    let interval = nonzero_duration(
+        raw.interval.as_ref(),
+        "metrics_scrape.interval",
+        d.interval,
+        errs,
+    );
+    let timeout = duration(
+        raw.timeout.as_ref(),
+        "metrics_scrape.timeout",
+        d.timeout,
+        false,
+        errs,
+    );
+    let timeout = match (interval, timeout) {
+        (Some(i), Some(t)) if t > i => {
+            errs.push(
+                "metrics_scrape.timeout",
+                format!(
+                    "timeout {}{} is longer than interval {}",
+                    humantime::format_duration(t),
+                    if raw.timeout.is_none() {
+                        " (the default)"
+                    } else {
+                        ""
+                    },
+                    humantime::format_duration(i)
+                ),
+                format!(
+                    "set timeout to at most the interval, e.g. timeout = \"{}\", or raise interval",
+                    humantime::format_duration(half(i))
+                ),
+            );
+            None
+        }
+        (_, t) => t,
+    };
+    let stale_default = interval.map_or(d.stale_after, |i| i * 3);
+    let stale_after = nonzero_duration(
+        raw.stale_after.as_ref(),
+        "metrics_scrape.stale_after",
+        stale_default,
+        errs,
+    );
+    let stale_after = match (interval, stale_after) {
+        (Some(i), Some(s)) if s < i => {
+            errs.push(
+                "metrics_scrape.stale_after",
+                format!(
+                    "stale_after {} is shorter than interval {}, so every scrape would be stale before the next one",
+                    humantime::format_duration(s),
+                    humantime::format_duration(i)
+                ),
+                format!(
+                    "set stale_after to at least the interval, e.g. stale_after = \"{}\" (the default, 3 × interval), or remove it",
+                    humantime::format_duration(i * 3)
+                ),
+            );
+            None
+        }
+        (_, s) => s,
+    };
+    Some(ScrapeConfig {
+        enabled: raw.enabled.unwrap_or(true),
+        path: path?,
+        interval: interval?,
+        timeout: timeout?,
+        stale_after: stale_after?,
+    })
+}
+
+/// Half a duration, rounded to whole milliseconds (at least 1ms), for examples in fixes.
+pub(super) fn half(d: Duration) -> Duration {
+    Duration::from_millis((d.as_millis() / 2).max(1) as u64)
+}

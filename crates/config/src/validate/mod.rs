@@ -1,0 +1,135 @@
+//! Raw file values → validated [`Config`], collecting every problem: one module per
+//! section, [`common`] for what they share, this module for the order.
+
+mod admin;
+mod common;
+mod health;
+mod kv;
+mod prices;
+mod routes;
+mod server;
+mod targets;
+
+use admin::admin;
+use common::*;
+use health::{health, scrape};
+use kv::kv_events;
+use prices::catalog;
+pub(crate) use prices::check_prices;
+use routes::route;
+use server::server;
+use targets::{check_unique_names, target};
+
+pub(crate) use common::{EnvLookup, Host, Resolver};
+pub use common::{
+    DEFAULT_ADMIN_LISTEN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FIRST_BYTE_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_POOL_MAX_IDLE,
+    DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STRATEGY, FORBIDDEN_TARGET_HEADERS,
+    IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
+};
+
+/// Validates everything in `raw`; returns the config only when no error was pushed.
+pub(crate) fn validate(
+    raw: RawConfig,
+    source: &str,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<Config> {
+    let server = server(raw.server.unwrap_or_default(), host, errs);
+
+    let raw_targets = match raw.targets {
+        Some(t) if !t.is_empty() => t,
+        Some(_) => {
+            errs.push(
+                "targets",
+                "`targets` is empty; at least one target is required",
+                "add a [[targets]] table with `name` and `url`, e.g. name = \"vllm-0\", url = \"http://10.0.0.11:8000\"",
+            );
+            Vec::new()
+        }
+        None => {
+            errs.push(
+                "targets",
+                "no targets are configured; at least one target is required",
+                "add a [[targets]] table with `name` and `url`, e.g. name = \"vllm-0\", url = \"http://10.0.0.11:8000\"",
+            );
+            Vec::new()
+        }
+    };
+    let count = raw_targets.len();
+    // Target names as written (even for otherwise invalid targets), for route references.
+    let names: Vec<Option<String>> = raw_targets.iter().map(|t| t.name.clone()).collect();
+    let targets: Vec<Option<Target>> = raw_targets
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| target(t, &format!("targets[{i}]"), host, errs))
+        .collect();
+    check_unique_names(&names, "targets", "target", errs);
+
+    // One entry per [[routes]] table (None where it is invalid), so indices match the file.
+    let routes: Vec<Option<Route>> = match raw.routes {
+        None => vec![Some(Route {
+            name: IMPLICIT_ROUTE_NAME.to_string(),
+            matcher: RouteMatch::default(),
+            targets: (0..count).collect(),
+            strategy: StrategySpec::with_defaults(DEFAULT_STRATEGY)
+                .expect("the default strategy is registered"),
+            forward_client_auth: false,
+            retries: DEFAULT_RETRIES,
+            #[cfg(feature = "local-tokenizer")]
+            tokenizer: None,
+            cache_controller: None,
+        })],
+        Some(r) if r.is_empty() => {
+            errs.push(
+                "routes",
+                "`routes` is an empty array, so no request could ever be routed",
+                "remove `routes` to get the implicit \"default\" route over all targets, or add a [[routes]] table",
+            );
+            Vec::new()
+        }
+        Some(r) => {
+            let route_names: Vec<Option<String>> = r.iter().map(|r| r.name.clone()).collect();
+            check_unique_names(&route_names, "routes", "route", errs);
+            r.into_iter()
+                .enumerate()
+                .map(|(i, r)| route(r, &format!("routes[{i}]"), &names, &targets, host, errs))
+                .collect()
+        }
+    };
+
+    let health = health(raw.health, errs);
+    let scrape = scrape(raw.metrics_scrape, errs);
+    let admin = match raw.admin {
+        None => Some(None),
+        Some(a) => admin(a, server.as_ref(), host, errs).map(Some),
+    };
+    let catalog = catalog(raw.catalog, errs);
+    let kv_events = kv_events(raw.kv_events, errs);
+    let adaptive = AdaptiveConfig {
+        enabled: raw
+            .adaptive
+            .and_then(|a| a.enabled)
+            .unwrap_or(AdaptiveConfig::default().enabled),
+    };
+    // With an invalid [catalog] every price lookup would be suspect: its errors come first.
+    if let Some(catalog) = &catalog {
+        check_prices(&routes, &targets, catalog, errs);
+    }
+
+    if !errs.is_empty() {
+        return None;
+    }
+    Some(Config {
+        source: PathBuf::from(source),
+        server: server?,
+        targets: targets.into_iter().collect::<Option<Vec<_>>>()?,
+        routes: routes.into_iter().collect::<Option<Vec<_>>>()?,
+        health: health?,
+        scrape: scrape?,
+        admin: admin?,
+        catalog: catalog?,
+        adaptive,
+        kv_events: kv_events?,
+    })
+}

@@ -1,0 +1,426 @@
+//! `[[routes]]`: targets, match rules, retries and the strategy with what it needs.
+
+use super::common::*;
+use super::targets::{check_header_name, check_header_value, check_name, raw_close, target_url};
+#[cfg(feature = "local-tokenizer")]
+use std::sync::Arc;
+
+pub(super) fn route(
+    raw: RawRoute,
+    at: &str,
+    names: &[Option<String>],
+    targets: &[Option<Target>],
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<Route> {
+    let config_dir = host.config_dir;
+    let name = match raw.name {
+        None => {
+            errs.push(
+                join(at, "name"),
+                "route has no `name`",
+                "add name = \"...\", unique among routes",
+            );
+            None
+        }
+        Some(n) => check_name(&n, &join(at, "name"), "route", errs).then_some(n),
+    };
+
+    let route_targets = route_targets(raw.targets, &join(at, "targets"), names, errs);
+    let strategy = strategy(raw.strategy, &join(at, "strategy"), errs);
+    let requirements = strategy.as_ref().map(StrategySpec::requirements);
+    let tokenizer = match &requirements {
+        Some(r) => local_tokenizer(r, &join(at, "strategy"), config_dir, errs),
+        None => Some(None),
+    };
+    let cache_controller = match &requirements {
+        Some(r) => cache_controller(r, &join(at, "strategy"), host, errs),
+        None => Some(None),
+    };
+
+    let retries = match raw.retries {
+        None => Some(DEFAULT_RETRIES),
+        Some(n) if (0..=i64::from(MAX_RETRIES)).contains(&n) => Some(n as u32),
+        Some(n) => {
+            errs.push(
+                join(at, "retries"),
+                format!("retries is {n}; it must be between 0 and {MAX_RETRIES}"),
+                format!(
+                    "set retries to a number from 0 to {MAX_RETRIES} (default {DEFAULT_RETRIES})"
+                ),
+            );
+            None
+        }
+    };
+
+    let matcher = match raw.matcher {
+        None => Some(RouteMatch::default()),
+        Some(m) => route_match(
+            m,
+            &join(at, "match"),
+            route_targets.as_deref(),
+            targets,
+            errs,
+        ),
+    };
+
+    #[cfg(not(feature = "local-tokenizer"))]
+    tokenizer?;
+    Some(Route {
+        name: name?,
+        matcher: matcher?,
+        targets: route_targets?,
+        strategy: strategy?,
+        forward_client_auth: raw.forward_client_auth.unwrap_or(false),
+        retries: retries?,
+        #[cfg(feature = "local-tokenizer")]
+        tokenizer: tokenizer?,
+        cache_controller: cache_controller?,
+    })
+}
+
+/// The LMCache controller the strategy asks (`lmcache_aware`, also inside a wrapper): a
+/// plain http:// URL (the controller's API server speaks no TLS), resolved now. `Some(None)`
+/// when the strategy asks none; `None` after an error.
+pub(super) fn cache_controller(
+    requirements: &Requirements,
+    key: &str,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<Option<CacheController>> {
+    let Some(lookup) = &requirements.cache_lookup else {
+        return Some(None);
+    };
+    let key = join(key, "controller");
+    let written = lookup.controller.as_str();
+    let url = target_url(written, &key, host, errs)?;
+    if url.tls {
+        errs.push(
+            key,
+            format!(
+                "`{written}` is https://; the LMCache controller's API server speaks plain HTTP"
+            ),
+            "write the controller's address as http://host:port",
+        );
+        return None;
+    }
+    Some(Some(CacheController {
+        url: url.written,
+        addr: url.addr,
+        host_header: url.host_header,
+        base_path: url.base_path,
+    }))
+}
+
+/// The local tokenizer file the strategy names (`tokenizer = "<path>"`): loaded now, so a
+/// missing or broken file stops the configuration. `Some(None)` when there is none to
+/// load; `None` after an error.
+#[cfg(feature = "local-tokenizer")]
+pub(super) fn local_tokenizer(
+    requirements: &Requirements,
+    key: &str,
+    config_dir: Option<&Path>,
+    errs: &mut Collector,
+) -> Option<Option<Arc<rolter_tokenize::LocalTokenizer>>> {
+    let Some(tokens) = &requirements.token_ids else {
+        return Some(None);
+    };
+    let Some(written) = tokens.local_path() else {
+        return Some(None);
+    };
+    let resolve = |w: &str| match config_dir {
+        Some(dir) if Path::new(w).is_relative() => dir.join(w),
+        _ => PathBuf::from(w),
+    };
+    let json = resolve(written);
+    let cfg = match tokens.tokenizer_config.as_deref().filter(|s| !s.is_empty()) {
+        Some(c) => Some(resolve(c)),
+        // The usual layout: tokenizer_config.json beside tokenizer.json.
+        None => json
+            .parent()
+            .map(|d| d.join("tokenizer_config.json"))
+            .filter(|p| p.is_file()),
+    };
+    match rolter_tokenize::LocalTokenizer::from_files(&json, cfg.as_deref()) {
+        Ok(t) => Some(Some(Arc::new(t))),
+        Err(e) => {
+            errs.push(
+                join(key, "tokenizer"),
+                format!("cannot load the tokenizer: {e}"),
+                "point `tokenizer` at the model's tokenizer.json (relative paths are resolved against the configuration file's directory), with its tokenizer_config.json beside it or named by `tokenizer_config`, or set tokenizer = \"engine\" to ask the target's /tokenize endpoint",
+            );
+            None
+        }
+    }
+}
+
+/// Without the local tokenizer built in, a strategy naming a tokenizer file is an error.
+#[cfg(not(feature = "local-tokenizer"))]
+pub(super) fn local_tokenizer(
+    requirements: &Requirements,
+    key: &str,
+    _config_dir: Option<&Path>,
+    errs: &mut Collector,
+) -> Option<Option<()>> {
+    match requirements.token_ids.as_ref().and_then(|t| t.local_path()) {
+        None => Some(None),
+        Some(written) => {
+            errs.push(
+                join(key, "tokenizer"),
+                format!("`{written}` names a local tokenizer, but this build of rolter has none (built without the `local-tokenizer` feature)"),
+                "set tokenizer = \"engine\" to ask the target's /tokenize endpoint, or use a build with the default features",
+            );
+            None
+        }
+    }
+}
+
+pub(super) fn route_targets(
+    raw: Option<Vec<String>>,
+    key: &str,
+    names: &[Option<String>],
+    errs: &mut Collector,
+) -> Option<Vec<TargetId>> {
+    let mut known: Vec<&str> = Vec::new();
+    for n in names.iter().flatten() {
+        if !n.is_empty() && !known.contains(&n.as_str()) {
+            known.push(n);
+        }
+    }
+    let known_list = if known.is_empty() {
+        "none".to_string()
+    } else {
+        known.join(", ")
+    };
+    let list = match raw {
+        None => {
+            errs.push(
+                key,
+                "route has no `targets`",
+                format!("add targets = [\"…\"] naming one or more targets (known targets: {known_list})"),
+            );
+            return None;
+        }
+        Some(l) if l.is_empty() => {
+            errs.push(
+                key,
+                "route `targets` is empty",
+                format!("name one or more targets (known targets: {known_list})"),
+            );
+            return None;
+        }
+        Some(l) => l,
+    };
+    let mut out = Vec::with_capacity(list.len());
+    let mut ok = true;
+    for (i, n) in list.iter().enumerate() {
+        let k = format!("{key}[{i}]");
+        match names.iter().position(|t| t.as_deref() == Some(n.as_str())) {
+            Some(id) if out.contains(&id) => {
+                errs.push(
+                    k,
+                    format!("target `{n}` is listed twice"),
+                    format!("list `{n}` only once"),
+                );
+                ok = false;
+            }
+            Some(id) => out.push(id),
+            None => {
+                let hint = match closest(n, &known) {
+                    Some(best) if raw_close(n, best) => format!(" (did you mean `{best}`?)"),
+                    _ => String::new(),
+                };
+                errs.push(
+                    k,
+                    format!("no target is named `{n}`"),
+                    format!("use one of the known targets: {known_list}{hint}"),
+                );
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
+pub(super) fn strategy(
+    raw: Option<toml::Value>,
+    key: &str,
+    errs: &mut Collector,
+) -> Option<StrategySpec> {
+    let (name, options, name_key) = match raw {
+        None => (
+            DEFAULT_STRATEGY.to_string(),
+            toml::Table::new(),
+            key.to_string(),
+        ),
+        Some(toml::Value::String(s)) => (s, toml::Table::new(), key.to_string()),
+        Some(toml::Value::Table(mut t)) => match t.remove("name") {
+            Some(toml::Value::String(s)) => (s, t, join(key, "name")),
+            Some(other) => {
+                errs.push(
+                    join(key, "name"),
+                    format!(
+                        "strategy name must be a string, found a {}",
+                        other.type_str()
+                    ),
+                    "write name = \"round_robin\" (or another strategy name)",
+                );
+                return None;
+            }
+            None => {
+                errs.push(
+                    join(key, "name"),
+                    "strategy table has no `name`",
+                    "add name = \"…\" to the strategy table, e.g. name = \"round_robin\"",
+                );
+                return None;
+            }
+        },
+        Some(other) => {
+            errs.push(
+                key,
+                format!("strategy must be a string or a table, found a {}", other.type_str()),
+                "write strategy = \"round_robin\", or a [routes.strategy] table with `name` and options",
+            );
+            return None;
+        }
+    };
+    if name.is_empty() {
+        errs.push(
+            &name_key,
+            "strategy name is empty",
+            "name a strategy, e.g. \"round_robin\"",
+        );
+        return None;
+    }
+    match StrategySpec::parse(&name, &options) {
+        Ok(spec) => Some(spec),
+        Err(problems) => {
+            for p in problems {
+                if p.key == "name" {
+                    errs.push(
+                        &name_key,
+                        p.message,
+                        "use one of the valid strategy names listed in the message",
+                    );
+                } else {
+                    let k = join(key, &p.key);
+                    let fix = p.fix.unwrap_or_else(|| {
+                        format!(
+                            "correct or remove `{k}`; see the options documented for strategy `{name}` (`rolter strategies`)"
+                        )
+                    });
+                    errs.push(k, p.message, fix);
+                }
+            }
+            None
+        }
+    }
+}
+
+pub(super) fn route_match(
+    raw: RawMatch,
+    at: &str,
+    route_targets: Option<&[TargetId]>,
+    targets: &[Option<Target>],
+    errs: &mut Collector,
+) -> Option<RouteMatch> {
+    let mut ok = true;
+    let paths = raw.paths.unwrap_or_default();
+    for (i, p) in paths.iter().enumerate() {
+        if !PROXIED_PATHS.contains(&p.as_str()) {
+            let best = closest(p, PROXIED_PATHS).unwrap_or(PROXIED_PATHS[0]);
+            errs.push(
+                format!("{}[{i}]", join(at, "paths")),
+                format!("`{p}` is not a proxied path"),
+                format!(
+                    "use one of {} (did you mean `{best}`?)",
+                    PROXIED_PATHS.join(", ")
+                ),
+            );
+            ok = false;
+        }
+    }
+
+    let raw_models = raw.models.unwrap_or_default();
+    if let Some(ids) = route_targets {
+        // Only when every target of the route is valid and lists its models.
+        let served: Option<Vec<&Target>> = ids.iter().map(|&id| targets[id].as_ref()).collect();
+        if let Some(served) = served {
+            if served.iter().all(|t| !t.models.is_empty()) {
+                let all: HashSet<&str> = served
+                    .iter()
+                    .flat_map(|t| t.models.iter().map(String::as_str))
+                    .collect();
+                let mut listed: Vec<&str> = all.iter().copied().collect();
+                listed.sort_unstable();
+                for (i, m) in raw_models.iter().enumerate() {
+                    if !m.is_empty() && !all.contains(m.as_str()) {
+                        errs.push(
+                            format!("{}[{i}]", join(at, "models")),
+                            format!(
+                                "no target of this route serves model `{m}` (they serve: {})",
+                                listed.join(", ")
+                            ),
+                            format!("add \"{m}\" to the `models` of a target in this route, or remove it from match.models"),
+                        );
+                        ok = false;
+                    }
+                }
+            }
+        }
+    }
+    let models = string_list(Some(raw_models), &join(at, "models"), "model name", errs);
+
+    let header = match raw.header {
+        None => Some(None),
+        Some(h) => header_match(h, &join(at, "header"), errs).map(Some),
+    };
+
+    if !ok {
+        return None;
+    }
+    Some(RouteMatch {
+        paths,
+        models: models?,
+        header: header?,
+    })
+}
+
+pub(super) fn header_match(
+    raw: RawHeaderMatch,
+    at: &str,
+    errs: &mut Collector,
+) -> Option<(String, String)> {
+    let name = match raw.name {
+        None => {
+            errs.push(
+                join(at, "name"),
+                "header match has no `name`",
+                "write header = { name = \"x-tenant\", value = \"blue\" }",
+            );
+            None
+        }
+        Some(n) => check_header_name(&n, &join(at, "name"), errs).then(|| n.to_ascii_lowercase()),
+    };
+    let value = match raw.value {
+        None => {
+            errs.push(
+                join(at, "value"),
+                "header match has no `value`",
+                "write header = { name = \"x-tenant\", value = \"blue\" }",
+            );
+            None
+        }
+        Some(v) if v.is_empty() => {
+            errs.push(
+                join(at, "value"),
+                "header match value is empty",
+                "give the exact non-empty value the header must have",
+            );
+            None
+        }
+        Some(v) => check_header_value(&v, &join(at, "value"), errs).then_some(v),
+    };
+    Some((name?, value?))
+}

@@ -1,0 +1,176 @@
+//! `[server]`: listen address, workers, driver, limits, shutdown grace.
+
+use super::common::*;
+
+pub(super) fn server(
+    raw: RawServer,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<ServerConfig> {
+    let listen = match raw.listen.as_deref() {
+        None => Some(
+            DEFAULT_LISTEN
+                .parse()
+                .expect("valid default listen address"),
+        ),
+        Some(s) => listen_addr(s, host, errs),
+    };
+    let workers = match raw.workers {
+        None | Some(0) => Some(host.cores.max(1)),
+        Some(n) if n < 0 => {
+            errs.push(
+                "server.workers",
+                format!("workers is {n}, a negative number"),
+                "set workers = 0 for one worker per core, or a positive count",
+            );
+            None
+        }
+        Some(n) if n > 4096 => {
+            errs.push(
+                "server.workers",
+                format!("workers is {n}, more than the limit of 4096"),
+                "set workers = 0 for one worker per core, or a count of at most 4096",
+            );
+            None
+        }
+        Some(n) => Some(n as usize),
+    };
+    let driver = match raw.driver.as_deref() {
+        None | Some("auto") => Some(DriverChoice::Auto),
+        Some("io_uring") => Some(DriverChoice::IoUring),
+        Some("epoll") => Some(DriverChoice::Epoll),
+        Some(other) => {
+            let valid = ["auto", "io_uring", "epoll"];
+            let best = closest(other, &valid).unwrap_or("auto");
+            errs.push(
+                "server.driver",
+                format!("unknown driver `{other}`"),
+                format!("use one of auto, io_uring, epoll (did you mean `{best}`?)"),
+            );
+            None
+        }
+    };
+    let shutdown_grace = duration(
+        raw.shutdown_grace.as_ref(),
+        "server.shutdown_grace",
+        DEFAULT_SHUTDOWN_GRACE,
+        true,
+        errs,
+    );
+    let limits = limits(raw.limits.unwrap_or_default(), errs);
+    Some(ServerConfig {
+        listen: listen?,
+        workers: workers?,
+        pin_workers: raw.pin_workers.unwrap_or(true),
+        driver: driver?,
+        limits: limits?,
+        shutdown_grace: shutdown_grace?,
+    })
+}
+
+pub(super) fn listen_addr(s: &str, host: &Host<'_>, errs: &mut Collector) -> Option<SocketAddr> {
+    socket_addr(s, "server.listen", 8080, host, errs)
+}
+
+/// A listen address `host:port` (IP literal, or a name resolved once); `port` is the port
+/// used in the examples of the fix.
+pub(super) fn socket_addr(
+    s: &str,
+    key: &str,
+    port: u16,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<SocketAddr> {
+    let fix = format!(
+        "write an address and port such as \"127.0.0.1:{port}\", \"0.0.0.0:{port}\" or \"[::]:{port}\""
+    );
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Some(addr);
+    }
+    let Some((name, port)) = s.rsplit_once(':') else {
+        errs.push(key, format!("`{s}` has no port"), fix);
+        return None;
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        errs.push(key, format!("`{s}` has an invalid port `{port}`"), fix);
+        return None;
+    };
+    if name.is_empty() {
+        errs.push(key, format!("`{s}` has no host"), fix);
+        return None;
+    }
+    match (host.resolve)(name, port) {
+        Ok(addrs) if !addrs.is_empty() => Some(addrs[0]),
+        Ok(_) => {
+            errs.push(key, format!("host `{name}` resolved to no address"), fix);
+            None
+        }
+        Err(e) => {
+            errs.push(key, format!("cannot resolve host `{name}`: {e}"), fix);
+            None
+        }
+    }
+}
+
+pub(super) fn limits(raw: RawLimits, errs: &mut Collector) -> Option<Limits> {
+    let d = Limits::default();
+    let size = |v: Option<i64>, key: &str, default: usize, errs: &mut Collector| {
+        positive(v, &format!("server.limits.{key}"), errs)
+            .map(|v| v.map_or(default, |v| v as usize))
+    };
+    let max_head_bytes = size(raw.max_head_bytes, "max_head_bytes", d.max_head_bytes, errs);
+    let mut max_headers = size(raw.max_headers, "max_headers", d.max_headers, errs);
+    if let Some(n) = max_headers.filter(|&n| n > rolter_codec::h1::request_head::MAX_HEADERS_CAP) {
+        errs.push(
+            "server.limits.max_headers",
+            format!(
+                "{n} is over the largest supported value, {}",
+                rolter_codec::h1::request_head::MAX_HEADERS_CAP
+            ),
+            format!(
+                "set max_headers to at most {}",
+                rolter_codec::h1::request_head::MAX_HEADERS_CAP
+            ),
+        );
+        max_headers = None;
+    }
+    let max_uri_bytes = size(raw.max_uri_bytes, "max_uri_bytes", d.max_uri_bytes, errs);
+    let max_body_bytes = size(raw.max_body_bytes, "max_body_bytes", d.max_body_bytes, errs);
+    let t = |v: Option<&toml::Value>, key: &str, default: Duration, errs: &mut Collector| {
+        duration(v, &format!("server.limits.{key}"), default, false, errs)
+    };
+    let head_timeout = t(
+        raw.head_timeout.as_ref(),
+        "head_timeout",
+        d.head_timeout,
+        errs,
+    );
+    let body_timeout = t(
+        raw.body_timeout.as_ref(),
+        "body_timeout",
+        d.body_timeout,
+        errs,
+    );
+    let keepalive_timeout = t(
+        raw.keepalive_timeout.as_ref(),
+        "keepalive_timeout",
+        d.keepalive_timeout,
+        errs,
+    );
+    let write_timeout = t(
+        raw.write_timeout.as_ref(),
+        "write_timeout",
+        d.write_timeout,
+        errs,
+    );
+    Some(Limits {
+        max_head_bytes: max_head_bytes?,
+        max_headers: max_headers?,
+        max_uri_bytes: max_uri_bytes?,
+        max_body_bytes: max_body_bytes?,
+        head_timeout: head_timeout?,
+        body_timeout: body_timeout?,
+        keepalive_timeout: keepalive_timeout?,
+        write_timeout: write_timeout?,
+    })
+}

@@ -1,0 +1,19 @@
+//! The engines' KV-cache events, from the wire to the index the strategies read.
+//!
+//! - [`events`]: the decoder for vLLM / SGLang KV-cache event messages (ZMQ frames in, a
+//!   reusable [`events::EventBatch`] out).
+//! - [`index`]: the index from block keys to the targets holding them, written by one
+//!   thread, read by every worker without locks.
+//! - [`transport`] (feature `kv-events`): the ZMQ subscriptions to the engines' publishers,
+//!   on a thread of their own, and replay requests.
+//! - [`plane`] (feature `kv-events`): the index thread, which applies decoded batches in
+//!   sequence order, repairs gaps and keeps each target's "live" flag honest; [`reports`]
+//!   is what it reports per target for `/metrics`.
+
+pub mod events;
+pub mod index;
+#[cfg(feature = "kv-events")]
+pub mod plane;
+pub mod reports;
+#[cfg(feature = "kv-events")]
+pub mod transport;

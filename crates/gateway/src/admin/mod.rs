@@ -1,0 +1,328 @@
+//! The admin listener: `GET /metrics` (the gateway's own Prometheus metrics),
+//! `GET /admin/targets` (health, load, queue depth, TTFT average and engine state per
+//! target, as JSON), `GET|POST /admin/adaptive` (the adaptive kill switch), `GET /healthz`
+//! (the process is up) and `GET /readyz` (every route has an eligible target and the gateway
+//! is not draining).
+//!
+//! Runs on the control thread, one request per connection. When a token is configured every
+//! path but `/healthz` and `/readyz` needs `Authorization: Bearer <token>`. Mutations are
+//! POST only. It must never be reachable from the data-plane listener.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use monoio::buf::IoBufMut;
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::net::{TcpListener, TcpStream};
+
+use crate::control::plane::Plane;
+use crate::lifecycle::Lifecycle;
+use rolter_codec::error::GatewayError;
+use rolter_codec::h1::write::write_head_and_body;
+use rolter_strategy::Switches;
+
+/// Largest admin request (head and body).
+const MAX_REQUEST: usize = 16 * 1024;
+/// Time allowed to send a whole admin request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Accepts admin connections until the gateway stops.
+pub async fn serve(
+    listener: TcpListener,
+    plane: Rc<RefCell<Plane>>,
+    switches: Arc<Switches>,
+    flags: Arc<Lifecycle>,
+    token: Option<String>,
+) {
+    let token: Option<Rc<str>> = token.map(Rc::from);
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                monoio::spawn(handle(
+                    stream,
+                    plane.clone(),
+                    switches.clone(),
+                    flags.clone(),
+                    token.clone(),
+                ));
+            }
+            Err(e) => {
+                tracing::warn!("admin accept failed: {e}");
+                monoio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// One parsed admin request.
+struct AdminRequest {
+    method: String,
+    path: String,
+    query: String,
+    authorization: Option<Vec<u8>>,
+    body: Vec<u8>,
+}
+
+async fn handle(
+    mut stream: TcpStream,
+    plane: Rc<RefCell<Plane>>,
+    switches: Arc<Switches>,
+    flags: Arc<Lifecycle>,
+    token: Option<Rc<str>>,
+) {
+    let mut out = Vec::with_capacity(1024);
+    match monoio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
+        Ok(Ok(req)) => respond(&req, &plane, &switches, &flags, token.as_deref(), &mut out),
+        Ok(Err(e)) => e.write_response(&mut out, true),
+        Err(_) => GatewayError::client(
+            408,
+            "request_timeout",
+            "the admin request was not sent in time",
+        )
+        .write_response(&mut out, true),
+    }
+    let _ = stream.write_all(out).await;
+}
+
+async fn read_request(stream: &mut TcpStream) -> Result<AdminRequest, GatewayError> {
+    let bad = |m: &str| GatewayError::client(400, "invalid_request", m.to_string());
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let mut length = 0usize;
+                let mut authorization = None;
+                for h in req.headers.iter() {
+                    if h.name.eq_ignore_ascii_case("content-length") {
+                        length = std::str::from_utf8(h.value)
+                            .ok()
+                            .and_then(|v| v.trim().parse().ok())
+                            .ok_or_else(|| bad("invalid Content-Length"))?;
+                    } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                        return Err(GatewayError::client(
+                            411,
+                            "length_required",
+                            "the admin API takes bodies with Content-Length only",
+                        ));
+                    } else if h.name.eq_ignore_ascii_case("authorization") {
+                        authorization = Some(h.value.to_vec());
+                    }
+                }
+                if len + length > MAX_REQUEST {
+                    return Err(GatewayError::client(
+                        413,
+                        "request_too_large",
+                        "admin request too large",
+                    ));
+                }
+                let target = req.path.unwrap_or("/");
+                let (path, query) = target.split_once('?').unwrap_or((target, ""));
+                let method = req.method.unwrap_or("").to_string();
+                let (path, query) = (path.to_string(), query.to_string());
+                while buf.len() < len + length {
+                    buf = read_some(stream, buf)
+                        .await
+                        .ok_or_else(|| bad("truncated body"))?;
+                }
+                return Ok(AdminRequest {
+                    method,
+                    path,
+                    query,
+                    authorization,
+                    body: buf[len..len + length].to_vec(),
+                });
+            }
+            Ok(httparse::Status::Partial) => {
+                if buf.len() >= MAX_REQUEST {
+                    return Err(GatewayError::client(
+                        431,
+                        "request_header_too_large",
+                        "admin request head too large",
+                    ));
+                }
+                buf = read_some(stream, buf)
+                    .await
+                    .ok_or_else(|| bad("connection closed mid-request"))?;
+            }
+            Err(_) => return Err(bad("malformed HTTP request")),
+        }
+    }
+}
+
+async fn read_some(stream: &mut TcpStream, mut buf: Vec<u8>) -> Option<Vec<u8>> {
+    let before = buf.len();
+    buf.reserve(4096);
+    let cap = buf.capacity();
+    let (r, slice) = stream.read(buf.slice_mut(before..cap)).await;
+    match r {
+        Ok(n) if n > 0 => Some(slice.into_inner()),
+        _ => None,
+    }
+}
+
+/// Constant-time comparison of the presented credentials with the token.
+fn authorized(presented: Option<&[u8]>, token: &str) -> bool {
+    let Some(p) = presented else {
+        return false;
+    };
+    let Some(p) = p.strip_prefix(b"Bearer ") else {
+        return false;
+    };
+    let t = token.as_bytes();
+    if p.len() != t.len() {
+        return false;
+    }
+    p.iter().zip(t).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+fn respond(
+    req: &AdminRequest,
+    plane: &Rc<RefCell<Plane>>,
+    switches: &Switches,
+    flags: &Lifecycle,
+    token: Option<&str>,
+    out: &mut Vec<u8>,
+) {
+    let open = matches!(req.path.as_str(), "/healthz" | "/readyz");
+    if let Some(token) = token {
+        if !open && !authorized(req.authorization.as_deref(), token) {
+            GatewayError::client(
+                401,
+                "invalid_api_key",
+                "the admin API needs `Authorization: Bearer <token>`",
+            )
+            .write_response(out, true);
+            return;
+        }
+    }
+    let json = |out: &mut Vec<u8>, status: u16, v: &serde_json::Value| {
+        let body = serde_json::to_vec_pretty(v).unwrap_or_default();
+        write_head_and_body(out, status, "application/json", &[], &body, true);
+    };
+    let method = req.method.as_str();
+    let allowed = |out: &mut Vec<u8>, allow: &str| {
+        let e = GatewayError::client(
+            405,
+            "method_not_allowed",
+            format!("use {allow} on {}", req.path),
+        )
+        .body();
+        write_head_and_body(out, 405, "application/json", &[("allow", allow)], &e, true);
+    };
+    let now = Instant::now();
+    match req.path.as_str() {
+        "/metrics" if method == "GET" => {
+            let mut text = String::with_capacity(16 * 1024);
+            plane.borrow().render_metrics(now, &mut text);
+            write_head_and_body(
+                out,
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                &[],
+                text.as_bytes(),
+                true,
+            );
+        }
+        "/admin/targets" if method == "GET" => json(out, 200, &plane.borrow().targets_json(now)),
+        "/admin/adaptive" if method == "GET" => json(
+            out,
+            200,
+            &serde_json::json!({ "enabled": switches.adaptive() }),
+        ),
+        "/admin/adaptive" if method == "POST" => match adaptive_setting(req) {
+            Ok(on) => {
+                let was = switches.adaptive();
+                switches.set_adaptive(on);
+                if was != on {
+                    tracing::warn!(enabled = on, "adaptive routing switched by the admin API");
+                }
+                json(
+                    out,
+                    200,
+                    &serde_json::json!({ "enabled": on, "previous": was }),
+                )
+            }
+            Err(e) => e.write_response(out, true),
+        },
+        "/healthz" if method == "GET" => {
+            write_head_and_body(out, 200, "text/plain", &[], b"ok\n", true)
+        }
+        "/readyz" if method == "GET" => {
+            let draining = flags.draining();
+            let ready = plane.borrow().ready();
+            let (status, body): (u16, &[u8]) = match (draining, ready) {
+                (true, _) => (503, b"draining\n"),
+                (false, false) => (503, b"a route has no eligible target\n"),
+                (false, true) => (200, b"ready\n"),
+            };
+            write_head_and_body(out, status, "text/plain", &[], body, true)
+        }
+        "/metrics" | "/admin/targets" | "/healthz" | "/readyz" => allowed(out, "GET"),
+        "/admin/adaptive" => allowed(out, "GET, POST"),
+        _ => GatewayError::client(
+            404,
+            "not_found",
+            format!("no admin endpoint at {}", req.path),
+        )
+        .write_response(out, true),
+    }
+}
+
+/// `POST /admin/adaptive` with `{"enabled": false}` or `?enabled=false`.
+fn adaptive_setting(req: &AdminRequest) -> Result<bool, GatewayError> {
+    let bad = || {
+        GatewayError::client(
+            400,
+            "invalid_request",
+            "send {\"enabled\": true|false} or ?enabled=true|false",
+        )
+        .with_param("enabled")
+    };
+    for pair in req.query.split('&') {
+        match pair {
+            "enabled=true" | "enabled=1" | "enabled=on" => return Ok(true),
+            "enabled=false" | "enabled=0" | "enabled=off" => return Ok(false),
+            _ => {}
+        }
+    }
+    let v: serde_json::Value = serde_json::from_slice(&req.body).map_err(|_| bad())?;
+    v.get("enabled").and_then(|e| e.as_bool()).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_token_is_checked_exactly() {
+        assert!(authorized(Some(b"Bearer s3cret"), "s3cret"));
+        assert!(!authorized(Some(b"Bearer s3cre"), "s3cret"));
+        assert!(!authorized(Some(b"Bearer s3cret2"), "s3cret"));
+        assert!(!authorized(Some(b"Basic s3cret"), "s3cret"));
+        assert!(!authorized(None, "s3cret"));
+    }
+
+    #[test]
+    fn adaptive_setting_reads_query_or_json() {
+        let req = |query: &str, body: &str| AdminRequest {
+            method: "POST".into(),
+            path: "/admin/adaptive".into(),
+            query: query.into(),
+            authorization: None,
+            body: body.as_bytes().to_vec(),
+        };
+        assert!(!adaptive_setting(&req("enabled=false", "")).unwrap());
+        assert!(adaptive_setting(&req("", r#"{"enabled": true}"#)).unwrap());
+        assert_eq!(
+            adaptive_setting(&req("", r#"{"enabled": "no"}"#))
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(adaptive_setting(&req("x=1", "")).unwrap_err().status, 400);
+    }
+}

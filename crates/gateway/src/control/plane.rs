@@ -1,0 +1,603 @@
+//! The control thread's state: the merged load view (every core's latest snapshot), the
+//! health book, scrape results, a TTFT average per target for operators, and the gateway's
+//! metrics. It turns them into the per-target signals the workers route on.
+//!
+//! Owned by the control thread only (`Rc<RefCell<…>>` shared by its tasks). It must not
+//! block: probes and the admin listener are separate tasks that update it between awaits.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use rolter_config::Config;
+use rolter_core::{Needs, Switches, Verdict};
+use rolter_engine::health::{HealthBook, HealthEvent};
+use rolter_engine::kv::reports::KvReports;
+use rolter_engine::lora_book::LoraBook;
+use rolter_engine::scrape::EngineMetrics;
+use rolter_strategy::Strategy;
+
+use crate::mesh::load::TargetSignal;
+use crate::mesh::{Kind, MeshDrops, Record, ToControl};
+use crate::metrics::{GatewayMetrics, ScrapeStatus, TargetGauges};
+use crate::strategies::StrategyFactory;
+
+/// Signals are re-sent at least this often even when unchanged, so a worker that missed a
+/// message (full inbox) catches up.
+const REPUBLISH: Duration = Duration::from_secs(1);
+
+/// Weight of a new sample in the operator-facing TTFT average.
+const TTFT_ALPHA: f64 = 0.2;
+
+/// The latest scrape of one target.
+#[derive(Debug, Default)]
+pub struct ScrapeSlot {
+    pub last_ok: Option<Instant>,
+    pub metrics: Option<EngineMetrics>,
+    pub last_error: Option<String>,
+    /// Whether the last check found the scrape fresh (for logging transitions once).
+    fresh: bool,
+    failing: bool,
+}
+
+pub struct Plane {
+    pub config: Arc<Config>,
+    pub health: HealthBook,
+    pub metrics: GatewayMetrics,
+    pub switches: Arc<Switches>,
+    /// The latest in-flight snapshot from each worker.
+    loads: Vec<Option<Arc<[u32]>>>,
+    pub scrapes: Vec<ScrapeSlot>,
+    /// Operator-facing TTFT average (ms) and sample count per target.
+    ttft: Vec<(Option<f64>, u64)>,
+    published: Option<Arc<[TargetSignal]>>,
+    last_publish: Option<Instant>,
+    events: Vec<HealthEvent>,
+    /// One instance of each route's strategy, taught by every sample like the workers'
+    /// instances, so the admin API can show what the routes have learned. It never picks.
+    mirrors: Vec<Box<dyn Strategy>>,
+    /// Per (route, reason): when a fallback was last logged and how many happened since.
+    fallbacks: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    /// The KV-event plane's per-target reports, when any target publishes events.
+    pub kv_reports: Option<KvReports>,
+    /// What the mesh's senders dropped (every worker's, then the control thread's).
+    mesh_drops: Vec<Arc<MeshDrops>>,
+    /// The drop total last logged.
+    drops_logged: u64,
+    last_drop_log: Option<Instant>,
+    /// Rate-limited log book of failing cache lookups, per (route, problem), and of failing
+    /// adapter loads, per (target, "adapter_load").
+    lookup_problems: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    /// LoRA adapter residency per target, for routes that read it.
+    pub lora: LoraBook,
+}
+
+/// Fallback picks are logged at most this often per route and reason (the metrics count
+/// every one).
+const FALLBACK_LOG_EVERY: Duration = Duration::from_secs(60);
+/// `rolter_cache_lookups_total` result of an answer naming an instance of no route target.
+const UNKNOWN_INSTANCE: &str = "unknown_instance";
+
+/// Counts one more occurrence of `key` in a rate-limited log book; `Some((first, count))`
+/// when a line is due: at the first occurrence, then once per [`FALLBACK_LOG_EVERY`] with
+/// the count since the last line.
+fn log_due(
+    book: &mut std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    key: (u16, &'static str),
+    now: Instant,
+) -> Option<(bool, u64)> {
+    match book.get_mut(&key) {
+        Some(e) => {
+            e.1 += 1;
+            if now.saturating_duration_since(e.0) < FALLBACK_LOG_EVERY {
+                return None;
+            }
+            let v = *e;
+            *e = (now, 0);
+            Some((false, v.1))
+        }
+        None => {
+            book.insert(key, (now, 0));
+            Some((true, 1))
+        }
+    }
+}
+
+impl Plane {
+    pub fn new(
+        config: Arc<Config>,
+        switches: Arc<Switches>,
+        strategies: &StrategyFactory,
+        workers: usize,
+        mesh_drops: Vec<Arc<MeshDrops>>,
+    ) -> Self {
+        let route_names: Vec<String> = config.routes.iter().map(|r| r.name.clone()).collect();
+        let strategy_names: Vec<&'static str> =
+            config.routes.iter().map(|r| r.strategy.name()).collect();
+        let target_names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
+        let n = config.targets.len();
+        let mirrors: Vec<Box<dyn Strategy>> = config
+            .routes
+            .iter()
+            .map(|r| strategies.build(r, 0))
+            .collect();
+        let needs: Vec<Needs> = mirrors.iter().map(|m| m.needs()).collect();
+        let lora = LoraBook::new(&config, &needs);
+        Plane {
+            lora,
+            mirrors,
+            health: HealthBook::new(&config.health, &config.targets, &config.routes),
+            metrics: GatewayMetrics::new(&route_names, &strategy_names, &target_names),
+            switches,
+            loads: vec![None; workers],
+            scrapes: (0..n).map(|_| ScrapeSlot::default()).collect(),
+            ttft: vec![(None, 0); n],
+            published: None,
+            last_publish: None,
+            events: Vec::new(),
+            fallbacks: Default::default(),
+            lookup_problems: Default::default(),
+            kv_reports: None,
+            mesh_drops,
+            drops_logged: 0,
+            last_drop_log: None,
+            config,
+        }
+    }
+
+    /// Requests in flight to `t` on every core, as last reported.
+    pub fn in_flight(&self, t: usize) -> u64 {
+        self.loads
+            .iter()
+            .flatten()
+            .map(|s| u64::from(s.get(t).copied().unwrap_or(0)))
+            .sum()
+    }
+
+    /// The engine's queue depth when the scrape is fresh.
+    pub fn queue_depth(&self, t: usize, now: Instant) -> Option<u64> {
+        if !self.scrape_fresh(t, now) {
+            return None;
+        }
+        self.scrapes[t]
+            .metrics
+            .as_ref()
+            .and_then(|m| m.queue_depth())
+    }
+
+    fn scrape_fresh(&self, t: usize, now: Instant) -> bool {
+        self.config.scrape.enabled
+            && self.config.targets[t].scrape
+            && self.scrapes[t].last_ok.is_some_and(|at| {
+                now.saturating_duration_since(at) <= self.config.scrape.stale_after
+            })
+    }
+
+    pub fn ttft_ms(&self, t: usize) -> (Option<f64>, u64) {
+        self.ttft[t]
+    }
+
+    /// Folds everything waiting from the workers in.
+    pub fn drain(&mut self, inbox: &Receiver<ToControl>, now: Instant) {
+        while let Ok(msg) = inbox.try_recv() {
+            match msg {
+                ToControl::Load { from, snapshot } => {
+                    if let Some(slot) = self.loads.get_mut(from) {
+                        *slot = Some(snapshot);
+                    }
+                }
+                ToControl::Records(records) => {
+                    for r in &records {
+                        self.fold(r, now);
+                    }
+                }
+            }
+        }
+        let mut events = std::mem::take(&mut self.events);
+        self.health.tick(now, &mut events);
+        for e in events.drain(..) {
+            self.log_event(e);
+        }
+        self.events = events;
+    }
+
+    fn fold(&mut self, r: &Record, now: Instant) {
+        match *r {
+            Record::Attempt {
+                route,
+                ref sample,
+                verdict,
+            } => {
+                self.metrics.record_attempt(route as usize, sample);
+                self.metrics.record_decision(route as usize, sample.target);
+                for m in &mut self.mirrors {
+                    m.observe(sample);
+                }
+                if verdict == Verdict::Success {
+                    if let (Some(ttft), Some(slot)) =
+                        (sample.ttft, self.ttft.get_mut(sample.target))
+                    {
+                        let ms = ttft.as_secs_f64() * 1000.0;
+                        slot.0 = Some(match slot.0 {
+                            Some(old) => old + TTFT_ALPHA * (ms - old),
+                            None => ms,
+                        });
+                        slot.1 += 1;
+                    }
+                }
+                if let Some(e) = self.health.on_attempt(sample.target, verdict, now) {
+                    self.log_event(e);
+                }
+            }
+            Record::Fallback { route, reason } => {
+                self.metrics.record_fallback(route as usize, reason);
+                self.log_fallback(route, reason, now);
+            }
+            Record::CacheLookup {
+                route,
+                result,
+                unknown_instances,
+            } => {
+                self.metrics.record_cache_lookup(route as usize, result);
+                if matches!(result, "timeout" | "error") {
+                    self.log_lookup_problem(route, result, now);
+                }
+                if unknown_instances > 0 {
+                    self.metrics
+                        .record_cache_lookup(route as usize, UNKNOWN_INSTANCE);
+                    self.log_lookup_problem(route, UNKNOWN_INSTANCE, now);
+                }
+            }
+            Record::AdapterLoad {
+                target,
+                adapter,
+                loaded,
+            } => {
+                self.metrics.record_adapter_load(target as usize, loaded);
+                if loaded {
+                    self.lora.loaded_by_gateway(target as usize, adapter, now);
+                }
+                if !loaded {
+                    if let Some((first, since)) =
+                        log_due(&mut self.lookup_problems, (target, "adapter_load"), now)
+                    {
+                        tracing::warn!(
+                            target = %self.config.targets[target as usize].name,
+                            failures = since,
+                            first,
+                            "loading a LoRA adapter on the target failed; the request was forwarded anyway (counted in rolter_adapter_loads_total)"
+                        );
+                    }
+                }
+            }
+            Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
+        }
+    }
+
+    /// Says in the log that a route's strategy is running on its fallback: at the first
+    /// fallback pick, then at most once a minute with the count since.
+    fn log_fallback(&mut self, route: u16, reason: &'static str, now: Instant) {
+        let Some((logged, since)) = log_due(&mut self.fallbacks, (route, reason), now) else {
+            return;
+        };
+        let r = &self.config.routes[route as usize];
+        tracing::info!(
+            route = %r.name,
+            strategy = r.strategy.name(),
+            reason,
+            picks = since,
+            first = logged,
+            "strategy picked by its fallback (every such pick is counted in rolter_strategy_fallbacks_total)"
+        );
+    }
+
+    /// Says in the log that a route's cache lookups fail or name unknown instances: at the
+    /// first, then at most once a minute with the count since.
+    fn log_lookup_problem(&mut self, route: u16, problem: &'static str, now: Instant) {
+        let Some((first, since)) = log_due(&mut self.lookup_problems, (route, problem), now) else {
+            return;
+        };
+        let r = &self.config.routes[route as usize];
+        let controller = r.cache_controller.as_ref().map_or("", |c| c.url.as_str());
+        if problem == UNKNOWN_INSTANCE {
+            tracing::warn!(
+                route = %r.name,
+                controller,
+                lookups = since,
+                first,
+                "the cache controller named LMCache instances that are no target of this route; set each target's lmcache_instance to the id its engine registers (LMCACHE_LMCACHE_INSTANCE_ID)"
+            );
+        } else {
+            tracing::warn!(
+                route = %r.name,
+                controller,
+                problem,
+                lookups = since,
+                first,
+                "cache-controller lookups fail; picks fall back to load (counted in rolter_cache_lookups_total)"
+            );
+        }
+    }
+
+    fn log_event(&mut self, e: HealthEvent) {
+        let name = |t: usize| self.config.targets[t].name.clone();
+        match e {
+            HealthEvent::Ejected { target, duration } => {
+                self.metrics.record_ejection(target);
+                tracing::warn!(
+                    target = %name(target),
+                    seconds = duration.as_secs(),
+                    failures = self.config.health.failures,
+                    "target ejected after consecutive failures"
+                );
+            }
+            HealthEvent::EjectionCapped { target } => tracing::warn!(
+                target = %name(target),
+                max_ejected_percent = self.config.health.max_ejected_percent,
+                "target keeps failing but stays in rotation: ejecting it would exceed a route's ejection cap"
+            ),
+            HealthEvent::Returned { target } => {
+                tracing::info!(target = %name(target), "ejected target is back in rotation")
+            }
+            HealthEvent::Unhealthy { target } => tracing::warn!(
+                target = %name(target),
+                "target failed its active health checks; out of rotation"
+            ),
+            HealthEvent::Healthy { target } => tracing::info!(
+                target = %name(target),
+                "target passes its active health checks again; back in rotation"
+            ),
+        }
+    }
+
+    /// Records a scrape result.
+    pub fn scraped(&mut self, t: usize, result: Result<EngineMetrics, String>, now: Instant) {
+        let name = self.config.targets[t].name.clone();
+        let slot = &mut self.scrapes[t];
+        match result {
+            Ok(m) => {
+                if slot.failing {
+                    tracing::info!(target = %name, "metrics scrape succeeds again");
+                }
+                slot.failing = false;
+                slot.last_ok = Some(now);
+                slot.metrics = Some(m);
+                slot.last_error = None;
+            }
+            Err(e) => {
+                if !slot.failing {
+                    tracing::warn!(target = %name, error = %e, "metrics scrape failed");
+                }
+                slot.failing = true;
+                slot.last_error = Some(e);
+                self.metrics.record_scrape_failure(t);
+            }
+        }
+    }
+
+    /// Records an active probe result.
+    pub fn probed(&mut self, t: usize, ok: bool, detail: &str, now: Instant) {
+        if !ok {
+            tracing::debug!(target = %self.config.targets[t].name, detail, "health probe failed");
+        }
+        if let Some(e) = self.health.on_probe(t, ok, now) {
+            self.log_event(e);
+        }
+    }
+
+    /// The per-target signals, when they changed (or are due for a periodic resend).
+    pub fn publishable(&mut self, now: Instant) -> Option<Arc<[TargetSignal]>> {
+        let n = self.config.targets.len();
+        for t in 0..n {
+            let fresh = self.scrape_fresh(t, now);
+            let slot = &mut self.scrapes[t];
+            if slot.fresh && !fresh {
+                tracing::warn!(
+                    target = %self.config.targets[t].name,
+                    "metrics scrape is stale; load for this target falls back to in-flight counts"
+                );
+            }
+            slot.fresh = fresh;
+        }
+        let signals: Arc<[TargetSignal]> = (0..n)
+            .map(|t| TargetSignal {
+                eligible: self.health.eligible(t),
+                queue_depth: self
+                    .queue_depth(t, now)
+                    .map(|q| q.min(u64::from(u32::MAX)) as u32)
+                    .unwrap_or(0),
+                kv_usage: self.scrapes[t]
+                    .metrics
+                    .as_ref()
+                    .filter(|_| self.scrape_fresh(t, now))
+                    .and_then(|m| m.kv_usage)
+                    .map(|k| k as f32),
+            })
+            .collect();
+        let due = self
+            .last_publish
+            .is_none_or(|at| now.saturating_duration_since(at) >= REPUBLISH);
+        if !due && self.published.as_deref() == Some(&*signals) {
+            return None;
+        }
+        self.published = Some(signals.clone());
+        self.last_publish = Some(now);
+        Some(signals)
+    }
+
+    /// Gauges for `/metrics`.
+    pub fn gauges(&self, now: Instant) -> Vec<TargetGauges> {
+        (0..self.config.targets.len())
+            .map(|t| {
+                let h = self.health.state(t, now);
+                let slot = &self.scrapes[t];
+                let scrape = if !self.config.scrape.enabled || !self.config.targets[t].scrape {
+                    ScrapeStatus::Off
+                } else {
+                    match slot.last_ok {
+                        None => ScrapeStatus::Never,
+                        Some(at) => {
+                            let age = now.saturating_duration_since(at);
+                            if self.scrape_fresh(t, now) {
+                                ScrapeStatus::Fresh { age }
+                            } else {
+                                ScrapeStatus::Stale { age }
+                            }
+                        }
+                    }
+                };
+                let m = slot.metrics.as_ref().filter(|_| self.scrape_fresh(t, now));
+                TargetGauges {
+                    in_flight: self.in_flight(t),
+                    queue_depth: m.and_then(|m| m.queue_depth()),
+                    running: m.and_then(|m| m.running).map(|r| r.max(0.0).round() as u64),
+                    kv_usage: m.and_then(|m| m.kv_usage),
+                    healthy: h.healthy,
+                    ejected: h.ejected,
+                    scrape,
+                }
+            })
+            .collect()
+    }
+
+    /// `GET /admin/targets`.
+    pub fn targets_json(&self, now: Instant) -> serde_json::Value {
+        let gauges = self.gauges(now);
+        let items: Vec<serde_json::Value> = self
+            .config
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(t, target)| {
+                let h = self.health.state(t, now);
+                let g = &gauges[t];
+                let (ttft, samples) = self.ttft[t];
+                let slot = &self.scrapes[t];
+                let (scrape_state, age) = match g.scrape {
+                    ScrapeStatus::Off => ("off", None),
+                    ScrapeStatus::Never => ("never", None),
+                    ScrapeStatus::Fresh { age } => ("fresh", Some(age.as_secs_f64())),
+                    ScrapeStatus::Stale { age } => ("stale", Some(age.as_secs_f64())),
+                };
+                let engine = slot
+                    .metrics
+                    .as_ref()
+                    .map(|m| format!("{:?}", m.engine).to_lowercase());
+                serde_json::json!({
+                    "name": target.name,
+                    "url": target.url,
+                    "weight": target.weight,
+                    "tier": target.tier,
+                    "models": target.models,
+                    "max_concurrent": target.max_concurrent,
+                    "eligible": self.health.eligible(t),
+                    "health": {
+                        "active_checks": h.probed,
+                        "healthy": h.healthy,
+                        "ejected": h.ejected,
+                        "ejected_for_seconds": h.ejected_for.map(|d| d.as_secs_f64()),
+                        "consecutive_failures": h.consecutive_failures,
+                        "total_ejections": h.total_ejections,
+                    },
+                    "load": {
+                        "in_flight": g.in_flight,
+                        "queue_depth": g.queue_depth,
+                        "load": g.in_flight + g.queue_depth.unwrap_or(0),
+                    },
+                    "engine": {
+                        "kind": engine,
+                        "running": g.running,
+                        "kv_cache_usage": g.kv_usage,
+                        "scrape": scrape_state,
+                        "scrape_age_seconds": age,
+                        "scrape_error": slot.last_error,
+                    },
+                    "ttft_ewma_ms": ttft,
+                    "ttft_samples": samples,
+                    "lora": self.lora.target_json(t, now),
+                })
+            })
+            .collect();
+        let routes: Vec<serde_json::Value> = self
+            .config
+            .routes
+            .iter()
+            .zip(&self.mirrors)
+            .map(|(r, m)| {
+                let learned: serde_json::Map<String, serde_json::Value> = r
+                    .targets
+                    .iter()
+                    .filter_map(|&t| {
+                        let facts = m.learned(t);
+                        (!facts.is_empty()).then(|| {
+                            let obj: serde_json::Map<String, serde_json::Value> = facts
+                                .into_iter()
+                                .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+                                .collect();
+                            (self.config.targets[t].name.clone(), obj.into())
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "name": r.name,
+                    "strategy": r.strategy.name(),
+                    "learned": learned,
+                })
+            })
+            .collect();
+        serde_json::json!({ "targets": items, "routes": routes })
+    }
+
+    /// Ready: every route has at least one eligible target.
+    pub fn ready(&self) -> bool {
+        self.config
+            .routes
+            .iter()
+            .all(|r| r.targets.iter().any(|&t| self.health.eligible(t)))
+    }
+
+    pub fn render_metrics(&self, now: Instant, out: &mut String) {
+        let gauges = self.gauges(now);
+        let kv = self.kv_reports.as_ref().map(|r| r.snapshot());
+        let drops = self.mesh_dropped();
+        self.metrics.render_with_kv(
+            &gauges,
+            self.switches.adaptive(),
+            &drops,
+            kv.as_deref(),
+            out,
+        );
+    }
+
+    /// Messages the mesh dropped so far, per kind, over every sender.
+    pub fn mesh_dropped(&self) -> Vec<(&'static str, u64)> {
+        Kind::ALL
+            .iter()
+            .map(|&k| {
+                let n = self.mesh_drops.iter().map(|d| d.get(k)).sum();
+                (k.label(), n)
+            })
+            .collect()
+    }
+
+    /// Says in the log that the mesh dropped messages: when the count grew, at most once a
+    /// minute (every drop is counted in `rolter_mesh_dropped_total`).
+    pub fn log_mesh_drops(&mut self, now: Instant) {
+        if self
+            .last_drop_log
+            .is_some_and(|at| now.saturating_duration_since(at) < FALLBACK_LOG_EVERY)
+        {
+            return;
+        }
+        let total: u64 = self.mesh_dropped().iter().map(|(_, n)| n).sum();
+        if total > self.drops_logged {
+            tracing::warn!(
+                dropped = total - self.drops_logged,
+                "the mesh dropped messages to full inboxes (a core not draining its inbox); \
+                 load snapshots heal on the next heartbeat (counted in rolter_mesh_dropped_total)"
+            );
+            self.drops_logged = total;
+            self.last_drop_log = Some(now);
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The messages on the mesh: what a worker receives (other cores' load snapshots, samples
+//! and shared routing state; the control thread's target signals and LoRA table) and what
+//! the control thread receives (load snapshots and records).
+
+use std::sync::Arc;
+
+use rolter_core::{Sample, ShareBatch, Verdict};
+use rolter_engine::lora::LoraTable;
+
+use super::load::TargetSignal;
+
+/// Messages a worker receives.
+pub enum ToWorker {
+    /// Another core's in-flight counts per target.
+    Load { from: usize, snapshot: Arc<[u32]> },
+    /// Attempts that finished on another core.
+    Samples(Arc<[Sample]>),
+    /// What another core's strategies learned from their routing (prefixes, sessions).
+    Shared(Arc<ShareBatch>),
+    /// The control thread's eligibility and queue depth per target.
+    Targets(Arc<[TargetSignal]>),
+    /// LoRA adapter residency per target (only while some route reads it).
+    Lora(Arc<LoraTable>),
+}
+
+/// Messages the control thread receives.
+pub enum ToControl {
+    Load { from: usize, snapshot: Arc<[u32]> },
+    Records(Vec<Record>),
+}
+
+/// What a worker reports to the control thread.
+#[derive(Debug, Clone, Copy)]
+pub enum Record {
+    /// One upstream attempt of a request on `route`.
+    Attempt {
+        route: u16,
+        sample: Sample,
+        verdict: Verdict,
+    },
+    /// A strategy could not use its signal and fell back.
+    Fallback { route: u16, reason: &'static str },
+    /// A route asked its cache controller before picking: `result` is the lookup's
+    /// outcome label; `unknown_instances` counts instance ids in the answer that named no
+    /// target of the route.
+    CacheLookup {
+        route: u16,
+        result: &'static str,
+        unknown_instances: u32,
+    },
+    /// A route loaded a LoRA adapter on `target` before forwarding (`load_from`).
+    /// `adapter` is the adapter's key ([`adapter_key`](rolter_core::adapter_key)).
+    AdapterLoad {
+        target: u16,
+        adapter: u64,
+        loaded: bool,
+    },
+    /// The gateway answered a request itself (no target reached).
+    Gateway { status: u16, code: &'static str },
+}

@@ -1,0 +1,23 @@
+//! The per-core mesh: how what one core knows reaches the others and the control thread
+//! without locks.
+//!
+//! - [`load`]: a worker's load view: its own exact in-flight counts, the other cores' latest
+//!   snapshots, the control thread's target signals (eligibility, engine queue, KV-cache use)
+//!   and the LoRA residency table.
+//! - [`messages`]: what travels: load snapshots, attempt samples, shared routing state,
+//!   records for the control thread, target signals and LoRA tables for the workers.
+//! - [`links`]: both ends of the bounded crossbeam channels, the heartbeat that re-sends a
+//!   full snapshot so a dropped one heals, and the drop counters.
+//!
+//! Workers only push into channels (`try_send`) and drain them (`try_recv`); nothing here
+//! blocks, locks or does I/O.
+
+pub mod links;
+pub mod load;
+pub mod messages;
+
+pub use links::{mesh, ControlLinks, Kind, MeshDrops, WorkerLinks, HEARTBEAT_TICKS, INBOX};
+pub use messages::{Record, ToControl, ToWorker};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,485 @@
+//! The gateway's counters and histograms, fed from worker records by the control thread, and
+//! rendering of the whole metric set.
+//!
+//! Owns the series of every `rolter_*` counter and histogram. Series are indexed by
+//! (route, target) and by the few values seen per pair (status codes, fallback reasons), so a
+//! record costs an index and a short scan; a label set is allocated only when a series first
+//! appears. Per-target counters exist from the start at zero; the others appear with their
+//! first record, so routes and targets that never met add no series. It must not be used
+//! from worker threads.
+
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::marker::PhantomData;
+
+use prometheus_client::encoding::prometheus_text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use super::gauges::{self, TargetGauges};
+use rolter_engine::kv::reports::KvTargetReport;
+use rolter_strategy::Sample;
+
+/// `rolter_ttft_seconds` bucket bounds: 5 ms (a warm prefix cache) to 60 s (a long queue
+/// in front of a long prefill).
+pub const TTFT_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
+];
+
+/// `rolter_request_duration_seconds` bucket bounds: 10 ms (an error or an embedding) to
+/// 10 min (a long streamed generation).
+pub const DURATION_BUCKETS: [f64; 16] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+fn ttft_histogram() -> Histogram {
+    Histogram::new(TTFT_BUCKETS)
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteTargetCode {
+    route: String,
+    target: String,
+    code: Cow<'static, str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteTarget {
+    route: String,
+    target: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TargetKind {
+    target: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Decision {
+    route: String,
+    strategy: &'static str,
+    target: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Fallback {
+    route: String,
+    strategy: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLookupLabel {
+    route: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdapterLoadLabel {
+    target: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GatewayResponse {
+    status: u16,
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TargetLabel {
+    target: String,
+}
+
+/// The series of one (route, target) pair, created on first use.
+#[derive(Debug, Default)]
+struct PairSeries {
+    /// `rolter_requests_total` per status seen (0 = no response).
+    codes: Vec<(u16, Counter)>,
+    ttft: Option<Histogram>,
+    duration: Option<Histogram>,
+    decisions: Option<Counter>,
+}
+
+/// Per-target counters, created with the metric set.
+#[derive(Debug)]
+struct TargetSeries {
+    prompt_tokens: Counter,
+    completion_tokens: Counter,
+    ejections: Counter,
+    scrape_failures: Counter,
+}
+
+/// The gateway's counters and histograms. Owned and mutated by the control thread only.
+#[derive(Debug)]
+pub struct GatewayMetrics {
+    registry: Registry,
+    routes: Vec<String>,
+    strategies: Vec<&'static str>,
+    targets: Vec<String>,
+    requests: Family<RouteTargetCode, Counter>,
+    ttft: HistogramFamily<RouteTarget>,
+    duration: HistogramFamily<RouteTarget>,
+    decisions: Family<Decision, Counter>,
+    fallbacks: Family<Fallback, Counter>,
+    gateway_responses: Family<GatewayResponse, Counter>,
+    /// Indexed by `route * targets.len() + target`.
+    pairs: Vec<PairSeries>,
+    per_target: Vec<TargetSeries>,
+    /// Per route: `rolter_strategy_fallbacks_total` per reason seen.
+    route_fallbacks: Vec<Vec<(&'static str, Counter)>>,
+    cache_lookups: Family<CacheLookupLabel, Counter>,
+    adapter_loads: Family<AdapterLoadLabel, Counter>,
+    /// Per route: `rolter_cache_lookups_total` per result seen.
+    route_lookups: Vec<Vec<(&'static str, Counter)>>,
+    /// `rolter_gateway_responses_total` per (status, code) seen.
+    responses: Vec<(u16, &'static str, Counter)>,
+    /// One owner: `Send` (moved to the control thread) but not `Sync`.
+    _owner: PhantomData<Cell<()>>,
+}
+
+impl GatewayMetrics {
+    /// A metric set for the configured routes (names and strategy names, by route index) and
+    /// targets (names, by target index).
+    pub fn new(
+        route_names: &[String],
+        route_strategies: &[&'static str],
+        target_names: &[String],
+    ) -> Self {
+        assert_eq!(
+            route_names.len(),
+            route_strategies.len(),
+            "one strategy name per route"
+        );
+        let requests = Family::<RouteTargetCode, Counter>::default();
+        let ttft = HistogramFamily::<RouteTarget>::new_with_constructor(ttft_histogram);
+        let duration = HistogramFamily::<RouteTarget>::new_with_constructor(duration_histogram);
+        let tokens = Family::<TargetKind, Counter>::default();
+        let decisions = Family::<Decision, Counter>::default();
+        let fallbacks = Family::<Fallback, Counter>::default();
+        let gateway_responses = Family::<GatewayResponse, Counter>::default();
+        let cache_lookups = Family::<CacheLookupLabel, Counter>::default();
+        let adapter_loads = Family::<AdapterLoadLabel, Counter>::default();
+        let ejections = Family::<TargetLabel, Counter>::default();
+        let scrape_failures = Family::<TargetLabel, Counter>::default();
+
+        let per_target = target_names
+            .iter()
+            .map(|name| {
+                let kind = |kind| TargetKind {
+                    target: name.clone(),
+                    kind,
+                };
+                let target = TargetLabel {
+                    target: name.clone(),
+                };
+                TargetSeries {
+                    prompt_tokens: tokens.get_or_create_owned(&kind("prompt")),
+                    completion_tokens: tokens.get_or_create_owned(&kind("completion")),
+                    ejections: ejections.get_or_create_owned(&target),
+                    scrape_failures: scrape_failures.get_or_create_owned(&target),
+                }
+            })
+            .collect();
+
+        let mut registry = Registry::default();
+        // Counter names get their `_total` suffix from the encoder.
+        registry.register(
+            "rolter_requests",
+            "Upstream attempts by route, target and response status (none: no response)",
+            requests.clone(),
+        );
+        registry.register(
+            "rolter_ttft_seconds",
+            "Time from sending an upstream request to the first response body byte",
+            ttft.clone(),
+        );
+        registry.register(
+            "rolter_request_duration_seconds",
+            "Time from sending an upstream request to the end of its response",
+            duration.clone(),
+        );
+        registry.register(
+            "rolter_tokens",
+            "Tokens the targets reported in responses' usage, by kind (prompt, completion)",
+            tokens,
+        );
+        registry.register(
+            "rolter_strategy_decisions",
+            "Targets chosen by each route's strategy",
+            decisions.clone(),
+        );
+        registry.register(
+            "rolter_strategy_fallbacks",
+            "Picks a strategy made by its fallback path, by reason",
+            fallbacks.clone(),
+        );
+        registry.register(
+            "rolter_cache_lookups",
+            "Cache-controller lookups made before a pick, by result (answered, memo, timeout, error, paused, unknown_instance)",
+            cache_lookups.clone(),
+        );
+        registry.register(
+            "rolter_adapter_loads",
+            "LoRA adapters the gateway loaded on a target before forwarding (lora_aware load_from), by result",
+            adapter_loads.clone(),
+        );
+        registry.register(
+            "rolter_gateway_responses",
+            "Responses the gateway produced itself without reaching a target, by status and code",
+            gateway_responses.clone(),
+        );
+        registry.register(
+            "rolter_ejections",
+            "Times passive health checking ejected the target",
+            ejections,
+        );
+        registry.register(
+            "rolter_scrape_failures",
+            "Failed scrapes of the target's metrics endpoint",
+            scrape_failures,
+        );
+
+        GatewayMetrics {
+            registry,
+            routes: route_names.to_vec(),
+            strategies: route_strategies.to_vec(),
+            targets: target_names.to_vec(),
+            requests,
+            ttft,
+            duration,
+            decisions,
+            fallbacks,
+            gateway_responses,
+            pairs: (0..route_names.len() * target_names.len())
+                .map(|_| PairSeries::default())
+                .collect(),
+            per_target,
+            route_fallbacks: vec![Vec::new(); route_names.len()],
+            cache_lookups,
+            adapter_loads,
+            route_lookups: vec![Vec::new(); route_names.len()],
+            responses: Vec::new(),
+            _owner: PhantomData,
+        }
+    }
+
+    /// Index of a (route, target) pair; `None` (and a debug panic) for indices outside the
+    /// configuration this set was built for.
+    fn pair(&self, route: usize, target: usize) -> Option<usize> {
+        let valid = route < self.routes.len() && target < self.targets.len();
+        debug_assert!(valid, "route {route} / target {target} out of range");
+        valid.then_some(route * self.targets.len() + target)
+    }
+
+    /// One finished upstream attempt on `route`.
+    pub fn record_attempt(&mut self, route: usize, sample: &Sample) {
+        let Some(index) = self.pair(route, sample.target) else {
+            return;
+        };
+        let route_name = &self.routes[route];
+        let target_name = &self.targets[sample.target];
+        let pair = &mut self.pairs[index];
+
+        let status = sample.status;
+        let code = match pair.codes.iter().position(|(s, _)| *s == status) {
+            Some(i) => i,
+            None => {
+                let code = match status {
+                    0 => Cow::Borrowed("none"),
+                    s => Cow::Owned(s.to_string()),
+                };
+                let counter = self.requests.get_or_create_owned(&RouteTargetCode {
+                    route: route_name.clone(),
+                    target: target_name.clone(),
+                    code,
+                });
+                pair.codes.push((status, counter));
+                pair.codes.len() - 1
+            }
+        };
+        pair.codes[code].1.inc();
+
+        let labels = || RouteTarget {
+            route: route_name.clone(),
+            target: target_name.clone(),
+        };
+        // TTFT describes the target's speed: only successful attempts count.
+        if let (true, Some(ttft)) = (sample.success, sample.ttft) {
+            pair.ttft
+                .get_or_insert_with(|| self.ttft.get_or_create_owned(&labels()))
+                .observe(ttft.as_secs_f64());
+        }
+        pair.duration
+            .get_or_insert_with(|| self.duration.get_or_create_owned(&labels()))
+            .observe(sample.duration.as_secs_f64());
+
+        if let Some(usage) = sample.usage {
+            let t = &self.per_target[sample.target];
+            t.prompt_tokens.inc_by(u64::from(usage.prompt_tokens));
+            t.completion_tokens
+                .inc_by(u64::from(usage.completion_tokens));
+        }
+    }
+
+    /// `route`'s strategy chose `target`.
+    pub fn record_decision(&mut self, route: usize, target: usize) {
+        let Some(index) = self.pair(route, target) else {
+            return;
+        };
+        let (routes, targets, strategies) = (&self.routes, &self.targets, &self.strategies);
+        self.pairs[index]
+            .decisions
+            .get_or_insert_with(|| {
+                self.decisions.get_or_create_owned(&Decision {
+                    route: routes[route].clone(),
+                    strategy: strategies[route],
+                    target: targets[target].clone(),
+                })
+            })
+            .inc();
+    }
+
+    /// `route`'s strategy picked by its fallback path, for `reason`.
+    pub fn record_fallback(&mut self, route: usize, reason: &'static str) {
+        let valid = route < self.routes.len();
+        debug_assert!(valid, "route {route} out of range");
+        if !valid {
+            return;
+        }
+        let (fallbacks, routes, strategies) = (&self.fallbacks, &self.routes, &self.strategies);
+        counter_for(&mut self.route_fallbacks[route], reason, || {
+            fallbacks.get_or_create_owned(&Fallback {
+                route: routes[route].clone(),
+                strategy: strategies[route],
+                reason,
+            })
+        })
+        .inc();
+    }
+
+    /// `route` asked its cache controller before a pick, with `result` (an answer naming
+    /// an instance of no route target counts once more as `unknown_instance`).
+    pub fn record_cache_lookup(&mut self, route: usize, result: &'static str) {
+        let valid = route < self.routes.len();
+        debug_assert!(valid, "route {route} out of range");
+        if !valid {
+            return;
+        }
+        let (lookups, routes) = (&self.cache_lookups, &self.routes);
+        counter_for(&mut self.route_lookups[route], result, || {
+            lookups.get_or_create_owned(&CacheLookupLabel {
+                route: routes[route].clone(),
+                result,
+            })
+        })
+        .inc();
+    }
+
+    /// The gateway loaded a LoRA adapter on `target` (or failed to).
+    pub fn record_adapter_load(&mut self, target: usize, loaded: bool) {
+        let Some(name) = self.targets.get(target) else {
+            return;
+        };
+        self.adapter_loads
+            .get_or_create(&AdapterLoadLabel {
+                target: name.clone(),
+                result: if loaded { "loaded" } else { "failed" },
+            })
+            .inc();
+    }
+
+    /// A response the gateway produced itself without reaching a target (`code` is the
+    /// OpenAI error code, e.g. `model_not_found`).
+    pub fn record_gateway_response(&mut self, status: u16, code: &'static str) {
+        let i = match self
+            .responses
+            .iter()
+            .position(|(s, c, _)| *s == status && *c == code)
+        {
+            Some(i) => i,
+            None => {
+                let counter = self
+                    .gateway_responses
+                    .get_or_create_owned(&GatewayResponse { status, code });
+                self.responses.push((status, code, counter));
+                self.responses.len() - 1
+            }
+        };
+        self.responses[i].2.inc();
+    }
+
+    /// Passive health checking ejected `target`.
+    pub fn record_ejection(&mut self, target: usize) {
+        if let Some(t) = self.target(target) {
+            t.ejections.inc();
+        }
+    }
+
+    /// A scrape of `target`'s metrics endpoint failed (connect, status, timeout, body).
+    pub fn record_scrape_failure(&mut self, target: usize) {
+        if let Some(t) = self.target(target) {
+            t.scrape_failures.inc();
+        }
+    }
+
+    fn target(&self, target: usize) -> Option<&TargetSeries> {
+        let t = self.per_target.get(target);
+        debug_assert!(t.is_some(), "target {target} out of range");
+        t
+    }
+
+    /// Appends the whole metric set to `out` in the Prometheus text format: the counters and
+    /// histograms recorded so far, then the target gauges given here (`gauges[i]` for target
+    /// `i`) and `rolter_adaptive_enabled`. Families without any series are left out.
+    pub fn render(&self, gauges: &[TargetGauges], adaptive_enabled: bool, out: &mut String) {
+        self.render_with_kv(gauges, adaptive_enabled, &[], None, out);
+    }
+
+    /// [`Self::render`], plus the KV-event plane's series when the gateway subscribes to
+    /// any target's events.
+    pub fn render_with_kv(
+        &self,
+        gauges: &[TargetGauges],
+        adaptive_enabled: bool,
+        mesh_dropped: &[(&'static str, u64)],
+        kv: Option<&[KvTargetReport]>,
+        out: &mut String,
+    ) {
+        let live = gauges::registry(&self.targets, gauges, adaptive_enabled, mesh_dropped);
+        // Writing into a String cannot fail; an error could only come from an encoder bug.
+        let mut written = encode(out, &self.registry).and_then(|()| encode(out, &live));
+        if let Some(reports) = kv {
+            let kv = super::kv_events::registry(&self.targets, reports);
+            written = written.and_then(|()| encode(out, &kv));
+        }
+        debug_assert!(written.is_ok(), "metrics encoding failed");
+    }
+}
+
+/// The counter kept for `key` among a route's few (key, counter) pairs, created with
+/// `create` (which builds the label set) the first time `key` appears.
+fn counter_for<'a>(
+    seen: &'a mut Vec<(&'static str, Counter)>,
+    key: &'static str,
+    create: impl FnOnce() -> Counter,
+) -> &'a Counter {
+    let i = match seen.iter().position(|(k, _)| *k == key) {
+        Some(i) => i,
+        None => {
+            seen.push((key, create()));
+            seen.len() - 1
+        }
+    };
+    &seen[i].1
+}

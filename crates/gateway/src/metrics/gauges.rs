@@ -1,0 +1,177 @@
+//! Per-target gauges: values the control thread already holds (in-flight counts, the last
+//! scrape, health and ejection state), handed to [`super::GatewayMetrics::render`] each time
+//! and written as `rolter_target_*`, `rolter_scrape_*` and `rolter_adaptive_enabled`; and
+//! the mesh's drop counters, read from their atomics at render time as
+//! `rolter_mesh_dropped_total`.
+//!
+//! Owns the gauge names and the rule for which series are written. It keeps no state
+//! between renders and must not be used from worker threads.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// The state of one target at render time. The slice given to `render` is indexed like the
+/// target names given to `GatewayMetrics::new`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TargetGauges {
+    /// Requests the gateway has in flight to this target, all workers together.
+    pub in_flight: u64,
+    /// Requests waiting in the engine's queue, from the last scrape still in use (`None`
+    /// when unknown or stale: the series is then left out).
+    pub queue_depth: Option<u64>,
+    /// Requests in the engine's running batch, like `queue_depth`.
+    pub running: Option<u64>,
+    /// KV-cache usage as a fraction, 0..=1, like `queue_depth`.
+    pub kv_usage: Option<f64>,
+    /// The active health check's verdict (true when checks are off).
+    pub healthy: bool,
+    /// Passive ejection is keeping this target out of rotation.
+    pub ejected: bool,
+    pub scrape: ScrapeStatus,
+}
+
+/// Where a target's metrics scraping stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScrapeStatus {
+    /// Scraping is off for this target (or globally).
+    Off,
+    /// On, but no scrape has succeeded yet.
+    Never,
+    /// The last successful scrape is younger than `stale_after`.
+    Fresh { age: Duration },
+    /// The last successful scrape is too old to be used.
+    Stale { age: Duration },
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TargetLabel {
+    target: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+type IntGauge = Gauge<u64, AtomicU64>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// A registry holding this render's gauges. A series whose value is unknown is left out.
+pub(super) fn registry(
+    target_names: &[String],
+    gauges: &[TargetGauges],
+    adaptive_enabled: bool,
+    mesh_dropped: &[(&'static str, u64)],
+) -> Registry {
+    debug_assert_eq!(
+        target_names.len(),
+        gauges.len(),
+        "one TargetGauges per target"
+    );
+
+    let in_flight = Family::<TargetLabel, IntGauge>::default();
+    let queue_depth = Family::<TargetLabel, IntGauge>::default();
+    let running = Family::<TargetLabel, IntGauge>::default();
+    let kv_usage = Family::<TargetLabel, FloatGauge>::default();
+    let healthy = Family::<TargetLabel, IntGauge>::default();
+    let ejected = Family::<TargetLabel, IntGauge>::default();
+    let scrape_up = Family::<TargetLabel, IntGauge>::default();
+    let scrape_age = Family::<TargetLabel, FloatGauge>::default();
+
+    for (name, g) in target_names.iter().zip(gauges) {
+        let label = TargetLabel {
+            target: name.clone(),
+        };
+        in_flight.get_or_create(&label).set(g.in_flight);
+        if let Some(v) = g.queue_depth {
+            queue_depth.get_or_create(&label).set(v);
+        }
+        if let Some(v) = g.running {
+            running.get_or_create(&label).set(v);
+        }
+        if let Some(v) = g.kv_usage {
+            kv_usage.get_or_create(&label).set(v);
+        }
+        healthy.get_or_create(&label).set(u64::from(g.healthy));
+        ejected.get_or_create(&label).set(u64::from(g.ejected));
+        let (up, age) = match g.scrape {
+            ScrapeStatus::Off => (None, None),
+            ScrapeStatus::Never => (Some(0), None),
+            ScrapeStatus::Fresh { age } => (Some(1), Some(age)),
+            ScrapeStatus::Stale { age } => (Some(0), Some(age)),
+        };
+        if let Some(up) = up {
+            scrape_up.get_or_create(&label).set(up);
+        }
+        if let Some(age) = age {
+            scrape_age.get_or_create(&label).set(age.as_secs_f64());
+        }
+    }
+
+    let adaptive = IntGauge::default();
+    adaptive.set(u64::from(adaptive_enabled));
+
+    let dropped = Family::<KindLabel, Counter>::default();
+    for &(kind, n) in mesh_dropped {
+        dropped.get_or_create(&KindLabel { kind }).inc_by(n);
+    }
+
+    let mut registry = Registry::default();
+    registry.register(
+        "rolter_target_in_flight",
+        "Requests in flight from the gateway to the target",
+        in_flight,
+    );
+    registry.register(
+        "rolter_target_queue_depth",
+        "Requests waiting in the engine's queue, as last scraped",
+        queue_depth,
+    );
+    registry.register(
+        "rolter_target_running",
+        "Requests in the engine's running batch, as last scraped",
+        running,
+    );
+    registry.register(
+        "rolter_target_kv_cache_usage",
+        "Engine KV-cache usage as a fraction (0 to 1), as last scraped",
+        kv_usage,
+    );
+    registry.register(
+        "rolter_target_healthy",
+        "1 when the target passes active health checks (or checks are off), else 0",
+        healthy,
+    );
+    registry.register(
+        "rolter_target_ejected",
+        "1 while passive ejection keeps the target out of rotation, else 0",
+        ejected,
+    );
+    registry.register(
+        "rolter_scrape_up",
+        "1 when the target's last metrics scrape is fresh, 0 when stale or none succeeded yet",
+        scrape_up,
+    );
+    registry.register(
+        "rolter_scrape_age_seconds",
+        "Seconds since the target's last successful metrics scrape",
+        scrape_age,
+    );
+    registry.register(
+        "rolter_adaptive_enabled",
+        "1 when adaptive routes blend their signals, 0 when they use their fallback strategy",
+        adaptive,
+    );
+    registry.register(
+        "rolter_mesh_dropped",
+        "Messages between cores (and to or from the control thread) dropped because the receiver's inbox was full, by kind; load snapshots heal on the next heartbeat",
+        dropped,
+    );
+    registry
+}

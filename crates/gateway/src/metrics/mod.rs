@@ -1,0 +1,30 @@
+//! The gateway's own Prometheus metrics: what it routed, how the targets answered, and the
+//! state of each target, rendered in the Prometheus text format (version 0.0.4).
+//!
+//! Owns every `rolter_*` metric name, its labels and its buckets. One thread owns a
+//! [`GatewayMetrics`]: the control thread, which merges the per-request records the workers
+//! send it (one [`rolter_strategy::Sample`] per upstream attempt, decisions, fallbacks, the
+//! gateway's own error responses) and renders the whole set for the admin endpoint. It must
+//! not be touched from worker threads: workers never record here directly, they send
+//! records. The type is `Send` but not `Sync`, so it cannot be shared by reference.
+//!
+//! Recording is cheap: series are looked up by index (route, target, status), and a label set
+//! is built only the first time its series appears. The target gauges are not stored here;
+//! the control thread passes them to [`GatewayMetrics::render`] as [`TargetGauges`].
+//!
+//! - [`gateway`]: the counters and histograms, and rendering.
+//! - [`gauges`]: the per-target gauges given at render time.
+//! - [`kv_events`]: the KV-event plane's per-target series, from its reports at render time.
+
+pub mod gateway;
+pub mod gauges;
+pub mod kv_events;
+
+#[cfg(test)]
+mod tests;
+
+pub use gateway::{GatewayMetrics, DURATION_BUCKETS, TTFT_BUCKETS};
+pub use gauges::{ScrapeStatus, TargetGauges};
+
+/// `Content-Type` of what [`GatewayMetrics::render`] writes.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

@@ -1,0 +1,65 @@
+//! The client side of a connection: its reader task and write half, what becomes of the
+//! connection after a request, and writing a response to it within the write timeout.
+//!
+//! Owns the client socket's halves. It must not parse requests or decide routing.
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use monoio::io::{AsyncWriteRentExt, OwnedWriteHalf};
+use monoio::net::TcpStream;
+use rolter_codec::GatewayError;
+
+use super::reader::Reader;
+
+/// The client socket: its reader task (which always has a read armed) and the write half.
+pub struct ClientIo {
+    pub reader: Reader,
+    pub wr: OwnedWriteHalf<TcpStream>,
+    pub(super) fd: RawFd,
+}
+
+impl Drop for ClientIo {
+    fn drop(&mut self) {
+        // Stop the reader and end its armed read: the socket closes once both halves go.
+        self.reader.close();
+        // SAFETY: the fd stays open until the reader task drops its half, after this.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+    }
+}
+
+/// What happens to the client connection after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    KeepAlive,
+    Close,
+}
+
+/// Writes an error response; the connection stays open unless `close`.
+pub async fn respond(
+    wr: &mut OwnedWriteHalf<TcpStream>,
+    out: &mut Vec<u8>,
+    e: &GatewayError,
+    close: bool,
+    write_timeout: Duration,
+) -> Fate {
+    out.clear();
+    e.write_response(out, close);
+    write_out(wr, out, write_timeout).await
+}
+
+/// Writes `out` (handed back for reuse) within `write_timeout`.
+pub async fn write_out(
+    wr: &mut OwnedWriteHalf<TcpStream>,
+    out: &mut Vec<u8>,
+    write_timeout: Duration,
+) -> Fate {
+    let buf = std::mem::take(out);
+    match monoio::time::timeout(write_timeout, wr.write_all(buf)).await {
+        Ok((Ok(_), buf)) => {
+            *out = buf;
+            Fate::KeepAlive
+        }
+        _ => Fate::Close,
+    }
+}

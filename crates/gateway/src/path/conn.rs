@@ -1,0 +1,344 @@
+//! The client connection loop: read a head, read the body, answer the gateway's own
+//! endpoints or forward, and keep the connection alive for the next (possibly pipelined)
+//! request.
+//!
+//! Owns the client socket and its reusable buffers for the connection's whole life. Every
+//! rejection of a malformed request answers with an OpenAI-shaped error and closes the
+//! connection; recoverable errors after a well-formed request keep it open.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+
+use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, Splitable};
+use monoio::net::TcpStream;
+use monoio::time::Instant;
+use rolter_codec::h1::chunked::{ChunkError, ChunkedDecoder};
+use rolter_codec::h1::request_head::{self, BodyFraming, HeadError, HeaderSpan, RequestHead};
+use rolter_codec::h1::write::CONTINUE_100;
+use rolter_codec::GatewayError;
+use rolter_config::Limits;
+
+use super::client::{respond, ClientIo, Fate};
+use super::forward::forward;
+use super::local;
+use super::race::client_ready;
+use super::reader::Reader;
+use super::request::{IoBufs, Request};
+use crate::path::state::WorkerState;
+
+/// Where the request body is.
+enum BodyLoc {
+    /// A range of the read buffer (Content-Length or no body).
+    InBuf(Range<usize>),
+    /// Decoded from chunked framing into the body buffer.
+    Decoded,
+}
+
+enum HeadRead {
+    Head(RequestHead),
+    /// The client closed, or went idle past the keep-alive timeout, between requests.
+    Closed,
+    Reject(GatewayError),
+}
+
+/// Counts an open connection for the worker's drain logic.
+struct ConnGuard<'a>(&'a WorkerState);
+
+impl Drop for ConnGuard<'_> {
+    fn drop(&mut self) {
+        self.0.connections.set(self.0.connections.get() - 1);
+    }
+}
+
+/// Counts a request in progress for the worker's drain logic.
+struct ActiveRequest<'a>(&'a WorkerState);
+
+impl<'a> ActiveRequest<'a> {
+    fn enter(state: &'a WorkerState) -> Self {
+        state.active_requests.set(state.active_requests.get() + 1);
+        ActiveRequest(state)
+    }
+}
+
+impl Drop for ActiveRequest<'_> {
+    fn drop(&mut self) {
+        self.0.active_requests.set(self.0.active_requests.get() - 1);
+    }
+}
+
+/// Most unread client bytes buffered while a request is being served (pipelining).
+const READER_CAP: usize = 64 * 1024;
+
+/// Serves one client connection until it closes.
+pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) {
+    state.connections.set(state.connections.get() + 1);
+    let _guard = ConnGuard(&state);
+    let _ = stream.set_nodelay(true);
+    let fd = stream.as_raw_fd();
+    let (rd, wr) = stream.into_split();
+    let reader_cap = state.config.server.limits.max_head_bytes.max(READER_CAP);
+    let mut io = ClientIo {
+        reader: Reader::spawn(rd, reader_cap),
+        wr,
+        fd,
+    };
+    let peer_ip = peer.ip().to_string();
+    let mut rbuf: Vec<u8> = Vec::new();
+    let mut spans: Vec<HeaderSpan> = Vec::with_capacity(32);
+    let limits = state.config.server.limits.clone();
+
+    loop {
+        // A request counts as in progress (for the drain) from its first byte.
+        let mut active: Option<ActiveRequest<'_>> = None;
+        let head = read_head(&state, &mut io, &mut rbuf, &mut spans, &mut active).await;
+        // Buffers come from the worker only while a request is being served.
+        let mut bufs = state.take_bufs();
+        let head = match head {
+            HeadRead::Head(h) => h,
+            HeadRead::Closed => return,
+            HeadRead::Reject(e) => {
+                state.record_gateway(e.status, e.code);
+                reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
+                return;
+            }
+        };
+        let (loc, consumed) =
+            match read_body(&mut io, &mut rbuf, &mut bufs.body, &head, &limits).await {
+                Ok(v) => v,
+                Err(Some(e)) => {
+                    state.record_gateway(e.status, e.code);
+                    reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
+                    return;
+                }
+                Err(None) => return,
+            };
+        let close = head.close || state.draining.get();
+        // A decoded body leaves the buffer set while the set is lent to the exchange.
+        let decoded = std::mem::take(&mut bufs.body);
+        let fate = {
+            let body: &[u8] = match &loc {
+                BodyLoc::InBuf(r) => &rbuf[r.clone()],
+                BodyLoc::Decoded => &decoded,
+            };
+            let req = Request {
+                head: &head,
+                buf: &rbuf,
+                spans: &spans,
+                body,
+                peer_ip: &peer_ip,
+                close,
+            };
+            dispatch(&state, &mut io, &req, &mut bufs, &limits).await
+        };
+        bufs.body = decoded;
+        if fate == Fate::Close || close {
+            return;
+        }
+        rbuf.drain(..consumed);
+        if rbuf.is_empty() {
+            // An idle connection keeps no read buffer: the next request's bytes arrive in the
+            // reader's buffer, which is swapped in without a copy.
+            rbuf = Vec::new();
+        }
+    }
+}
+
+/// Forwards an inference request; answers anything else locally.
+async fn dispatch(
+    state: &WorkerState,
+    io: &mut ClientIo,
+    req: &Request<'_>,
+    bufs: &mut IoBufs,
+    limits: &Limits,
+) -> Fate {
+    if local::is_forwarded(req) {
+        // Boxed: the forwarding state machine (exchange, relay, timers) is several KiB,
+        // and unboxed it would sit in every idle keep-alive connection's task.
+        return Box::pin(forward(state, io, req, bufs)).await;
+    }
+    local::answer(state, io, req, bufs, limits).await
+}
+
+/// Answers a rejected request and closes (RFC 9112 §6.1: close after a framing error).
+async fn reject(
+    io: &mut ClientIo,
+    out: &mut Vec<u8>,
+    e: &GatewayError,
+    write_timeout: std::time::Duration,
+) {
+    let _ = respond(&mut io.wr, out, e, true, write_timeout).await;
+    let _ = monoio::time::timeout(write_timeout, io.wr.shutdown()).await;
+    linger(io, out).await;
+}
+
+/// Longest a rejected connection is drained before it is closed.
+const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+/// Most bytes drained from a rejected connection before it is closed.
+const LINGER_BYTES: usize = 1024 * 1024;
+
+/// Lingering close: after answering a rejected request and shutting the write side, read
+/// and discard what the client is still sending (bounded in time and bytes) until it closes.
+/// Closing with unread bytes would make the kernel reset the connection, and a reset can
+/// destroy the error response before the client reads it.
+async fn linger(io: &mut ClientIo, scratch: &mut Vec<u8>) {
+    let deadline = Instant::now() + LINGER_TIME;
+    let mut drained = 0;
+    while drained < LINGER_BYTES && client_ready(&io.reader, deadline).await {
+        scratch.clear();
+        let n = io.reader.take_into(scratch);
+        if n == 0 {
+            break;
+        }
+        drained += n;
+    }
+    scratch.clear();
+}
+
+fn head_error(e: HeadError) -> GatewayError {
+    let code = match e {
+        HeadError::BadRequest(_) => "bad_request",
+        HeadError::UriTooLong => "uri_too_long",
+        HeadError::HeaderTooLarge | HeadError::TooManyHeaders => "headers_too_large",
+        HeadError::NotImplemented => "transfer_coding_not_implemented",
+        HeadError::ExpectationFailed => "expectation_failed",
+        HeadError::UnsupportedMediaType => "content_encoding_not_supported",
+        HeadError::PayloadTooLarge => "body_too_large",
+    };
+    GatewayError::client(e.status(), code, e.message())
+}
+
+fn timeout_error(what: &'static str) -> GatewayError {
+    GatewayError::client(
+        408,
+        "request_timeout",
+        format!("timed out reading the request {what}"),
+    )
+}
+
+/// Reads until a complete head is buffered.
+async fn read_head<'s>(
+    state: &'s WorkerState,
+    io: &mut ClientIo,
+    rbuf: &mut Vec<u8>,
+    spans: &mut Vec<HeaderSpan>,
+    active: &mut Option<ActiveRequest<'s>>,
+) -> HeadRead {
+    let limits = &state.config.server.limits;
+    let mut started: Option<Instant> = None;
+    loop {
+        if !rbuf.is_empty() {
+            started.get_or_insert_with(Instant::now);
+            if active.is_none() {
+                *active = Some(ActiveRequest::enter(state));
+            }
+            match request_head::parse(rbuf, &state.head_limits, spans) {
+                Ok(Some(h)) => return HeadRead::Head(h),
+                Ok(None) => {}
+                Err(e) => return HeadRead::Reject(head_error(e)),
+            }
+        }
+        let deadline = match started {
+            Some(t) => t + limits.head_timeout,
+            None => {
+                if state.draining.get() {
+                    return HeadRead::Closed;
+                }
+                Instant::now() + limits.keepalive_timeout
+            }
+        };
+        if !client_ready(&io.reader, deadline).await {
+            return if started.is_some() {
+                HeadRead::Reject(timeout_error("head"))
+            } else {
+                HeadRead::Closed
+            };
+        }
+        if io.reader.take_into(rbuf) == 0 {
+            // Nothing waiting, so the client is gone.
+            return HeadRead::Closed;
+        }
+    }
+}
+
+/// Reads the whole body. `Err(None)`: the client went away.
+async fn read_body(
+    io: &mut ClientIo,
+    rbuf: &mut Vec<u8>,
+    body: &mut Vec<u8>,
+    head: &RequestHead,
+    limits: &Limits,
+) -> Result<(BodyLoc, usize), Option<GatewayError>> {
+    let max = limits.max_body_bytes;
+    let deadline = Instant::now() + limits.body_timeout;
+    match head.framing {
+        BodyFraming::None => Ok((BodyLoc::InBuf(head.len..head.len), head.len)),
+        BodyFraming::Length(n) => {
+            if n > max as u64 {
+                return Err(Some(head_error(HeadError::PayloadTooLarge)));
+            }
+            let need = head.len + n as usize;
+            if head.expect_continue && rbuf.len() < need {
+                send_continue(io, limits).await?;
+            }
+            while rbuf.len() < need {
+                rbuf.reserve((need - rbuf.len()).min(256 * 1024));
+                read_more(io, rbuf, deadline).await?;
+            }
+            Ok((BodyLoc::InBuf(head.len..need), need))
+        }
+        BodyFraming::Chunked => {
+            if head.expect_continue && rbuf.len() == head.len {
+                send_continue(io, limits).await?;
+            }
+            body.clear();
+            let mut dec = ChunkedDecoder::new();
+            // Framing bytes (sizes, extensions, trailers) may not outweigh the data: the raw
+            // body is capped, and decoded bytes leave the read buffer as they are decoded, so
+            // memory stays bounded whatever the chunking.
+            let raw_cap = (max as u64).saturating_mul(2).saturating_add(64 * 1024);
+            let mut raw: u64 = 0;
+            loop {
+                let n = dec
+                    .feed(&rbuf[head.len..], |d| body.extend_from_slice(d))
+                    .map_err(|e| {
+                        let ChunkError::Malformed(m) = e;
+                        Some(GatewayError::client(400, "bad_request", m))
+                    })?;
+                rbuf.drain(head.len..head.len + n);
+                raw += n as u64;
+                // Count the rest of a declared chunk too: a 1 GiB chunk size is refused
+                // at once, not after the body timeout.
+                if body.len() as u64 + dec.pending_chunk_bytes() > max as u64 || raw > raw_cap {
+                    return Err(Some(head_error(HeadError::PayloadTooLarge)));
+                }
+                if dec.is_done() {
+                    return Ok((BodyLoc::Decoded, head.len));
+                }
+                read_more(io, rbuf, deadline).await?;
+            }
+        }
+    }
+}
+
+async fn send_continue(io: &mut ClientIo, limits: &Limits) -> Result<(), Option<GatewayError>> {
+    match monoio::time::timeout(limits.write_timeout, io.wr.write_all(CONTINUE_100)).await {
+        Ok((Ok(_), _)) => Ok(()),
+        _ => Err(None),
+    }
+}
+
+async fn read_more(
+    io: &mut ClientIo,
+    rbuf: &mut Vec<u8>,
+    deadline: Instant,
+) -> Result<(), Option<GatewayError>> {
+    if !client_ready(&io.reader, deadline).await {
+        return Err(Some(timeout_error("body")));
+    }
+    if io.reader.take_into(rbuf) == 0 {
+        return Err(None);
+    }
+    Ok(())
+}

@@ -1,0 +1,39 @@
+//! The request path on a worker core, as named stages, in the order a request meets them:
+//!
+//! 1. [`conn`]: the client connection loop reads a head and a body ([`request`] holds them
+//!    and the buffers the request is served with) and answers the gateway's own endpoints
+//!    ([`local`], [`models`]) or hands an inference request to [`forward`], which runs the
+//!    rest:
+//! 2. [`route`]: the request facts, and the route whose rules hold;
+//! 3. [`inputs`]: what the route's strategy asks for before its pick (token ids, a cache
+//!    lookup, the canonical prompt);
+//! 4. [`pick`]: the candidates (eligible, serving the model, under their limit, not tried
+//!    yet) and the strategy's choice;
+//! 5. [`attempt`]: one try on the chosen target (an adapter loaded first when asked), the
+//!    upstream request's bytes ([`upstream_request`]), and the retry decision;
+//! 6. [`relay`]: the exchange with the target, streaming the answer to the client;
+//! 7. [`record`]: what the attempt teaches, to this core's strategies and, by message, to
+//!    the other cores and the control thread.
+//!
+//! Beside them: [`state`] (the worker's per-core state every stage reads), [`client`] (the
+//! client socket and writing to it), [`reader`] and [`race`] (the disconnect watch).
+//!
+//! Owns everything that happens per request on a worker core. It must not block, take a
+//! lock, or log per request; anything slow belongs to the control thread.
+
+pub mod attempt;
+pub mod client;
+pub mod conn;
+pub mod forward;
+pub mod inputs;
+pub mod local;
+pub mod models;
+pub mod pick;
+pub mod race;
+pub mod reader;
+pub mod record;
+pub mod relay;
+pub mod request;
+pub mod route;
+pub mod state;
+pub mod upstream_request;

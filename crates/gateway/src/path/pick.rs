@@ -1,0 +1,121 @@
+//! Stage 4 of forwarding: the candidates and the strategy's choice among them.
+//!
+//! The candidates are the route's targets that serve the model, are eligible (healthy, not
+//! ejected), are under `max_concurrent` (counted over every core) and have not failed this
+//! request already, each with its weight, load, tier, engine queue, KV-cache use and (for
+//! strategies that read it) LoRA adapter residency. Strategies only ever see candidates.
+//!
+//! Owns the candidate filter, in a scratch list reused by every pick. It must not allocate
+//! per request, and it applies what the other cores sent before it reads the load view.
+
+use std::time::Instant;
+
+use rolter_codec::GatewayError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest, Residency, TargetId};
+
+use super::route::Routed;
+use crate::mesh::Record;
+use crate::path::state::WorkerState;
+
+/// The strategy's choice.
+pub struct Picked {
+    pub target: TargetId,
+    /// Other candidates left for a retry.
+    pub others: usize,
+    pub pick: Pick,
+    /// The chosen target's LoRA residency of the requested model, as the strategy saw it.
+    pub residency: Residency,
+}
+
+/// Builds the candidate set and asks the route's strategy; the 503 to answer when no
+/// candidate is left or the strategy finds none acceptable.
+pub fn pick(
+    state: &WorkerState,
+    routed: &Routed<'_>,
+    preq: &PickRequest<'_>,
+    tried: &[TargetId],
+    now: Instant,
+) -> Result<Picked, GatewayError> {
+    let (route_idx, route) = (routed.index, routed.route);
+    state.drain_signals();
+    let mut cands = state.candidates.borrow_mut();
+    cands.clear();
+    let mut full = 0;
+    let mut out = 0;
+    // Adapter residency only for strategies that read it (the model is hashed once).
+    let lora = state.routes[route_idx]
+        .needs
+        .contains(Needs::LORA_RESIDENCY)
+        .then(|| state.load.lora.lookup(preq.model));
+    for &t in &route.targets {
+        let target = &state.config.targets[t];
+        if !target.serves(preq.model) || tried.contains(&t) {
+            continue;
+        }
+        if !state.load.eligible(t) {
+            out += 1;
+            continue;
+        }
+        if target
+            .max_concurrent
+            .is_some_and(|m| state.load.in_flight(t) >= u64::from(m))
+        {
+            full += 1;
+            continue;
+        }
+        let load = state.load.load(t);
+        cands.push(Candidate {
+            target: t,
+            weight: target.weight,
+            load,
+            tier: target.tier,
+            queue_depth: state.load.queue_depth(t),
+            kv_usage: state.load.kv_usage(t),
+            lora: lora.as_ref().map_or(Residency::UNKNOWN, |l| {
+                let r = l.residency(t);
+                match &state.routes[route_idx].adapters {
+                    Some(loader) => loader.residency(l.key(), t, r, now),
+                    None => r,
+                }
+            }),
+        });
+    }
+    drop(lora);
+    if cands.is_empty() {
+        let msg = if full > 0 {
+            "every target for this model is at its max_concurrent limit"
+        } else if out > 0 {
+            "every target for this model is unhealthy or ejected"
+        } else {
+            "no target is available for this model"
+        };
+        return Err(GatewayError::internal(503, "no_available_target", msg).with_retry_after(1));
+    }
+    let pick = state.routes[route_idx]
+        .strategy
+        .borrow_mut()
+        .pick(preq, &cands, now);
+    match pick {
+        Some(p) if p.index < cands.len() => {
+            if let Some(reason) = p.fallback {
+                state.links.record(Record::Fallback {
+                    route: route_idx as u16,
+                    reason,
+                });
+            }
+            let chosen = &cands[p.index];
+            Ok(Picked {
+                target: chosen.target,
+                others: cands.len() - 1,
+                pick: p,
+                residency: chosen.lora,
+            })
+        }
+        _ => Err(GatewayError::internal(
+            503,
+            "no_available_target",
+            "the route's strategy found no acceptable target",
+        )
+        .with_retry_after(1)),
+    }
+}

@@ -1,0 +1,87 @@
+//! Stage 7 of forwarding: what an attempt teaches. The routing decision goes to the
+//! route's strategy at once (a prefix now warm on the target, a session now served there,
+//! shared with the other cores on the next tick) and to the cache-lookup memo; the finished
+//! attempt becomes a [`Sample`] that this core's strategies learn from at once and that
+//! joins the tick's batch to the other cores and the control thread, with its [`Verdict`]
+//! for the health book and the metrics.
+//!
+//! Owns the verdict rules. It must not log or block; records leave by message only.
+
+use std::time::Instant;
+
+use rolter_core::{PickRequest, Sample, TargetId, Verdict};
+
+use super::inputs::Inputs;
+use super::relay::{Outcome, Report};
+use super::route::Routed;
+use crate::path::state::WorkerState;
+
+/// The request was sent to `target` (each attempt, so a retry elsewhere is recorded where
+/// it went): the strategy's `routed` hook, and the cache-lookup memo.
+pub fn routed(
+    state: &WorkerState,
+    routed: &Routed<'_>,
+    preq: &PickRequest<'_>,
+    inputs: &Inputs,
+    target: TargetId,
+    now: Instant,
+) {
+    let rs = &state.routes[routed.index];
+    rs.strategy.borrow_mut().routed(
+        preq,
+        target,
+        state.share.borrow_mut().for_route(routed.index),
+        now,
+    );
+    if let (Some(client), Some(key), Some(ids)) =
+        (&rs.lookup, inputs.lookup_key, &inputs.resolved.token_ids)
+    {
+        client.routed(key, target, u32::try_from(ids.len()).unwrap_or(u32::MAX));
+    }
+}
+
+/// One finished attempt on `target`, sent at `load_at_send`: its sample and verdict.
+pub fn attempt(
+    state: &WorkerState,
+    route: usize,
+    target: TargetId,
+    preq: &PickRequest<'_>,
+    outcome: &Outcome,
+    report: &Report,
+    load_at_send: u64,
+) {
+    let verdict = verdict(outcome, report);
+    let finished = Instant::now();
+    let sent = report.sent.unwrap_or(finished);
+    state.record_attempt(
+        route,
+        Sample {
+            target,
+            status: report.status,
+            success: verdict == Verdict::Success,
+            ttft: report.first_byte.map(|f| f.saturating_duration_since(sent)),
+            duration: finished.saturating_duration_since(sent),
+            load_at_send,
+            prompt_tokens: preq.prompt_tokens,
+            usage: report.usage,
+            finished,
+        },
+        verdict,
+    );
+}
+
+/// What an attempt says about its target.
+pub fn verdict(outcome: &Outcome, report: &Report) -> Verdict {
+    match outcome {
+        Outcome::ClientGone => Verdict::ClientGone,
+        Outcome::Relayed { .. } if !report.completed => Verdict::TargetFailed,
+        Outcome::Relayed { .. } | Outcome::Failed(_) => match report.status {
+            200..=299 if report.completed => Verdict::Success,
+            // No response, or a server error (including the retryable 502/503/504).
+            0 | 500..=599 => Verdict::TargetFailed,
+            // A head was read but the response was malformed or cut before the client got it.
+            200..=299 => Verdict::TargetFailed,
+            _ => Verdict::Answered,
+        },
+    }
+}

@@ -1,0 +1,609 @@
+//! One upstream exchange: take a pooled connection or connect, write the request, read the
+//! response head, and stream the body to the client as it arrives.
+//!
+//! Every upstream read is raced against the client-disconnect watch and a deadline (the
+//! first-byte timeout until the head arrives, the idle timeout after). Each upstream read
+//! becomes one client write, so an SSE event is never held back. A client that goes away
+//! drops the upstream connection at once (the engine sees the close and aborts). A failure
+//! after bytes reached the client ends the stream with an SSE error event and no terminal
+//! chunk, never a clean end. Only a cleanly finished exchange returns its connection to the
+//! pool. This module must not retry: it reports whether a retry is safe.
+
+use monoio::buf::IoBufMut;
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedWriteHalf};
+use monoio::net::TcpStream;
+use monoio::time::Instant;
+
+use rolter_codec::api::usage;
+use rolter_codec::h1::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
+use rolter_codec::h1::response_head::{self, RespFraming, ResponseHead};
+use rolter_codec::h1::write::{write_content_length, write_header, write_status_line};
+use rolter_codec::{GatewayError, Retry};
+use rolter_core::Usage;
+
+use super::race::{race, Race};
+use super::reader::Reader;
+use super::request::{IoBufs, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
+use crate::path::state::WorkerState;
+use crate::upstream::conn::UpstreamConn;
+use crate::upstream::connect::ConnectError;
+use crate::upstream::reuse::{with_connection, Step};
+
+/// How an exchange ended.
+pub enum Outcome {
+    /// The response went to the client (completely, or cut off with an error signalled).
+    Relayed { close: bool },
+    /// The client went away; the upstream connection was dropped.
+    ClientGone,
+    /// Nothing reached the client; the caller answers or retries.
+    Failed(GatewayError),
+}
+
+/// Statuses that may be retried on another target when nothing was sent yet.
+fn retryable_status(status: u16) -> bool {
+    matches!(status, 429 | 502 | 503 | 504)
+}
+
+/// What one exchange observed, for learning, health and metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Report {
+    /// When the request was written upstream.
+    pub sent: Option<std::time::Instant>,
+    /// The final response status (0 when no response head arrived).
+    pub status: u16,
+    /// When the first response body byte arrived (the head, for an empty body).
+    pub first_byte: Option<std::time::Instant>,
+    /// The response was relayed to its end.
+    pub completed: bool,
+    /// Token usage found in a successful response.
+    pub usage: Option<Usage>,
+}
+
+/// What the relay needs to know about the client's side of the exchange.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientSide {
+    /// An HTTP/1.0 client: no chunked framing; the connection closes after the response.
+    pub http10: bool,
+    /// The client asked to close after this exchange.
+    pub close: bool,
+    /// `x-rolter-explain: 1`: say in the response head why this target was chosen.
+    pub explain: Option<Explain>,
+}
+
+/// Why a request went where it did, for `x-rolter-explain`.
+#[derive(Debug, Clone, Copy)]
+pub struct Explain {
+    pub route: usize,
+    /// The winning score, when the strategy scores.
+    pub score: Option<f64>,
+    /// The fallback the strategy took, if any.
+    pub fallback: Option<&'static str>,
+    /// Attempt number (1 = first try).
+    pub attempt: usize,
+}
+
+/// Runs one exchange with target `tid`, on a pooled connection or a fresh one (once more
+/// on a fresh one when the pooled one turns out closed before it took the request).
+/// `bufs.up` holds the request bytes; what happened is written to `report` as it happens.
+#[allow(clippy::too_many_arguments)]
+pub async fn exchange(
+    state: &WorkerState,
+    tid: usize,
+    wr: &mut OwnedWriteHalf<TcpStream>,
+    watch: &Reader,
+    bufs: &mut IoBufs,
+    client: ClientSide,
+    may_retry: bool,
+    report: &mut Report,
+) -> Outcome {
+    let target = &state.config.targets[tid];
+    let pooled = state.upstream.pooled(tid);
+    let fresh = async || {
+        // connect() enforces its own timeout; the outer deadline only backs it up.
+        let deadline = Instant::now() + target.timeouts.connect + std::time::Duration::from_secs(1);
+        match race(state.upstream.connect(tid), watch, deadline).await {
+            Race::Done(Ok(s)) => Ok(s),
+            Race::Done(Err(e)) => {
+                let (status, code) = match e {
+                    ConnectError::TimedOut { .. } => (504, "upstream_connect_timeout"),
+                    ConnectError::Tcp(_) => (502, "upstream_connect_failed"),
+                    ConnectError::Tls(_) => (502, "upstream_tls_failed"),
+                };
+                Err(Outcome::Failed(GatewayError::upstream(
+                    status,
+                    Retry::Allowed,
+                    code,
+                    format!("could not connect to target `{}`: {e}", target.name),
+                )))
+            }
+            Race::ClientGone => Err(Outcome::ClientGone),
+            Race::TimedOut => Err(Outcome::Failed(GatewayError::upstream(
+                504,
+                Retry::Allowed,
+                "upstream_connect_timeout",
+                format!("connecting to target `{}` timed out", target.name),
+            ))),
+        }
+    };
+    with_connection(pooled, fresh, async |up, reused| match send_and_read_head(
+        state, tid, up, watch, bufs, report, reused,
+    )
+    .await
+    {
+        Head::Stale(o) => Step::Stale(o),
+        Head::Failed(o) => Step::Done(o),
+        Head::Read(up, head) => {
+            report.status = head.status;
+            if may_retry && retryable_status(head.status) {
+                let mut e = GatewayError::upstream(
+                    head.status,
+                    Retry::Allowed,
+                    "upstream_unavailable",
+                    format!("target `{}` answered {}", target.name, head.status),
+                );
+                e.retry_after = head.retry_after;
+                return Step::Done(Outcome::Failed(e));
+            }
+            Step::Done(relay_body(state, tid, up, head, wr, watch, bufs, client, report).await)
+        }
+    })
+    .await
+}
+
+/// What writing the request and reading the response head gave.
+enum Head {
+    /// The head, with the connection it arrived on.
+    Read(UpstreamConn, ResponseHead),
+    /// The connection was closed before any response byte (the keep-alive race): the
+    /// engine never took the request. The outcome stands when the connection was fresh.
+    Stale(Outcome),
+    Failed(Outcome),
+}
+
+/// Writes the request (`bufs.up`) on `up` and reads the response head, skipping interim
+/// (1xx) responses.
+async fn send_and_read_head(
+    state: &WorkerState,
+    tid: usize,
+    mut up: UpstreamConn,
+    watch: &Reader,
+    bufs: &mut IoBufs,
+    report: &mut Report,
+    reused: bool,
+) -> Head {
+    let target = &state.config.targets[tid];
+    let req = std::mem::take(&mut bufs.up);
+    let deadline = Instant::now() + target.timeouts.first_byte;
+    match race(up.write_all(req), watch, deadline).await {
+        Race::Done((Ok(_), req)) => {
+            bufs.up = req;
+            report.sent = Some(std::time::Instant::now());
+        }
+        Race::Done((Err(e), req)) => {
+            bufs.up = req;
+            let failed = Outcome::Failed(GatewayError::upstream(
+                502,
+                Retry::Allowed,
+                "upstream_write_failed",
+                format!(
+                    "sending the request to target `{}` failed: {e}",
+                    target.name
+                ),
+            ));
+            return if reused {
+                Head::Stale(failed)
+            } else {
+                Head::Failed(failed)
+            };
+        }
+        Race::ClientGone => return Head::Failed(Outcome::ClientGone),
+        Race::TimedOut => return Head::Failed(Outcome::Failed(first_byte_timeout(&target.name))),
+    }
+    bufs.ubuf.clear();
+    let mut answered = false;
+    loop {
+        // Parse whatever is buffered first: several heads can arrive in one read.
+        loop {
+            bufs.hdrs.clear();
+            match response_head::parse(&bufs.ubuf, false, &mut bufs.hdrs) {
+                Ok(Some(h)) if h.status == 101 => {
+                    return Head::Failed(Outcome::Failed(bad_response(&target.name)))
+                }
+                Ok(Some(h)) if (100..200).contains(&h.status) => {
+                    bufs.ubuf.drain(..h.len);
+                }
+                Ok(Some(h)) => return Head::Read(up, h),
+                Ok(None) => break,
+                Err(_) => return Head::Failed(Outcome::Failed(bad_response(&target.name))),
+            }
+        }
+        bufs.ubuf.reserve(MIN_UPSTREAM_READ);
+        // A Vec read fills from index 0: read into the spare capacity so a partial head
+        // already buffered is kept.
+        let len = bufs.ubuf.len();
+        let ub = std::mem::take(&mut bufs.ubuf).slice_mut(len..);
+        match race(up.read(ub), watch, deadline).await {
+            Race::Done((Ok(n), ub)) if n > 0 => {
+                bufs.ubuf = ub.into_inner();
+                answered = true;
+            }
+            Race::Done((res, ub)) => {
+                bufs.ubuf = ub.into_inner();
+                let closed = match &res {
+                    Ok(n) => *n == 0,
+                    Err(e) => up.is_unclean_eof(e),
+                };
+                let why = match res {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "connection closed".to_string(),
+                };
+                let failed = Outcome::Failed(GatewayError::upstream(
+                    502,
+                    Retry::Forbidden,
+                    "upstream_closed",
+                    format!("target `{}` closed before answering: {why}", target.name),
+                ));
+                // A pooled connection closed (FIN, for TLS with or without close_notify)
+                // before any response byte: the keep-alive race, where the engine closed
+                // it as idle and never took the request; it is tried once on a fresh one.
+                // A reset (RST) instead means an engine that may have taken the POST, and
+                // any byte (even an interim response) means it did: no retry, like Go's
+                // transport for non-idempotent requests.
+                return if reused && !answered && closed {
+                    Head::Stale(failed)
+                } else {
+                    Head::Failed(failed)
+                };
+            }
+            Race::ClientGone => return Head::Failed(Outcome::ClientGone),
+            Race::TimedOut => {
+                return Head::Failed(Outcome::Failed(first_byte_timeout(&target.name)))
+            }
+        }
+    }
+}
+
+fn first_byte_timeout(name: &str) -> GatewayError {
+    GatewayError::upstream(
+        504,
+        Retry::Forbidden,
+        "upstream_timeout",
+        format!("target `{name}` did not answer within its first_byte timeout"),
+    )
+}
+
+fn bad_response(name: &str) -> GatewayError {
+    GatewayError::upstream(
+        502,
+        Retry::Forbidden,
+        "upstream_bad_response",
+        format!("target `{name}` sent a malformed response head"),
+    )
+}
+
+/// How the body relay loop ended.
+enum StreamEnd {
+    Complete,
+    ClientGone,
+    /// The upstream failed after bytes reached the client.
+    UpstreamFailed,
+}
+
+/// Body progress for one response.
+enum BodyState {
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    UntilClose,
+    Empty,
+}
+
+/// Appends body bytes from `data` to `out` in the client's framing (noting the payload in
+/// `tail`). Returns whether the body is complete and whether bytes beyond its end were seen
+/// (the connection is then unusable).
+fn feed_body(
+    body: &mut BodyState,
+    data: &[u8],
+    out: &mut Vec<u8>,
+    client_chunked: bool,
+    tail: &mut SseTail,
+) -> Result<(bool, bool), ()> {
+    let mut emit = |out: &mut Vec<u8>, d: &[u8]| {
+        tail.note(d);
+        if client_chunked {
+            encode_chunk(out, d);
+        } else {
+            out.extend_from_slice(d);
+        }
+    };
+    match body {
+        BodyState::Empty => Ok((true, !data.is_empty())),
+        BodyState::Length(remaining) => {
+            let take = (*remaining).min(data.len() as u64) as usize;
+            tail.note(&data[..take]);
+            out.extend_from_slice(&data[..take]);
+            *remaining -= take as u64;
+            Ok((*remaining == 0, take < data.len()))
+        }
+        BodyState::Chunked(dec) => {
+            let n = dec.feed(data, |d| emit(out, d)).map_err(|_| ())?;
+            Ok((dec.is_done(), n < data.len()))
+        }
+        BodyState::UntilClose => {
+            emit(out, data);
+            Ok((false, false))
+        }
+    }
+}
+
+/// Streams the response to the client.
+#[allow(clippy::too_many_arguments)]
+async fn relay_body(
+    state: &WorkerState,
+    tid: usize,
+    mut up: UpstreamConn,
+    head: ResponseHead,
+    wr: &mut OwnedWriteHalf<TcpStream>,
+    watch: &Reader,
+    bufs: &mut IoBufs,
+    client: ClientSide,
+    report: &mut Report,
+) -> Outcome {
+    let target = &state.config.targets[tid];
+    // Usage is looked for only in successful responses.
+    let scan_usage = (200..300).contains(&head.status);
+    let write_timeout = state.config.server.limits.write_timeout;
+    let idle = target.timeouts.idle;
+    let client_chunked =
+        !client.http10 && matches!(head.framing, RespFraming::Chunked | RespFraming::Close);
+
+    let out = &mut bufs.out;
+    out.clear();
+    write_status_line(out, head.status);
+    out.extend_from_slice(&bufs.hdrs);
+    write_header(out, b"x-rolter-target", target.name.as_bytes());
+    if let Some(x) = client.explain {
+        let route = &state.config.routes[x.route];
+        write_header(out, b"x-rolter-route", route.name.as_bytes());
+        write_header(out, b"x-rolter-strategy", route.strategy.name().as_bytes());
+        match x.score {
+            // Explaining is opt-in per request, so formatting here is acceptable.
+            Some(s) if s.is_finite() => {
+                write_header(out, b"x-rolter-score", format!("{s:.6}").as_bytes())
+            }
+            _ => write_header(out, b"x-rolter-score", b"none"),
+        }
+        if let Some(f) = x.fallback {
+            write_header(out, b"x-rolter-fallback", f.as_bytes());
+        }
+        let mut b = itoa::Buffer::new();
+        write_header(out, b"x-rolter-attempt", b.format(x.attempt).as_bytes());
+    }
+    let mut body = match head.framing {
+        RespFraming::Length(n) => {
+            write_content_length(out, n);
+            if n == 0 {
+                BodyState::Empty
+            } else {
+                BodyState::Length(n)
+            }
+        }
+        RespFraming::Chunked => {
+            if client_chunked {
+                write_header(out, b"transfer-encoding", b"chunked");
+            }
+            BodyState::Chunked(ChunkedDecoder::new())
+        }
+        RespFraming::Close => {
+            if client_chunked {
+                write_header(out, b"transfer-encoding", b"chunked");
+            }
+            BodyState::UntilClose
+        }
+        RespFraming::Empty => {
+            if head.status != 204 && head.status != 304 {
+                write_content_length(out, 0);
+            }
+            BodyState::Empty
+        }
+    };
+    // An HTTP/1.0 client learns the end of an unframed body from the close; a client that
+    // asked to close, or a draining gateway, says so in the response (RFC 9112 §9.6).
+    let close_client = client.http10 || client.close || state.draining.get();
+    if close_client {
+        write_header(out, b"connection", b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+
+    let mut tail = SseTail::default();
+    let first = &bufs.ubuf[head.len..];
+    if scan_usage && !first.is_empty() {
+        report.usage = usage::scan(first).or(report.usage);
+    }
+    let Ok((mut done, mut overrun)) = feed_body(&mut body, first, out, client_chunked, &mut tail)
+    else {
+        // Nothing has reached the client yet: a plain 502, not a cut-off stream.
+        return Outcome::Failed(bad_response(&target.name));
+    };
+    if tail.sent || done {
+        report.first_byte = Some(std::time::Instant::now());
+    }
+    let mut read_size = MIN_UPSTREAM_READ;
+    let end = loop {
+        if done && client_chunked {
+            out.extend_from_slice(LAST_CHUNK);
+        }
+        if !out.is_empty() {
+            let buf = std::mem::take(out);
+            let deadline = Instant::now() + write_timeout;
+            match race(wr.write_all(buf), watch, deadline).await {
+                Race::Done((Ok(_), buf)) => *out = buf,
+                // The client is gone or stopped reading: drop the upstream so the engine aborts.
+                _ => break StreamEnd::ClientGone,
+            }
+        }
+        if done {
+            break StreamEnd::Complete;
+        }
+        out.clear();
+        bufs.ubuf.clear();
+        bufs.ubuf.reserve(read_size);
+        let ub = std::mem::take(&mut bufs.ubuf);
+        let deadline = Instant::now() + idle;
+        match race(up.read(ub), watch, deadline).await {
+            Race::Done((Ok(n), ub)) if n > 0 => {
+                bufs.ubuf = ub;
+                read_size = if n == bufs.ubuf.capacity() {
+                    (read_size * 2).min(MAX_UPSTREAM_READ)
+                } else {
+                    MIN_UPSTREAM_READ
+                };
+                if scan_usage {
+                    report.usage = usage::scan(&bufs.ubuf).or(report.usage);
+                }
+                match feed_body(&mut body, &bufs.ubuf, out, client_chunked, &mut tail) {
+                    Ok((d, o)) => {
+                        done = d;
+                        overrun |= o;
+                        if report.first_byte.is_none() && (tail.sent || done) {
+                            report.first_byte = Some(std::time::Instant::now());
+                        }
+                    }
+                    Err(()) => break StreamEnd::UpstreamFailed,
+                }
+            }
+            Race::Done((res, ub)) => {
+                bufs.ubuf = ub;
+                // Over TLS only a close_notify (`Ok(0)`) is a clean end; a bare TCP close is
+                // a possible truncation and fails the stream.
+                let clean_close = res.is_ok() || !up.is_tls();
+                if matches!(body, BodyState::UntilClose) && clean_close {
+                    // A close-delimited body ends cleanly at EOF.
+                    done = true;
+                    continue;
+                }
+                break StreamEnd::UpstreamFailed;
+            }
+            Race::ClientGone => break StreamEnd::ClientGone,
+            Race::TimedOut => break StreamEnd::UpstreamFailed,
+        }
+    };
+    match end {
+        StreamEnd::Complete => report.completed = true,
+        StreamEnd::ClientGone => return Outcome::ClientGone,
+        StreamEnd::UpstreamFailed => {
+            return fail_midstream(
+                wr,
+                out,
+                &head,
+                client_chunked,
+                &target.name,
+                &tail,
+                write_timeout,
+            )
+            .await
+        }
+    }
+    if head.keep_alive && !overrun && !matches!(body, BodyState::UntilClose) {
+        state.upstream.pool.put(tid, up, Instant::now().into_std());
+    }
+    Outcome::Relayed {
+        close: close_client,
+    }
+}
+
+/// Tracks whether the body bytes relayed so far end on an SSE event boundary, so the error
+/// event follows without an empty event before it.
+#[derive(Default)]
+struct SseTail {
+    /// The last three payload bytes (zeros before any).
+    last: [u8; 3],
+    sent: bool,
+}
+
+impl SseTail {
+    fn note(&mut self, payload: &[u8]) {
+        for &b in payload.iter().rev().take(3).rev() {
+            self.last = [self.last[1], self.last[2], b];
+        }
+        self.sent |= !payload.is_empty();
+    }
+
+    /// What must precede a new event: nothing before any byte or at an event boundary (two
+    /// line ends, in any of SSE's CR/LF/CRLF spellings); otherwise a line end and a blank
+    /// line, which end the cut-off event (an extra blank line is harmless to SSE parsers).
+    fn separator(&self) -> &'static [u8] {
+        let [a, b, c] = self.last;
+        let boundary = matches!([b, c], [b'\n', b'\n'] | [b'\r', b'\r'] | [b'\n', b'\r'])
+            || [a, b, c] == *b"\n\r\n";
+        if !self.sent || boundary {
+            b""
+        } else {
+            b"\n\n"
+        }
+    }
+}
+
+/// Ends a response whose upstream failed after bytes reached the client: an SSE error event
+/// for event streams, then a close without the terminal chunk, so no client mistakes the
+/// cut-off for a complete answer.
+async fn fail_midstream(
+    wr: &mut OwnedWriteHalf<TcpStream>,
+    out: &mut Vec<u8>,
+    head: &ResponseHead,
+    client_chunked: bool,
+    target: &str,
+    tail: &SseTail,
+    write_timeout: std::time::Duration,
+) -> Outcome {
+    out.clear();
+    // The event can only follow a body whose end the client learns from the chunking or the
+    // close: after a declared Content-Length it would read as part of a complete body.
+    if head.is_sse && !matches!(head.framing, RespFraming::Length(_)) {
+        let err = GatewayError::upstream(
+            502,
+            Retry::Forbidden,
+            "upstream_stream_interrupted",
+            format!("the upstream target `{target}` failed mid-stream; the answer is incomplete"),
+        );
+        let mut event = Vec::with_capacity(256);
+        event.extend_from_slice(tail.separator());
+        event.extend_from_slice(b"data: ");
+        event.extend_from_slice(&err.body());
+        event.extend_from_slice(b"\n\n");
+        if client_chunked {
+            encode_chunk(out, &event);
+        } else {
+            out.extend_from_slice(&event);
+        }
+        let buf = std::mem::take(out);
+        let _ = monoio::time::timeout(write_timeout, wr.write_all(buf)).await;
+    }
+    let _ = monoio::time::timeout(write_timeout, wr.shutdown()).await;
+    Outcome::Relayed { close: true }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SseTail;
+
+    fn sep(parts: &[&[u8]]) -> &'static [u8] {
+        let mut t = SseTail::default();
+        for p in parts {
+            t.note(p);
+        }
+        t.separator()
+    }
+
+    #[test]
+    fn error_event_separator_follows_the_relayed_tail() {
+        assert_eq!(sep(&[]), b"");
+        assert_eq!(sep(&[b"data: {}\n\n"]), b"");
+        assert_eq!(sep(&[b"data: {}\n", b"\n"]), b"");
+        assert_eq!(sep(&[b"data: {}\r\n\r\n"]), b"");
+        assert_eq!(sep(&[b"data: {}\r\r"]), b"");
+        assert_eq!(sep(&[b"data: {}\n\n", b"data: {\"a\""]), b"\n\n");
+        assert_eq!(sep(&[b"data: {}\n"]), b"\n\n");
+        assert_eq!(sep(&[b"data: {}\r\n"]), b"\n\n");
+        assert_eq!(sep(&[b"data: {}\n\n", b"d", b"a"]), b"\n\n");
+    }
+}

@@ -1,0 +1,96 @@
+//! A request as the connection loop parsed it (borrowed from the connection's buffers), and
+//! the buffers one request is served with, lent by the worker for the request's length.
+//!
+//! Owns no bytes of its own: the connection owns the read buffer, the worker the spare
+//! buffer sets.
+
+use rolter_codec::h1::request_head::{HeaderSpan, RequestHead};
+
+/// A parsed request, borrowed from the connection's buffers.
+pub struct Request<'a> {
+    pub head: &'a RequestHead,
+    pub buf: &'a [u8],
+    pub spans: &'a [HeaderSpan],
+    pub body: &'a [u8],
+    pub peer_ip: &'a str,
+    /// The connection closes after this exchange.
+    pub close: bool,
+}
+
+impl Request<'_> {
+    pub fn header(&self, lower_name: &str) -> Option<&[u8]> {
+        self.spans
+            .iter()
+            .find(|s| s.is(self.buf, lower_name))
+            .map(|s| s.value(self.buf))
+    }
+}
+
+/// Smallest upstream read; a read that fills the buffer doubles the next one (up to
+/// [`MAX_UPSTREAM_READ`]), so SSE streams keep small buffers and large bodies move in large
+/// reads.
+pub const MIN_UPSTREAM_READ: usize = 4 * 1024;
+/// Largest upstream read.
+pub const MAX_UPSTREAM_READ: usize = 64 * 1024;
+
+/// Buffers for one request, lent by the worker.
+pub struct IoBufs {
+    /// Bytes for the client.
+    pub out: Vec<u8>,
+    /// The upstream request.
+    pub up: Vec<u8>,
+    /// Upstream reads.
+    pub ubuf: Vec<u8>,
+    /// Forwardable response headers, scratch.
+    pub hdrs: Vec<u8>,
+    /// A request body decoded from chunked framing.
+    pub body: Vec<u8>,
+    /// The canonical prompt, for strategies that ask for it.
+    pub prompt: Vec<u8>,
+    /// Request bytes of the gateway's own calls made for an input (tokenize).
+    pub side: Vec<u8>,
+}
+
+impl IoBufs {
+    pub fn new() -> Self {
+        IoBufs {
+            out: Vec::with_capacity(4 * 1024),
+            up: Vec::with_capacity(4 * 1024),
+            ubuf: Vec::with_capacity(MIN_UPSTREAM_READ),
+            hdrs: Vec::with_capacity(512),
+            body: Vec::new(),
+            prompt: Vec::new(),
+            side: Vec::new(),
+        }
+    }
+}
+
+impl IoBufs {
+    /// Largest capacity a buffer may keep when the set goes back to the worker's spares.
+    pub const KEEP: usize = 64 * 1024;
+
+    /// Empties every buffer and releases any that grew past [`Self::KEEP`] (a big body or
+    /// response), so spare sets stay small.
+    pub fn recycle(&mut self) {
+        for b in [
+            &mut self.out,
+            &mut self.up,
+            &mut self.ubuf,
+            &mut self.hdrs,
+            &mut self.body,
+            &mut self.prompt,
+            &mut self.side,
+        ] {
+            b.clear();
+            if b.capacity() > Self::KEEP {
+                *b = Vec::new();
+            }
+        }
+    }
+}
+
+impl Default for IoBufs {
+    fn default() -> Self {
+        Self::new()
+    }
+}

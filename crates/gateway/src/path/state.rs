@@ -1,0 +1,235 @@
+//! Per-core worker state: the configuration snapshot, each route's strategy instance and
+//! the clients of what it needs, the upstreams and their pool, the load view, and reusable
+//! scratch space.
+//!
+//! Lives in an `Rc` on one worker thread and is never shared with another core. It must
+//! not hold anything `Send`-only or locked.
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+use rolter_codec::h1::request_head::HeadLimits;
+use rolter_config::Config;
+use rolter_core::{Candidate, Needs, Sample, ShareSink, Verdict};
+use rolter_strategy::Strategy;
+
+use crate::mesh::load::LoadView;
+use crate::mesh::{Record, WorkerLinks};
+use crate::path::models;
+use crate::path::request::IoBufs;
+use crate::route_inputs::adapters::AdapterLoader;
+use crate::route_inputs::cache_lookup::CacheLookup;
+use crate::route_inputs::tokens::TokenSource;
+use crate::strategies::StrategyFactory;
+use crate::upstream::tls::UpstreamTls;
+use crate::upstream::Upstreams;
+
+/// One route's per-core strategy instance.
+pub struct RouteState {
+    pub strategy: RefCell<Box<dyn Strategy>>,
+    /// What the strategy asks for before it picks.
+    pub needs: Needs,
+    /// Where the route's token ids come from (`TokenSource::None` unless the strategy
+    /// needs them).
+    pub tokens: TokenSource,
+    /// The route's cache-controller client, when its strategy asks for a lookup.
+    pub lookup: Option<CacheLookup>,
+    /// The route's LoRA adapter loader, when its strategy loads adapters (`load_from`).
+    pub adapters: Option<AdapterLoader>,
+}
+
+pub struct WorkerState {
+    pub id: usize,
+    pub config: Arc<Config>,
+    pub routes: Vec<RouteState>,
+    /// The targets, their TLS settings and this core's keep-alive pool.
+    pub upstream: Upstreams,
+    /// In-flight counts (this core exact, other cores by snapshot), queue depth, eligibility.
+    pub load: LoadView,
+    /// Channels to the other cores and the control thread.
+    pub links: WorkerLinks,
+    /// What this core's strategies learned from routing this tick, for the other cores.
+    pub share: RefCell<ShareSink>,
+    /// Pre-built `GET /v1/models` body.
+    pub models_body: Vec<u8>,
+    pub head_limits: HeadLimits,
+    /// Scratch candidate list, reused by every pick.
+    pub candidates: RefCell<Vec<Candidate>>,
+    /// Set when the gateway is stopping: finish the current exchange, then close.
+    pub draining: Cell<bool>,
+    /// Open client connections on this core.
+    pub connections: Cell<usize>,
+    /// Requests between a complete head and the end of their response, on this core.
+    pub active_requests: Cell<usize>,
+    /// Buffer sets not in use: a connection holds one only while it serves a request, so
+    /// an idle keep-alive connection costs almost nothing.
+    spare_bufs: RefCell<Vec<IoBufs>>,
+}
+
+/// Most spare buffer sets a worker keeps.
+const MAX_SPARE_BUFS: usize = 256;
+
+/// A buffer set borrowed from the worker for one request; returned when dropped.
+pub struct PooledBufs<'a> {
+    state: &'a WorkerState,
+    bufs: Option<IoBufs>,
+}
+
+impl std::ops::Deref for PooledBufs<'_> {
+    type Target = IoBufs;
+    fn deref(&self) -> &IoBufs {
+        self.bufs.as_ref().expect("present until drop")
+    }
+}
+
+impl std::ops::DerefMut for PooledBufs<'_> {
+    fn deref_mut(&mut self) -> &mut IoBufs {
+        self.bufs.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for PooledBufs<'_> {
+    fn drop(&mut self) {
+        if let Some(mut b) = self.bufs.take() {
+            let mut spare = self.state.spare_bufs.borrow_mut();
+            if spare.len() < MAX_SPARE_BUFS {
+                b.recycle();
+                spare.push(b);
+            }
+        }
+    }
+}
+
+impl WorkerState {
+    pub fn new(
+        id: usize,
+        config: Arc<Config>,
+        tls: Arc<UpstreamTls>,
+        strategies: &StrategyFactory,
+        links: WorkerLinks,
+        workers: usize,
+    ) -> Self {
+        let seed = fastrand::u64(..) ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let routes = config
+            .routes
+            .iter()
+            .map(|r| {
+                let strategy = strategies.build(r, seed);
+                let needs = strategy.needs();
+                // How the strategy's inputs are had: its typed requirements, which agree
+                // with what the instance asks for.
+                let req = r.strategy.requirements();
+                RouteState {
+                    tokens: TokenSource::for_route(
+                        r,
+                        req.token_ids
+                            .as_ref()
+                            .filter(|_| needs.contains(Needs::TOKEN_IDS)),
+                    ),
+                    lookup: CacheLookup::for_route(
+                        r,
+                        &config.targets,
+                        req.cache_lookup
+                            .as_ref()
+                            .filter(|_| needs.contains(Needs::CACHE_LOOKUP)),
+                    ),
+                    adapters: AdapterLoader::for_route(req.adapter_loading.as_ref()),
+                    needs,
+                    strategy: RefCell::new(strategy),
+                }
+            })
+            .collect();
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let limits = &config.server.limits;
+        WorkerState {
+            id,
+            routes,
+            upstream: Upstreams::new(config.clone(), tls),
+            load: LoadView::new(config.targets.len(), workers),
+            links,
+            share: RefCell::new(ShareSink::default()),
+            models_body: models::list_body(&config, created),
+            head_limits: HeadLimits {
+                max_head_bytes: limits.max_head_bytes,
+                max_headers: limits.max_headers,
+                max_uri_bytes: limits.max_uri_bytes,
+            },
+            candidates: RefCell::new(Vec::with_capacity(config.targets.len())),
+            draining: Cell::new(false),
+            connections: Cell::new(0),
+            active_requests: Cell::new(0),
+            spare_bufs: RefCell::new(Vec::new()),
+            config,
+        }
+    }
+}
+
+impl WorkerState {
+    /// A buffer set for one request.
+    pub fn take_bufs(&self) -> PooledBufs<'_> {
+        let bufs = self.spare_bufs.borrow_mut().pop().unwrap_or_default();
+        PooledBufs {
+            state: self,
+            bufs: Some(bufs),
+        }
+    }
+}
+
+impl WorkerState {
+    /// Applies whatever the other cores and the control thread sent: load snapshots,
+    /// target eligibility and queue depth, and samples to learn from. Cheap when the inbox
+    /// is empty (one atomic load).
+    pub fn drain_signals(&self) {
+        if self.links.has_mail() {
+            self.links.drain(
+                &self.load,
+                |s| self.observe(s),
+                |batch| {
+                    let now = std::time::Instant::now();
+                    for (route, item) in batch.iter() {
+                        if let Some(r) = self.routes.get(route) {
+                            r.strategy.borrow_mut().apply_shared(&item, now);
+                        }
+                    }
+                },
+            );
+        }
+    }
+
+    /// Teaches every route's strategy on this core.
+    pub fn observe(&self, sample: &Sample) {
+        for r in &self.routes {
+            r.strategy.borrow_mut().observe(sample);
+        }
+    }
+
+    /// Learns from an attempt on this core and reports it to the other cores and control.
+    pub fn record_attempt(&self, route: usize, sample: Sample, verdict: Verdict) {
+        self.observe(&sample);
+        self.links.record(Record::Attempt {
+            route: route as u16,
+            sample,
+            verdict,
+        });
+    }
+
+    /// Counts a response the gateway produced itself.
+    pub fn record_gateway(&self, status: u16, code: &'static str) {
+        self.links.record(Record::Gateway { status, code });
+    }
+
+    /// The signal tick: publish this core's changes, apply the others'.
+    pub fn signal_tick(&self) {
+        self.links.publish(&self.load);
+        {
+            let mut share = self.share.borrow_mut();
+            if !share.is_empty() {
+                self.links.share(share.take_batch());
+            }
+        }
+        self.drain_signals();
+    }
+}

@@ -1,0 +1,184 @@
+//! The upstream request's bytes: method and path (a target URL's base path replacing the
+//! leading `/v1`), `Host` from the target, the client's headers minus hop-by-hop ones,
+//! those named in `Connection`, `Expect`, forwarding headers and (unless the route says
+//! otherwise) the client's credentials; then the target's configured headers, a fresh
+//! `X-Forwarded-For`, an `x-request-id` when the client sent none, and a fresh
+//! Content-Length over the body, with the model swapped for the target's upstream name.
+//!
+//! Owns those bytes only; it writes into a reused buffer and must not allocate per
+//! request beyond what the buffer needs.
+
+use rolter_codec::api::facts::RequestFacts;
+use rolter_codec::h1::write::{write_content_length, write_header};
+use rolter_codec::h1::{header_tokens, is_hop_by_hop};
+use rolter_config::{Route, Target};
+
+use super::request::Request;
+
+/// The values of the request's `Connection` fields, gathered once per request.
+struct ConnectionTokens<'a> {
+    values: [&'a [u8]; 4],
+    count: usize,
+    /// More than four `Connection` fields: fall back to scanning every field.
+    overflow: bool,
+}
+
+impl<'a> ConnectionTokens<'a> {
+    fn of(req: &Request<'a>) -> Self {
+        let mut t = ConnectionTokens {
+            values: [&[]; 4],
+            count: 0,
+            overflow: false,
+        };
+        for s in req.spans.iter().filter(|s| s.is(req.buf, "connection")) {
+            if t.count == t.values.len() {
+                t.overflow = true;
+                break;
+            }
+            t.values[t.count] = s.value(req.buf);
+            t.count += 1;
+        }
+        t
+    }
+
+    /// Does a `Connection` field name `name`?
+    fn names(&self, name: &[u8], req: &Request<'_>) -> bool {
+        let named = |v: &[u8]| header_tokens(v).any(|t| t.eq_ignore_ascii_case(name));
+        if self.overflow {
+            return req
+                .spans
+                .iter()
+                .filter(|s| s.is(req.buf, "connection"))
+                .any(|s| named(s.value(req.buf)));
+        }
+        self.values[..self.count].iter().any(|v| named(v))
+    }
+}
+
+/// Is this client header withheld from the upstream?
+fn withheld(
+    name: &[u8],
+    req: &Request<'_>,
+    connection: &ConnectionTokens<'_>,
+    route: &Route,
+    target: &Target,
+) -> bool {
+    let Ok(name_str) = std::str::from_utf8(name) else {
+        return true;
+    };
+    if is_hop_by_hop(name_str)
+        || name.eq_ignore_ascii_case(b"host")
+        || name.eq_ignore_ascii_case(b"expect")
+        || name.eq_ignore_ascii_case(b"x-forwarded-for")
+        || name.eq_ignore_ascii_case(b"forwarded")
+        || name.eq_ignore_ascii_case(b"x-real-ip")
+        || name.eq_ignore_ascii_case(b"content-encoding")
+    {
+        return true;
+    }
+    if !route.forward_client_auth
+        && (name.eq_ignore_ascii_case(b"authorization")
+            || name.eq_ignore_ascii_case(b"x-api-key")
+            || name.eq_ignore_ascii_case(b"api-key"))
+    {
+        return true;
+    }
+    if target
+        .headers
+        .iter()
+        .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+    {
+        return true;
+    }
+    // Any header the client named in Connection is hop-by-hop for this hop.
+    connection.names(name, req)
+}
+
+/// Writes the upstream request: a fresh head and framing, then the body (with the model name
+/// swapped for the target's upstream name when one is configured).
+pub fn build(
+    out: &mut Vec<u8>,
+    req: &Request<'_>,
+    facts: &RequestFacts<'_>,
+    route: &Route,
+    target: &Target,
+) {
+    out.clear();
+    out.extend_from_slice(req.head.method.as_str().as_bytes());
+    out.push(b' ');
+    // Like an SDK's base URL: a target URL with a path (".../v1") replaces the request's
+    // leading "/v1"; without one the path goes through unchanged.
+    let path = &req.buf[req.head.path.clone()];
+    if target.base_path.is_empty() {
+        out.extend_from_slice(path);
+    } else {
+        out.extend_from_slice(target.base_path.as_bytes());
+        out.extend_from_slice(path.strip_prefix(b"/v1").unwrap_or(path));
+    }
+    out.extend_from_slice(&req.buf[req.head.query.clone()]);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    write_header(out, b"host", target.host_header.as_bytes());
+    let mut has_request_id = false;
+    let connection = ConnectionTokens::of(req);
+    for s in req.spans {
+        let name = s.name(req.buf);
+        if withheld(name, req, &connection, route, target) {
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"x-request-id") {
+            has_request_id = true;
+        }
+        write_header(out, name, s.value(req.buf));
+    }
+    for (n, v) in &target.headers {
+        write_header(out, n.as_bytes(), v.as_bytes());
+    }
+    write_header(out, b"x-forwarded-for", req.peer_ip.as_bytes());
+    if !has_request_id {
+        // Unique within the process; a retry on another target gets another one.
+        let mut id = [0u8; 24];
+        let n = request_id(&mut id);
+        write_header(out, b"x-request-id", &id[..n]);
+    }
+    let upstream_model = target
+        .upstream_models
+        .get(facts.model.as_ref())
+        .filter(|_| facts.model_span.is_some());
+    match (upstream_model, &facts.model_span) {
+        (Some(m), Some(span)) => {
+            let quoted = serde_json::to_string(m).unwrap_or_default();
+            let len = req.body.len() - span.len() + quoted.len();
+            write_content_length(out, len as u64);
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(&req.body[..span.start]);
+            out.extend_from_slice(quoted.as_bytes());
+            out.extend_from_slice(&req.body[span.end..]);
+        }
+        _ => {
+            write_content_length(out, req.body.len() as u64);
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(req.body);
+        }
+    }
+}
+
+thread_local! {
+    static REQUEST_SEQ: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// A request id unique within the process: a per-thread random prefix and a counter, hex.
+fn request_id(out: &mut [u8; 24]) -> usize {
+    REQUEST_SEQ.with(|c| {
+        let (mut prefix, n) = c.get();
+        if prefix == 0 {
+            prefix = fastrand::u64(1..u64::from(u32::MAX));
+        }
+        c.set((prefix, n + 1));
+        let v = (prefix << 32) ^ n;
+        let hex = b"0123456789abcdef";
+        for (i, slot) in out.iter_mut().take(16).enumerate() {
+            *slot = hex[((v >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        16
+    })
+}

@@ -1,0 +1,15 @@
+//! Threads and the gateway's lifecycle: one pinned worker thread per core, each with its
+//! own monoio runtime and SO_REUSEPORT listener; the control thread; the engine-state
+//! threads (KV events); start, drain and stop.
+//!
+//! Owns threads and listening sockets. It must not handle requests itself (that is the
+//! request path's); a connection lives and dies on the worker that accepted it.
+
+pub mod control_thread;
+pub mod driver;
+pub mod engine_threads;
+pub mod gateway;
+pub mod listener;
+pub mod worker;
+
+pub use gateway::Gateway;

@@ -1,0 +1,218 @@
+//! The registry: every strategy's canonical name, aliases, summary and traits, its options
+//! with their defaults, and the validated [`StrategySpec`] a route holds.
+//!
+//! Owns the mapping from a name and an options table to a strategy. It must not hold
+//! per-request state; [`StrategySpec::parse`] runs at configuration load, and
+//! [`StrategySpec::build`] once per route per worker.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::context::BuildContext;
+use crate::options::{self, AnyOptions, OptionLine, StrategyOptions};
+use crate::requirements::Requirements;
+use crate::strategies::*;
+pub use crate::traits::Trait;
+use crate::values::OptionError;
+use crate::Strategy;
+
+/// Parses a strategy table into type-erased options.
+type ParseFn = fn(&toml::Table) -> Result<Arc<dyn AnyOptions>, Vec<OptionError>>;
+
+/// Everything the registry knows about one strategy.
+pub struct StrategyInfo {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub summary: &'static str,
+    pub traits: &'static [Trait],
+    parse: ParseFn,
+    defaults: fn() -> Arc<dyn AnyOptions>,
+    describe: fn() -> Vec<OptionLine>,
+    fields: fn() -> &'static [&'static str],
+    help: &'static [(&'static str, &'static str)],
+}
+
+fn parse_erased<O: StrategyOptions>(
+    t: &toml::Table,
+) -> Result<Arc<dyn AnyOptions>, Vec<OptionError>> {
+    options::parse::<O>(t).map(|o| Arc::new(o) as Arc<dyn AnyOptions>)
+}
+
+fn defaults_erased<O: StrategyOptions>() -> Arc<dyn AnyOptions> {
+    Arc::new(O::default())
+}
+
+/// The registry entry of the strategy whose options are `O`.
+const fn entry<O: StrategyOptions>() -> StrategyInfo {
+    StrategyInfo {
+        name: O::NAME,
+        aliases: O::ALIASES,
+        summary: O::SUMMARY,
+        traits: O::TRAITS,
+        parse: parse_erased::<O>,
+        defaults: defaults_erased::<O>,
+        describe: options::describe::<O>,
+        fields: options::field_names::<O>,
+        help: O::HELP,
+    }
+}
+
+impl StrategyInfo {
+    /// Every option with its default (from the options type's `Default`) and help.
+    pub fn options(&self) -> Vec<OptionLine> {
+        (self.describe)()
+    }
+
+    /// The option keys the options type deserializes, for consistency tests.
+    pub fn option_fields(&self) -> &'static [&'static str] {
+        (self.fields)()
+    }
+
+    /// The keys the help lists.
+    pub fn option_keys(&self) -> impl Iterator<Item = &'static str> {
+        self.help.iter().map(|(k, _)| *k)
+    }
+}
+
+static STRATEGIES: &[StrategyInfo] = &[
+    entry::<round_robin::Options>(),
+    entry::<random::Options>(),
+    entry::<random_weighted::Options>(),
+    entry::<power_of_two::Options>(),
+    entry::<least_loaded::Options>(),
+    entry::<failover::Options>(),
+    entry::<fastest::Options>(),
+    entry::<adaptive::Options>(),
+    entry::<predicted_latency::Options>(),
+    entry::<cheapest::Options>(),
+    entry::<fair_catchup::Options>(),
+    entry::<cache_aware::Options>(),
+    entry::<precise_cache_aware::Options>(),
+    entry::<lmcache_aware::Options>(),
+    entry::<pipeline::Options>(),
+    entry::<lora_aware::Options>(),
+    entry::<consistent_hash::Options>(),
+];
+
+/// Every registered strategy.
+pub fn all() -> &'static [StrategyInfo] {
+    STRATEGIES
+}
+
+/// Finds a strategy by canonical name or alias.
+pub fn lookup(name: &str) -> Option<&'static StrategyInfo> {
+    STRATEGIES
+        .iter()
+        .find(|s| s.name == name || s.aliases.contains(&name))
+}
+
+/// Every name and alias, for messages.
+pub fn valid_names() -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for s in STRATEGIES {
+        names.push(s.name);
+        names.extend_from_slice(s.aliases);
+    }
+    names.join(", ")
+}
+
+/// A route's strategy, validated: its registry entry and its typed options.
+#[derive(Clone)]
+pub struct StrategySpec {
+    info: &'static StrategyInfo,
+    options: Arc<dyn AnyOptions>,
+}
+
+impl StrategySpec {
+    /// Resolves a name or alias and parses its options. Errors name the option (`name` for
+    /// an unknown strategy name).
+    pub fn parse(name: &str, options: &toml::Table) -> Result<StrategySpec, Vec<OptionError>> {
+        let Some(info) = lookup(name) else {
+            return Err(vec![OptionError::new(
+                "name",
+                format!("unknown strategy `{name}`; valid names: {}", valid_names()),
+            )]);
+        };
+        let options = (info.parse)(options)?;
+        Ok(StrategySpec { info, options })
+    }
+
+    /// A strategy with every option at its default; `None` for an unknown name.
+    pub fn with_defaults(name: &str) -> Option<StrategySpec> {
+        let info = lookup(name)?;
+        Some(StrategySpec {
+            info,
+            options: (info.defaults)(),
+        })
+    }
+
+    /// The strategy's own options, typed.
+    pub fn of<O: StrategyOptions>(options: O) -> StrategySpec {
+        StrategySpec {
+            info: lookup(O::NAME).expect("every options type is registered"),
+            options: Arc::new(options),
+        }
+    }
+
+    /// Canonical name.
+    pub fn name(&self) -> &'static str {
+        self.info.name
+    }
+
+    pub fn info(&self) -> &'static StrategyInfo {
+        self.info
+    }
+
+    /// The typed options, when they are `O`'s.
+    pub fn options<O: StrategyOptions>(&self) -> Option<&O> {
+        self.options.as_any().downcast_ref()
+    }
+
+    /// Builds one per-core instance.
+    pub fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
+        self.options.build(ctx)
+    }
+
+    /// What the gateway must supply for this strategy (and any strategy it wraps).
+    pub fn requirements(&self) -> Requirements {
+        self.options.requirements()
+    }
+
+    /// The options as a TOML table, every option present that has a value.
+    pub fn to_table(&self) -> toml::Table {
+        self.options.to_table()
+    }
+
+    /// The options whose values differ from the defaults, as TOML (for labels and
+    /// summaries).
+    pub fn non_default(&self) -> toml::Table {
+        let defaults = (self.info.defaults)().to_table();
+        self.to_table()
+            .into_iter()
+            .filter(|(k, v)| defaults.get(k) != Some(v))
+            .collect()
+    }
+
+    /// Whether every option has its default value.
+    pub fn is_default(&self) -> bool {
+        self.options.same(&*(self.info.defaults)())
+    }
+}
+
+impl PartialEq for StrategySpec {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.info, other.info) && self.options.same(&*other.options)
+    }
+}
+
+impl fmt::Debug for StrategySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StrategySpec")
+            .field("name", &self.info.name)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

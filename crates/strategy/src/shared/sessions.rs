@@ -1,0 +1,145 @@
+//! Session pins: which target last served an explicit session (`x-session-id`), for how
+//! long that still counts (TTL), and a bound on how many sessions a core remembers (least
+//! recently used forgotten first, expired ones before that).
+//!
+//! Shared by the strategies that pin sessions (`cache_aware`, `pipeline`). Per core and
+//! synchronous: an index-linked LRU list over a reused slot vector, so pinning allocates
+//! only while the map grows to its bound. It must not decide routing by itself.
+
+use std::time::{Duration, Instant};
+
+use super::key_map::KeyMap;
+use crate::TargetId;
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct SessionEntry {
+    key: u64,
+    target: TargetId,
+    last: Instant,
+    newer: u32,
+    older: u32,
+}
+
+/// Session key → (target, last use), bounded, least recently used evicted first.
+#[derive(Debug)]
+pub struct SessionPins {
+    map: KeyMap<u32>,
+    entries: Vec<SessionEntry>,
+    free: Vec<u32>,
+    head: u32,
+    tail: u32,
+    max: usize,
+    ttl: Duration,
+}
+
+impl SessionPins {
+    pub fn new(max: usize, ttl: Duration) -> Self {
+        SessionPins {
+            map: KeyMap::default(),
+            entries: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            max: max.max(1),
+            ttl,
+        }
+    }
+
+    /// Whether pins are kept at all (a TTL of zero turns affinity off).
+    pub fn enabled(&self) -> bool {
+        !self.ttl.is_zero()
+    }
+
+    /// Entry slots held (live or free), for memory-bound checks.
+    pub fn storage(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The target that served `key` within the TTL.
+    pub fn get(&self, key: u64, now: Instant) -> Option<TargetId> {
+        let e = &self.entries[*self.map.get(&key)? as usize];
+        (now.saturating_duration_since(e.last) <= self.ttl).then_some(e.target)
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let SessionEntry { newer, older, .. } = self.entries[i as usize];
+        if newer == NIL {
+            self.head = older;
+        } else {
+            self.entries[newer as usize].older = older;
+        }
+        if older == NIL {
+            self.tail = newer;
+        } else {
+            self.entries[older as usize].newer = newer;
+        }
+    }
+
+    fn link_front(&mut self, i: u32) {
+        let old = self.head;
+        self.entries[i as usize].newer = NIL;
+        self.entries[i as usize].older = old;
+        if old == NIL {
+            self.tail = i;
+        } else {
+            self.entries[old as usize].newer = i;
+        }
+        self.head = i;
+    }
+
+    fn evict_oldest(&mut self) {
+        let i = self.tail;
+        let key = self.entries[i as usize].key;
+        self.unlink(i);
+        self.map.remove(&key);
+        self.free.push(i);
+    }
+
+    pub fn pin(&mut self, key: u64, target: TargetId, now: Instant) {
+        if let Some(&i) = self.map.get(&key) {
+            let e = &mut self.entries[i as usize];
+            e.target = target;
+            e.last = now;
+            self.unlink(i);
+            self.link_front(i);
+            return;
+        }
+        while self.tail != NIL
+            && now.saturating_duration_since(self.entries[self.tail as usize].last) > self.ttl
+        {
+            self.evict_oldest();
+        }
+        while self.map.len() >= self.max {
+            self.evict_oldest();
+        }
+        let entry = SessionEntry {
+            key,
+            target,
+            last: now,
+            newer: NIL,
+            older: NIL,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.entries[i as usize] = entry;
+                i
+            }
+            None => {
+                self.entries.push(entry);
+                (self.entries.len() - 1) as u32
+            }
+        };
+        self.map.insert(key, i);
+        self.link_front(i);
+    }
+}

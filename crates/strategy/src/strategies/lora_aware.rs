@@ -1,0 +1,915 @@
+//! `lora_aware`: send a request for a LoRA adapter where the adapter is already resident.
+//!
+//! The gateway fills [`Candidate::lora`] with what the control thread last published about
+//! the request's `model` on each target ([`Residency`]): from `vllm:lora_requests_info` (the
+//! adapters running and waiting there, and `max_lora`) and from `GET /v1/models` (the
+//! adapters registered there). A pick, in order:
+//!
+//! 1. **No signal.** When no candidate has a fresh LoRA signal (scraping off or stale), the
+//!    least loaded candidate wins (ties at random), marked as fallback `no_lora_signal`.
+//! 2. **Base model.** A model that is not a known adapter (in no target's lists, not in the
+//!    `adapters` option, not routed as one within `window`) goes to the least loaded
+//!    candidate (ties at random). This is the normal path, not a fallback.
+//! 3. **Residency score.** Each candidate scores, following llm-d's lora-affinity scorer:
+//!    running `score_running` (1.0) > free adapter slot `score_free_slot` (0.8, only where
+//!    the adapter is registered or registration is unknown) > waiting `score_waiting`
+//!    (0.6) > registered without a free slot `score_loaded` (0.4) > nothing (0). A
+//!    candidate this route sent the adapter to within `window` counts as running there
+//!    (unless its model list shows the adapter is not there), so a burst for a newly used
+//!    adapter does not scatter before the next scrape shows where it runs. With `w_load` above 0, `w_load × load / largest load` is subtracted. The
+//!    highest total wins; ties by load, then at random.
+//!
+//! `routed` remembers (adapter, target) for `window` and shares it with the other cores as
+//! a (key, target) entry of the kind session pins use (this strategy pins no sessions, so
+//! the entry is unambiguous within its route); `apply_shared` applies the other cores'.
+//! At most `max_adapters` adapters are remembered per core, expired ones dropped first.
+//!
+//! Owns its generator, the routing memory and a scratch vector sized to the route at
+//! build. It must not block, lock, log, do I/O or allocate per pick once warm (the memory
+//! allocates only while it grows to its bound); time comes in as an argument.
+
+use std::time::{Duration, Instant};
+
+use rolter_core::{adapter_key, Level, Residency};
+use serde::{Deserialize, Serialize};
+
+use crate::registry::Trait;
+use crate::requirements::AdapterLoading;
+use crate::shared::key_map::KeyMap;
+use crate::{
+    choose_uniform, BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Requirements,
+    ShareSink, Shared, Strategy, StrategyOptions, TargetId,
+};
+
+/// Fallback reason when no candidate has a fresh LoRA signal.
+pub const NO_LORA_SIGNAL: &str = "no_lora_signal";
+
+/// Scores closer than this tie.
+const SCORE_EPSILON: f64 = 1e-9;
+
+/// Targets remembered per adapter in the routing memory (the most recent ones).
+const RECENT_TARGETS: usize = 4;
+
+/// The value of each rung, in [0, 1].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LadderScores {
+    pub running: f64,
+    pub free_slot: f64,
+    pub waiting: f64,
+    pub loaded: f64,
+}
+
+impl LadderScores {
+    /// llm-d's lora-affinity values (running 1.0, free slot 0.8, waiting 0.6), with 0.4
+    /// for an adapter registered where no slot is free.
+    pub const DEFAULT: LadderScores = LadderScores {
+        running: 1.0,
+        free_slot: 0.8,
+        waiting: 0.6,
+        loaded: 0.4,
+    };
+
+    /// The value of `level`; unknown and none score 0.
+    pub fn of(&self, level: Level) -> f64 {
+        match level {
+            Level::Running => self.running,
+            Level::FreeSlot => self.free_slot,
+            Level::Waiting => self.waiting,
+            Level::Loaded => self.loaded,
+            Level::None | Level::Unknown => 0.0,
+        }
+    }
+}
+
+impl Default for LadderScores {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// The options of `lora_aware`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// A target this route sent an adapter to within this time counts as running it.
+    #[serde(with = "crate::values::duration")]
+    pub window: Duration,
+    pub score_running: f64,
+    pub score_free_slot: f64,
+    pub score_waiting: f64,
+    pub score_loaded: f64,
+    pub w_load: f64,
+    /// Adapters whose recent routing each core remembers.
+    pub max_adapters: usize,
+    /// Comma-separated adapter names treated as adapters even before a target lists them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapters: Option<String>,
+    /// The engines' directory of adapters to load on demand; unset, nothing is loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_from: Option<String>,
+    #[serde(with = "crate::values::duration")]
+    pub load_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let s = LadderScores::DEFAULT;
+        Options {
+            window: Duration::from_secs(10),
+            score_running: s.running,
+            score_free_slot: s.free_slot,
+            score_waiting: s.waiting,
+            score_loaded: s.loaded,
+            w_load: 0.0,
+            max_adapters: 4096,
+            adapters: None,
+            load_from: None,
+            load_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Options {
+    /// The residency ladder's values.
+    pub fn scores(&self) -> LadderScores {
+        LadderScores {
+            running: self.score_running,
+            free_slot: self.score_free_slot,
+            waiting: self.score_waiting,
+            loaded: self.score_loaded,
+        }
+    }
+
+    /// The names in `adapters`.
+    pub fn adapter_names(&self) -> Vec<String> {
+        self.adapters
+            .as_deref()
+            .map(adapter_list)
+            .unwrap_or_default()
+    }
+}
+
+impl StrategyOptions for Options {
+    const NAME: &'static str = "lora_aware";
+    const SUMMARY: &'static str = "For a LoRA adapter: where it runs, else a free adapter slot, else where it waits (llm-d's ladder, plus this route's recent routing); base models and missing signals by load";
+    const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::Stateful, Trait::SingleWinner];
+    const HELP: &'static [(&'static str, &'static str)] = &[
+        (
+            "window",
+            "a target this route sent an adapter to within this time counts as running it (bridges the gap until the next scrape)",
+        ),
+        (
+            "score_running",
+            "score of a target where the adapter has running requests, in [0, 1]",
+        ),
+        (
+            "score_free_slot",
+            "score of a target with a free adapter slot (fewer running adapters than max_lora) that lists the adapter, in [0, 1]",
+        ),
+        (
+            "score_waiting",
+            "score of a target where requests for the adapter wait, in [0, 1]",
+        ),
+        (
+            "score_loaded",
+            "score of a target that lists the adapter but has no free slot, in [0, 1]",
+        ),
+        (
+            "w_load",
+            "subtract w_load x load / largest load from each score; 0 keeps the ladder strict (load only breaks ties)",
+        ),
+        (
+            "max_adapters",
+            "adapters whose recent routing each core remembers (expired, then least recently used, forgotten first)",
+        ),
+        (
+            "adapters",
+            "comma-separated adapter names treated as adapters even before a target lists them, e.g. \"sql-lora,chat-lora\"",
+        ),
+        (
+            "load_from",
+            "a directory on the engines holding one subdirectory per adapter: a request for one of `adapters` whose chosen target does not list it loads it there first (POST /v1/load_lora_adapter with lora_path = load_from/<name>)",
+        ),
+        (
+            "load_timeout",
+            "how long an adapter load may take; after it the request is forwarded anyway",
+        ),
+    ];
+
+    fn check(&self, errors: &mut Vec<OptionError>) {
+        crate::values::positive_duration(errors, "window", self.window);
+        for (key, v) in [
+            ("score_running", self.score_running),
+            ("score_free_slot", self.score_free_slot),
+            ("score_waiting", self.score_waiting),
+            ("score_loaded", self.score_loaded),
+        ] {
+            crate::values::fraction(errors, key, v);
+        }
+        crate::values::non_negative(errors, "w_load", self.w_load);
+        crate::values::positive(errors, "max_adapters", self.max_adapters as u64);
+        crate::values::positive_duration(errors, "load_timeout", self.load_timeout);
+        if self.adapters.is_some() && self.adapter_names().is_empty() {
+            errors.push(OptionError::new(
+                "adapters",
+                "must name at least one adapter, such as \"sql-lora,chat-lora\"",
+            ));
+        }
+        if self.load_from.as_deref().is_some_and(|s| !s.is_empty()) && self.adapters.is_none() {
+            errors.push(OptionError::new(
+                "load_from",
+                "load_from loads only the adapters named in `adapters`, and there are none; \
+                 add adapters = \"<name>,<name>\" (the subdirectories of load_from)",
+            ));
+        }
+    }
+
+    fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
+        Box::new(LoraAware::new(
+            self,
+            ctx.route_targets.len().max(ctx.target_count),
+            ctx.seed,
+        ))
+    }
+
+    fn requirements(&self) -> Requirements {
+        let load_from = self
+            .load_from
+            .as_deref()
+            .map(|d| d.trim_end_matches('/'))
+            .filter(|d| !d.is_empty());
+        Requirements {
+            adapter_loading: load_from.map(|dir| AdapterLoading {
+                load_from: dir.to_string(),
+                adapters: self.adapter_names(),
+                timeout: self.load_timeout,
+                window: self.window,
+            }),
+            ..Requirements::default()
+        }
+    }
+}
+
+/// The names of a comma-separated `adapters` option, trimmed, empty ones left out.
+pub fn adapter_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// One target an adapter was routed to: when, and when that was last shared.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    target: TargetId,
+    routed: Instant,
+    shared: Instant,
+}
+
+/// The targets one adapter was routed to lately, most recent first.
+#[derive(Debug, Clone, Copy)]
+struct Recent {
+    slots: [Slot; RECENT_TARGETS],
+    len: u8,
+}
+
+impl Recent {
+    fn live(&self) -> &[Slot] {
+        &self.slots[..self.len as usize]
+    }
+
+    /// The latest routing of this adapter anywhere (the front slot).
+    fn newest(&self) -> Instant {
+        self.slots[0].routed
+    }
+}
+
+/// Adapter → targets this route sent it to within `window`, bounded.
+#[derive(Debug)]
+pub struct RecentRoutes {
+    map: KeyMap<Recent>,
+    max: usize,
+    window: Duration,
+}
+
+impl RecentRoutes {
+    pub fn new(max: usize, window: Duration) -> Self {
+        let max = max.max(1);
+        let mut map = KeyMap::default();
+        // Room for the bound up front: recording never rehashes.
+        map.reserve(max.min(1 << 16) + 1);
+        RecentRoutes { map, max, window }
+    }
+
+    fn fresh(&self, at: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(at) <= self.window
+    }
+
+    /// Whether `key` was routed anywhere within the window.
+    pub fn contains(&self, key: u64, now: Instant) -> bool {
+        self.map
+            .get(&key)
+            .is_some_and(|r| self.fresh(r.newest(), now))
+    }
+
+    /// Whether `key` was routed to `target` within the window.
+    pub fn routed_to(&self, key: u64, target: TargetId, now: Instant) -> bool {
+        self.targets(key)
+            .is_some_and(|r| self.routed_within(r, target, now))
+    }
+
+    /// The targets `key` was routed to, for [`Self::routed_within`] (one map lookup for
+    /// every candidate of a pick).
+    fn targets(&self, key: u64) -> Option<&Recent> {
+        self.map.get(&key)
+    }
+
+    fn routed_within(&self, r: &Recent, target: TargetId, now: Instant) -> bool {
+        r.live()
+            .iter()
+            .any(|s| s.target == target && self.fresh(s.routed, now))
+    }
+
+    /// Adapters remembered (expired ones included until evicted).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Records `key` → `target` at `now`. Returns whether the other cores should hear of
+    /// it: a new pair, or one last shared more than a quarter of the window ago (so their
+    /// copy does not expire while this core keeps routing there).
+    pub fn record(&mut self, key: u64, target: TargetId, now: Instant) -> bool {
+        let refresh = self.window / 4;
+        let fresh_slot = Slot {
+            target,
+            routed: now,
+            shared: now,
+        };
+        if let Some(r) = self.map.get_mut(&key) {
+            let len = r.len as usize;
+            if let Some(i) = r.slots[..len].iter().position(|s| s.target == target) {
+                let mut slot = r.slots[i];
+                slot.routed = now;
+                let share = now.saturating_duration_since(slot.shared) > refresh;
+                if share {
+                    slot.shared = now;
+                }
+                // Move it to the front, most recent first.
+                r.slots[..=i].rotate_right(1);
+                r.slots[0] = slot;
+                return share;
+            }
+            // A new target: in front; the oldest falls off the end when full.
+            let keep = len.min(RECENT_TARGETS - 1);
+            r.slots[..=keep].rotate_right(1);
+            r.slots[0] = fresh_slot;
+            r.len = (keep + 1) as u8;
+            return true;
+        }
+        if self.map.len() >= self.max {
+            self.evict(now);
+        }
+        self.map.insert(
+            key,
+            Recent {
+                slots: [fresh_slot; RECENT_TARGETS],
+                len: 1,
+            },
+        );
+        true
+    }
+
+    /// Makes room for one entry: expired entries go; if none had expired, the entry used
+    /// least recently.
+    fn evict(&mut self, now: Instant) {
+        let window = self.window;
+        self.map
+            .retain(|_, r| now.saturating_duration_since(r.newest()) <= window);
+        if self.map.len() >= self.max {
+            let oldest = self
+                .map
+                .iter()
+                .min_by_key(|(_, r)| r.newest())
+                .map(|(&k, _)| k);
+            if let Some(k) = oldest {
+                self.map.remove(&k);
+            }
+        }
+    }
+}
+
+pub struct LoraAware {
+    rng: fastrand::Rng,
+    scores: LadderScores,
+    w_load: f64,
+    /// Keys of the adapters named in the `adapters` option, sorted.
+    configured: Vec<u64>,
+    recent: RecentRoutes,
+    /// The adapter key of the latest pick that scored residency, for `routed`.
+    last: Option<u64>,
+    /// Scratch: total score per candidate.
+    totals: Vec<f64>,
+}
+
+impl LoraAware {
+    /// An instance for a route of up to `route_len` targets.
+    pub fn new(opts: &Options, route_len: usize, seed: u64) -> Self {
+        let mut configured: Vec<u64> = opts
+            .adapter_names()
+            .iter()
+            .map(|a| adapter_key(a))
+            .collect();
+        configured.sort_unstable();
+        configured.dedup();
+        LoraAware {
+            rng: fastrand::Rng::with_seed(seed),
+            scores: opts.scores(),
+            w_load: opts.w_load,
+            configured,
+            recent: RecentRoutes::new(opts.max_adapters, opts.window),
+            last: None,
+            totals: Vec::with_capacity(route_len),
+        }
+    }
+
+    /// The routing memory (read-only), for tests and diagnostics.
+    pub fn recent(&self) -> &RecentRoutes {
+        &self.recent
+    }
+
+    /// The least loaded candidate, ties at random.
+    fn least_loaded(&mut self, candidates: &[Candidate]) -> Option<usize> {
+        crate::choose_least_loaded(&mut self.rng, candidates)
+    }
+}
+
+impl Strategy for LoraAware {
+    fn name(&self) -> &'static str {
+        "lora_aware"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs::LORA_RESIDENCY
+    }
+
+    fn pick(
+        &mut self,
+        req: &PickRequest<'_>,
+        candidates: &[Candidate],
+        now: Instant,
+    ) -> Option<Pick> {
+        self.last = None;
+        if candidates.is_empty() {
+            return None;
+        }
+        if !candidates.iter().any(|c| c.lora.known()) {
+            let i = self.least_loaded(candidates)?;
+            return Some(Pick::fallback(i, NO_LORA_SIGNAL));
+        }
+        let key = adapter_key(req.model);
+        let adapter = candidates
+            .iter()
+            .any(|c| c.lora.contains(Residency::ADAPTER))
+            || self.configured.binary_search(&key).is_ok()
+            || self.recent.contains(key, now);
+        if !adapter {
+            return Some(Pick::at(self.least_loaded(candidates)?));
+        }
+        self.last = Some(key);
+        let max_load = candidates.iter().map(|c| c.load).max().unwrap_or(0);
+        let (scores, recent, w_load) = (&self.scores, &self.recent, self.w_load);
+        let routed = recent.targets(key);
+        self.totals.clear();
+        self.totals.extend(candidates.iter().map(|c| {
+            let mut s = scores.of(c.lora.level());
+            // Recent routing counts as running, unless the target's model list shows the
+            // adapter is not (or no longer) there.
+            let unlisted =
+                c.lora.contains(Residency::LISTED) && !c.lora.contains(Residency::LOADED);
+            if !unlisted && routed.is_some_and(|r| recent.routed_within(r, c.target, now)) {
+                s = s.max(scores.running);
+            }
+            if w_load > 0.0 && max_load > 0 {
+                s -= w_load * c.load as f64 / max_load as f64;
+            }
+            s
+        }));
+        let best = self
+            .totals
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        let totals = &self.totals;
+        let top = |i: usize| totals[i] >= best - SCORE_EPSILON;
+        let low = (0..candidates.len())
+            .filter(|&i| top(i))
+            .map(|i| candidates[i].load)
+            .min()?;
+        let i = choose_uniform(&mut self.rng, candidates.len(), |i| {
+            top(i) && candidates[i].load == low
+        })?;
+        Some(Pick {
+            index: i,
+            score: Some(best),
+            fallback: None,
+        })
+    }
+
+    fn routed(
+        &mut self,
+        req: &PickRequest<'_>,
+        target: TargetId,
+        share: &mut ShareSink,
+        now: Instant,
+    ) {
+        let Some(key) = self.last else {
+            return;
+        };
+        if key != adapter_key(req.model) {
+            return;
+        }
+        if self.recent.record(key, target, now) {
+            share.session_pin(key, target);
+        }
+    }
+
+    fn apply_shared(&mut self, item: &Shared<'_>, now: Instant) {
+        if let Shared::SessionPin { key, target } = *item {
+            self.recent.record(key, target, now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{cands, req};
+
+    const R: Residency = Residency::RUNNING;
+    const W: Residency = Residency::WAITING;
+    const F: Residency = Residency::FREE_SLOT;
+    const L: Residency = Residency::LOADED;
+
+    /// Candidates with the given loads and residencies (slots and lists known, the model a
+    /// known adapter).
+    fn lora_cands(spec: &[(u64, Residency)]) -> Vec<Candidate> {
+        let base = Residency::ADAPTER
+            .union(Residency::SLOTS_KNOWN)
+            .union(Residency::LISTED);
+        let loads: Vec<(f64, u64)> = spec.iter().map(|&(l, _)| (1.0, l)).collect();
+        let mut c = cands(&loads);
+        for (c, &(_, r)) in c.iter_mut().zip(spec) {
+            c.lora = if r == Residency::UNKNOWN {
+                r
+            } else {
+                base.union(r)
+            };
+        }
+        c
+    }
+
+    fn adapter_req(model: &'static str) -> PickRequest<'static> {
+        PickRequest { model, ..req() }
+    }
+
+    fn strategy() -> LoraAware {
+        LoraAware::new(&Options::default(), 8, 7)
+    }
+
+    fn pick(s: &mut LoraAware, c: &[Candidate], now: Instant) -> Pick {
+        s.pick(&adapter_req("sql-lora"), c, now).unwrap()
+    }
+
+    #[test]
+    fn levels_follow_the_ladder() {
+        let known = Residency::SLOTS_KNOWN.union(Residency::LISTED);
+        assert_eq!(Residency::UNKNOWN.level(), Level::Unknown);
+        assert_eq!(Residency::ADAPTER.level(), Level::Unknown);
+        assert_eq!(known.union(R).union(L).level(), Level::Running);
+        assert_eq!(known.union(F).union(L).level(), Level::FreeSlot);
+        assert_eq!(known.union(W).union(L).level(), Level::Waiting);
+        assert_eq!(known.union(L).level(), Level::Loaded);
+        assert_eq!(known.level(), Level::None);
+        // Listed without the adapter: a free slot does not help (the engine answers 404).
+        assert_eq!(known.union(F).level(), Level::None);
+        // Slots only (no model list): a free slot counts.
+        assert_eq!(Residency::SLOTS_KNOWN.union(F).level(), Level::FreeSlot);
+        assert_eq!(Residency::SLOTS_KNOWN.level(), Level::None);
+        // Model list only: registered counts as a free slot, unregistered as nothing.
+        assert_eq!(Residency::LISTED.union(L).level(), Level::FreeSlot);
+        assert_eq!(Residency::LISTED.level(), Level::None);
+        let s = LadderScores::DEFAULT;
+        let ladder = [
+            Level::Running,
+            Level::FreeSlot,
+            Level::Waiting,
+            Level::Loaded,
+            Level::None,
+        ];
+        for w in ladder.windows(2) {
+            assert!(s.of(w[0]) > s.of(w[1]), "{w:?}");
+        }
+        assert_eq!(s.of(Level::Unknown), 0.0);
+    }
+
+    #[test]
+    fn running_beats_free_slot_beats_waiting_beats_loaded_beats_none() {
+        let now = Instant::now();
+        let mut s = strategy();
+        // Each rung against every rung below it, whatever the loads.
+        let rungs = [R.union(L), F.union(L), W.union(L), L, Residency::UNKNOWN];
+        for (i, &better) in rungs.iter().enumerate() {
+            for &worse in &rungs[i + 1..] {
+                let c = lora_cands(&[(9, worse), (50, better), (0, worse)]);
+                let p = pick(&mut s, &c, now);
+                assert_eq!(p.index, 1, "{better:?} over {worse:?}");
+                assert_eq!(p.fallback, None);
+            }
+        }
+        let c = lora_cands(&[(0, L), (3, R.union(L)), (0, F.union(L)), (0, W)]);
+        let p = pick(&mut s, &c, now);
+        assert_eq!((p.index, p.score), (1, Some(1.0)));
+    }
+
+    #[test]
+    fn load_breaks_ties_then_random() {
+        let now = Instant::now();
+        let mut s = strategy();
+        let c = lora_cands(&[
+            (4, R.union(L)),
+            (2, R.union(L)),
+            (2, R.union(L)),
+            (0, F.union(L)),
+        ]);
+        let mut counts = [0u32; 4];
+        for _ in 0..4000 {
+            counts[pick(&mut s, &c, now).index] += 1;
+        }
+        assert_eq!((counts[0], counts[3]), (0, 0), "{counts:?}");
+        assert!((1700..=2300).contains(&counts[1]), "{counts:?}");
+    }
+
+    #[test]
+    fn w_load_lets_a_much_less_loaded_target_win() {
+        let now = Instant::now();
+        let opts = Options {
+            w_load: 0.5,
+            ..Options::default()
+        };
+        let mut s = LoraAware::new(&opts, 4, 1);
+        // Running at load 100 scores 1 - 0.5 = 0.5; a free slot at load 0 scores 0.8.
+        let c = lora_cands(&[(100, R.union(L)), (0, F.union(L))]);
+        assert_eq!(pick(&mut s, &c, now).index, 1);
+        // Close loads: residency still decides.
+        let c = lora_cands(&[(10, R.union(L)), (8, F.union(L))]);
+        assert_eq!(pick(&mut s, &c, now).index, 0);
+    }
+
+    #[test]
+    fn base_model_requests_route_on_load() {
+        let now = Instant::now();
+        let mut s = strategy();
+        // Signals are fresh but the model is no known adapter.
+        let mut c = lora_cands(&[(5, R), (1, Residency::UNKNOWN), (3, F)]);
+        for c in &mut c {
+            c.lora = c.lora.without(Residency::ADAPTER);
+        }
+        for _ in 0..20 {
+            let p = s.pick(&adapter_req("base-model"), &c, now).unwrap();
+            assert_eq!((p.index, p.fallback, p.score), (1, None, None));
+        }
+        let mut sink = ShareSink::default();
+        s.routed(&adapter_req("base-model"), 1, &mut sink, now);
+        assert!(
+            s.recent().is_empty() && sink.is_empty(),
+            "base models are not remembered"
+        );
+        // The `adapters` option makes a name an adapter even before any target lists it.
+        let opts = Options {
+            adapters: Some(" new-lora , other,".into()),
+            ..Options::default()
+        };
+        assert_eq!(opts.adapter_names(), ["new-lora", "other"]);
+        let mut s = LoraAware::new(&opts, 4, 3);
+        // No model lists; slots known, one of them free.
+        let mut c = cands(&[(1.0, 5), (1.0, 1), (1.0, 3)]);
+        for c in &mut c {
+            c.lora = Residency::SLOTS_KNOWN;
+        }
+        c[2].lora = c[2].lora.union(F);
+        let p = s.pick(&adapter_req("new-lora"), &c, now).unwrap();
+        assert_eq!(p.index, 2, "free slot over load: {p:?}");
+        assert!(p.score.is_some());
+    }
+
+    #[test]
+    fn no_signal_falls_back_to_load_with_a_reason() {
+        let now = Instant::now();
+        let mut s = strategy();
+        // Scraping off or stale: every candidate unknown, even the adapter bit is absent.
+        let c = cands(&[(1.0, 7), (1.0, 2), (1.0, 4)]);
+        let p = pick(&mut s, &c, now);
+        assert_eq!((p.index, p.fallback), (1, Some(NO_LORA_SIGNAL)));
+        // Nothing is remembered from a fallback pick.
+        let mut sink = ShareSink::default();
+        s.routed(&adapter_req("sql-lora"), 1, &mut sink, now);
+        assert!(s.recent().is_empty());
+        // One fresh candidate is enough to score: the unknown ones score as holding nothing.
+        let mut c = lora_cands(&[(0, Residency::UNKNOWN), (9, R.union(L))]);
+        c[0].lora = Residency::ADAPTER;
+        let p = pick(&mut s, &c, now);
+        assert_eq!((p.index, p.fallback), (1, None));
+        assert_eq!(s.pick(&adapter_req("x"), &[], now), None);
+        // One candidate: that one, whatever it holds.
+        let one = lora_cands(&[(3, Residency::UNKNOWN)]);
+        assert_eq!(pick(&mut s, &one, now).index, 0);
+        let one = lora_cands(&[(3, L)]);
+        assert_eq!(
+            pick(&mut s, &one, now),
+            Pick {
+                index: 0,
+                score: Some(0.4),
+                fallback: None
+            }
+        );
+    }
+
+    #[test]
+    fn recent_routing_keeps_a_burst_together_within_the_window() {
+        let t0 = Instant::now();
+        let opts = Options {
+            window: Duration::from_secs(5),
+            ..Options::default()
+        };
+        let mut s = LoraAware::new(&opts, 4, 5);
+        let mut sink = ShareSink::default();
+        // Registered everywhere, running nowhere yet: every target has a free slot.
+        let c = lora_cands(&[(0, F.union(L)); 4]);
+        let first = pick(&mut s, &c, t0).index;
+        s.routed(&adapter_req("sql-lora"), c[first].target, &mut sink, t0);
+        assert_eq!(sink.take_batch().len(), 1, "shared with the other cores");
+        // The burst follows the first request even as its target's load grows.
+        let mut c = c;
+        for i in 1..50u64 {
+            c[first].load = i;
+            let now = t0 + Duration::from_millis(10 * i);
+            let p = pick(&mut s, &c, now);
+            assert_eq!(p.index, first);
+            s.routed(&adapter_req("sql-lora"), c[p.index].target, &mut sink, now);
+        }
+        assert!(
+            sink.take_batch().len() <= 1,
+            "refreshes are shared at most every window / 4"
+        );
+        // After the window, residency alone decides again (load breaks the tie).
+        let later = t0 + Duration::from_secs(6);
+        assert_ne!(pick(&mut s, &c, later).index, first);
+        // A target whose model list no longer has the adapter loses its memory bonus.
+        let mut gone = c.clone();
+        for (i, c) in gone.iter_mut().enumerate() {
+            c.load = 0;
+            if i == first {
+                c.lora = c.lora.without(L);
+            }
+        }
+        s.routed(&adapter_req("sql-lora"), c[first].target, &mut sink, later);
+        assert_ne!(pick(&mut s, &gone, later).index, first);
+        // A different adapter is not affected.
+        let p = s.pick(&adapter_req("chat-lora"), &c, t0).unwrap();
+        assert_ne!(p.index, first);
+    }
+
+    #[test]
+    fn two_cores_share_the_routing_memory() {
+        let now = Instant::now();
+        let mut a = strategy();
+        let mut b = LoraAware::new(&Options::default(), 8, 99);
+        let c = lora_cands(&[(0, F.union(L)); 3]);
+        let mut sink = ShareSink::default();
+        sink.for_route(2);
+        let t = c[pick(&mut a, &c, now).index].target;
+        a.routed(&adapter_req("sql-lora"), t, &mut sink, now);
+        let batch = sink.take_batch();
+        for (route, item) in batch.iter() {
+            assert_eq!(route, 2);
+            b.apply_shared(&item, now);
+        }
+        for _ in 0..20 {
+            assert_eq!(c[pick(&mut b, &c, now).index].target, t);
+        }
+        // Prefix items are not ours: ignored.
+        b.apply_shared(
+            &Shared::Prefix {
+                target: 0,
+                data: b"x",
+            },
+            now,
+        );
+        assert_eq!(b.recent().len(), 1);
+    }
+
+    #[test]
+    fn routing_memory_is_bounded() {
+        let t0 = Instant::now();
+        let mut r = RecentRoutes::new(100, Duration::from_secs(60));
+        for k in 0..10_000u64 {
+            r.record(k, (k % 3) as usize, t0 + Duration::from_millis(k));
+            assert!(r.len() <= 100);
+        }
+        let now = t0 + Duration::from_millis(10_000);
+        assert!(r.routed_to(9_999, 0, now), "the newest survive");
+        assert!(!r.contains(0, now), "the oldest are gone");
+        // Per adapter: the most recent targets.
+        let mut r = RecentRoutes::new(10, Duration::from_secs(60));
+        for t in 0..6 {
+            r.record(1, t, t0 + Duration::from_secs(t as u64));
+        }
+        let now = t0 + Duration::from_secs(6);
+        assert!(r.routed_to(1, 5, now) && r.routed_to(1, 2, now));
+        assert!(!r.routed_to(1, 1, now) && !r.routed_to(1, 0, now));
+        // Refreshing one moves it to the front; nothing is duplicated.
+        assert!(
+            !r.record(1, 3, now),
+            "refreshed within window / 4: not shared again"
+        );
+        assert!(r.record(1, 0, now));
+        assert!(r.routed_to(1, 0, now) && !r.routed_to(1, 2, now));
+        // Expiry.
+        assert!(!r.routed_to(1, 0, now + Duration::from_secs(61)));
+    }
+
+    #[test]
+    fn pick_does_not_allocate_once_warm() {
+        let now = Instant::now();
+        let mut s = strategy();
+        let c = lora_cands(&[(1, R.union(L)), (0, F.union(L)), (2, W)]);
+        let mut sink = ShareSink::default();
+        let p = pick(&mut s, &c, now);
+        s.routed(&adapter_req("sql-lora"), c[p.index].target, &mut sink, now);
+        let cap = s.totals.capacity();
+        for _ in 0..1000 {
+            let p = pick(&mut s, &c, now);
+            s.routed(&adapter_req("sql-lora"), c[p.index].target, &mut sink, now);
+        }
+        assert_eq!(s.totals.capacity(), cap);
+        assert_eq!(s.recent().len(), 1);
+    }
+
+    #[test]
+    fn registry_options() {
+        use crate::testing::{build, lookup, validate_spec, Trait};
+        let info = lookup("lora_aware").unwrap();
+        assert!(info.aliases.is_empty());
+        for t in [Trait::LoadAware, Trait::Stateful, Trait::SingleWinner] {
+            assert!(info.traits.contains(&t));
+        }
+        let ok: toml::Table = toml::from_str(
+            "window = \"30s\"\nscore_running = 1\nscore_free_slot = 0.5\nscore_waiting = 0.25\n\
+             score_loaded = 0\nw_load = 0.3\nmax_adapters = 10\nadapters = \"a, b\"",
+        )
+        .unwrap();
+        assert_eq!(validate_spec("lora_aware", &ok), Ok("lora_aware"));
+        let o = crate::options::parse::<Options>(&ok).unwrap();
+        assert_eq!(o.window, Duration::from_secs(30));
+        assert_eq!(
+            o.scores(),
+            LadderScores {
+                running: 1.0,
+                free_slot: 0.5,
+                waiting: 0.25,
+                loaded: 0.0
+            }
+        );
+        assert_eq!((o.w_load, o.max_adapters), (0.3, 10));
+        assert_eq!(o.adapter_names(), ["a", "b"]);
+        assert_eq!(
+            crate::options::parse::<Options>(&toml::Table::new()).unwrap(),
+            Options::default()
+        );
+        for bad in [
+            "window = \"0s\"",
+            "window = 5",
+            "score_running = 1.5",
+            "score_waiting = -0.1",
+            "w_load = -1",
+            "max_adapters = 0",
+            "adapters = \" , \"",
+            "adapters = [\"a\"]",
+            "bogus = 1",
+        ] {
+            let t: toml::Table = toml::from_str(bad).unwrap();
+            let err = validate_spec("lora_aware", &t).unwrap_err();
+            assert!(!err[0].1.is_empty(), "{bad}");
+        }
+        let ctx = crate::testing::context(&[1.0, 1.0], &[]);
+        let spec = crate::testing::raw("lora_aware", ok);
+        let s = build(&spec, &ctx);
+        assert_eq!(s.name(), "lora_aware");
+        assert!(s.needs().contains(Needs::LORA_RESIDENCY));
+    }
+}

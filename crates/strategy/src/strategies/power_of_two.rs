@@ -1,0 +1,116 @@
+//! `power_of_two` (`p2c`): sample two distinct candidates uniformly and take the less
+//! loaded one; ties are broken at random. With one candidate, pick it.
+//!
+//! Load is the candidate's `load` as the pipeline reports it. Owns only its generator.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::registry::Trait;
+use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
+
+/// `power_of_two` takes no options.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {}
+
+impl StrategyOptions for Options {
+    const NAME: &'static str = "power_of_two";
+    const ALIASES: &'static [&'static str] = &["p2c"];
+    const SUMMARY: &'static str = "The less loaded of two candidates sampled at random";
+    const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::SingleWinner];
+    const HELP: &'static [(&'static str, &'static str)] = &[];
+
+    fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
+        Box::new(PowerOfTwo::new(ctx.seed))
+    }
+}
+
+pub struct PowerOfTwo {
+    rng: fastrand::Rng,
+}
+
+impl PowerOfTwo {
+    pub fn new(seed: u64) -> Self {
+        PowerOfTwo {
+            rng: fastrand::Rng::with_seed(seed),
+        }
+    }
+}
+
+impl Strategy for PowerOfTwo {
+    fn name(&self) -> &'static str {
+        "power_of_two"
+    }
+
+    fn pick(
+        &mut self,
+        _req: &PickRequest<'_>,
+        candidates: &[Candidate],
+        _now: Instant,
+    ) -> Option<Pick> {
+        let n = candidates.len();
+        match n {
+            0 => return None,
+            1 => return Some(Pick::at(0)),
+            _ => {}
+        }
+        let a = self.rng.usize(..n);
+        // A second index, distinct from the first, uniformly.
+        let mut b = self.rng.usize(..n - 1);
+        if b >= a {
+            b += 1;
+        }
+        let (la, lb) = (candidates[a].load, candidates[b].load);
+        let pick = if la < lb {
+            a
+        } else if lb < la {
+            b
+        } else if self.rng.bool() {
+            a
+        } else {
+            b
+        };
+        Some(Pick::at(pick))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{cands, req};
+
+    #[test]
+    fn never_picks_the_most_loaded_of_three() {
+        let c = cands(&[(1.0, 5), (1.0, 9), (1.0, 1)]);
+        let mut s = PowerOfTwo::new(3);
+        let now = Instant::now();
+        let mut counts = [0u32; 3];
+        for _ in 0..30_000 {
+            counts[s.pick(&req(), &c, now).unwrap().index] += 1;
+        }
+        assert_eq!(counts[1], 0, "{counts:?}");
+        // The least loaded wins both pairs it is in (2/3 of the draws).
+        assert!((19_000..=21_000).contains(&counts[2]), "{counts:?}");
+    }
+
+    #[test]
+    fn ties_are_broken_at_random() {
+        let c = cands(&[(1.0, 2), (1.0, 2)]);
+        let mut s = PowerOfTwo::new(5);
+        let now = Instant::now();
+        let first = (0..10_000)
+            .filter(|_| s.pick(&req(), &c, now).unwrap().index == 0)
+            .count();
+        assert!((4_500..=5_500).contains(&first), "{first}");
+    }
+
+    #[test]
+    fn zero_and_one_candidate() {
+        let mut s = PowerOfTwo::new(1);
+        let now = Instant::now();
+        assert_eq!(s.pick(&req(), &[], now), None);
+        assert_eq!(s.pick(&req(), &cands(&[(1.0, 100)]), now).unwrap().index, 0);
+    }
+}

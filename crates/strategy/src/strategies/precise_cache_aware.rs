@@ -1,0 +1,230 @@
+//! `precise_cache_aware`: send a request to the engine that holds the longest run of its
+//! leading KV blocks, as the engines themselves report them in their KV-cache events.
+//!
+//! A pick, in order:
+//!
+//! 0. **Balance guard** (as `cache_aware`'s): when the candidates' loads differ by more than
+//!    `balance_abs_threshold` (32) and the highest exceeds `balance_rel_threshold` (1.5)
+//!    times the lowest, the least-loaded candidate wins (fallback `imbalance`). Without it,
+//!    the first engine to hold a prefix every prompt shares (a system prompt) would draw
+//!    every request.
+//! 1. **Token ids.** The request's prompt as token ids (`Needs::TOKEN_IDS`: a local tokenizer
+//!    with the model's chat template, or the engine's tokenize endpoint, resolved before the
+//!    pick). Without them, the least-loaded candidate wins (fallback `no_token_ids`).
+//! 2. **Live streams.** Only candidates whose KV-event stream is live can be scored; when
+//!    none is (no events yet, publisher stopped, index dropped after a gap), the
+//!    least-loaded candidate wins (fallback `kv_events_stale`).
+//! 3. **Score.** The ids are cut into full blocks and keyed the way the index keys the
+//!    events' `token_ids` (chained, so a match is a consecutive prefix); each live candidate
+//!    scores the number of leading blocks it holds. When the best score is above
+//!    `min_blocks` (default 0), the best wins, ties by load then at random; otherwise load
+//!    decides (the normal path for a prompt no engine holds).
+//!
+//! Owns scratch buffers (keys, candidate ids, scores) that grow to the largest request seen,
+//! and a generator. It reads the shared index without locks, must not block, log, or do
+//! I/O, and reads no clock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rolter_core::KvCacheView;
+use serde::{Deserialize, Serialize};
+
+use crate::registry::Trait;
+use crate::requirements::TokenizerOptions;
+use crate::shared::balance::{self, IMBALANCE};
+use crate::{
+    choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
+    Pick, PickRequest, Requirements, Strategy, StrategyOptions,
+};
+
+/// Fallback: the request's token ids were not available in time.
+pub const NO_TOKEN_IDS: &str = "no_token_ids";
+/// Fallback: no candidate's KV-event stream is live.
+pub const KV_EVENTS_STALE: &str = "kv_events_stale";
+
+/// The options of `precise_cache_aware`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// The best-holding target wins only above this many leading blocks.
+    pub min_blocks: u32,
+    pub balance_abs_threshold: u64,
+    pub balance_rel_threshold: f64,
+    pub tokenizer: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer_config: Option<String>,
+    #[serde(with = "crate::values::duration")]
+    pub tokenize_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let guard = BalanceGuard::default();
+        let tokens = TokenizerOptions::default();
+        Options {
+            min_blocks: 0,
+            balance_abs_threshold: guard.abs,
+            balance_rel_threshold: guard.rel,
+            tokenizer: tokens.tokenizer,
+            tokenizer_config: tokens.tokenizer_config,
+            tokenize_timeout: tokens.tokenize_timeout,
+        }
+    }
+}
+
+impl Options {
+    /// Where the route's token ids come from.
+    pub fn tokens(&self) -> TokenizerOptions {
+        TokenizerOptions {
+            tokenizer: self.tokenizer.clone(),
+            tokenizer_config: self.tokenizer_config.clone(),
+            tokenize_timeout: self.tokenize_timeout,
+        }
+    }
+}
+
+impl StrategyOptions for Options {
+    const NAME: &'static str = "precise_cache_aware";
+    const SUMMARY: &'static str = "The candidate holding the longest run of the prompt's leading KV blocks, from the engines' KV-cache events; load below min_blocks";
+    const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::AsyncInput, Trait::SingleWinner];
+    const HELP: &'static [(&'static str, &'static str)] = &[
+        (
+            "min_blocks",
+            "the best-holding target wins only when it holds more than this many leading blocks; otherwise load decides",
+        ),
+        balance::HELP_ABS,
+        balance::HELP_REL,
+        TokenizerOptions::HELP[0],
+        TokenizerOptions::HELP[1],
+        TokenizerOptions::HELP[2],
+    ];
+
+    fn check(&self, errors: &mut Vec<OptionError>) {
+        BalanceGuard::check_options(self.balance_rel_threshold, errors);
+        self.tokens().check(errors);
+    }
+
+    fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
+        Box::new(
+            PreciseCacheAware::new(ctx.kv.cloned(), self.min_blocks, ctx.seed)
+                .with_balance(self.balance_abs_threshold, self.balance_rel_threshold),
+        )
+    }
+
+    fn requirements(&self) -> Requirements {
+        Requirements {
+            token_ids: Some(self.tokens()),
+            ..Requirements::default()
+        }
+    }
+}
+
+pub struct PreciseCacheAware {
+    view: Option<Arc<dyn KvCacheView>>,
+    min_blocks: u32,
+    guard: BalanceGuard,
+    rng: fastrand::Rng,
+    keys: Vec<u64>,
+    targets: Vec<u32>,
+    scores: Vec<u32>,
+}
+
+impl PreciseCacheAware {
+    /// Scores over `view`; without one (no target publishes KV events) every pick falls
+    /// back to load.
+    pub fn new(view: Option<Arc<dyn KvCacheView>>, min_blocks: u32, seed: u64) -> Self {
+        PreciseCacheAware {
+            view,
+            min_blocks,
+            guard: BalanceGuard::default(),
+            rng: fastrand::Rng::with_seed(seed),
+            keys: Vec::new(),
+            targets: Vec::new(),
+            scores: Vec::new(),
+        }
+    }
+
+    /// The balance guard's thresholds (see the module documentation).
+    pub fn with_balance(mut self, abs: u64, rel: f64) -> Self {
+        self.guard = BalanceGuard { abs, rel };
+        self
+    }
+
+    fn least_loaded(&mut self, candidates: &[Candidate]) -> Option<usize> {
+        choose_least_loaded(&mut self.rng, candidates)
+    }
+}
+
+impl Strategy for PreciseCacheAware {
+    fn name(&self) -> &'static str {
+        "precise_cache_aware"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs::TOKEN_IDS
+    }
+
+    fn pick(
+        &mut self,
+        req: &PickRequest<'_>,
+        candidates: &[Candidate],
+        _now: Instant,
+    ) -> Option<Pick> {
+        if let Some(i) = self.guard.check(&mut self.rng, candidates) {
+            return Some(Pick::fallback(i, IMBALANCE));
+        }
+        let (Some(ids), Some(view)) = (req.inputs.token_ids.as_deref(), self.view.as_deref())
+        else {
+            let reason = if req.inputs.token_ids.is_none() {
+                NO_TOKEN_IDS
+            } else {
+                KV_EVENTS_STALE
+            };
+            return Some(Pick::fallback(self.least_loaded(candidates)?, reason));
+        };
+        if !candidates.iter().any(|c| view.is_live(c.target)) {
+            return Some(Pick::fallback(
+                self.least_loaded(candidates)?,
+                KV_EVENTS_STALE,
+            ));
+        }
+        view.block_keys(ids, &mut self.keys);
+        self.targets.clear();
+        self.targets
+            .extend(candidates.iter().map(|c| c.target as u32));
+        self.scores.clear();
+        self.scores.resize(candidates.len(), 0);
+        view.leading_blocks(&self.keys, &self.targets, &mut self.scores);
+        for (c, s) in candidates.iter().zip(self.scores.iter_mut()) {
+            if !view.is_live(c.target) {
+                *s = 0;
+            }
+        }
+        let best = self.scores.iter().copied().max().unwrap_or(0);
+        let score = if self.keys.is_empty() {
+            0.0
+        } else {
+            f64::from(best) / self.keys.len() as f64
+        };
+        let chosen = if best > self.min_blocks {
+            let scores = &self.scores;
+            let low = candidates
+                .iter()
+                .zip(scores)
+                .filter(|&(_, &s)| s == best)
+                .map(|(c, _)| c.load)
+                .min()?;
+            choose_uniform(&mut self.rng, candidates.len(), |i| {
+                scores[i] == best && candidates[i].load == low
+            })?
+        } else {
+            self.least_loaded(candidates)?
+        };
+        Some(Pick {
+            index: chosen,
+            score: Some(score),
+            fallback: None,
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! `random_weighted`: a random candidate with probability proportional to its weight.
+//!
+//! A cumulative weight array over the candidates and one binary search per pick. No shared
+//! state; owns only its generator and a reused scratch array.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::registry::Trait;
+use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
+
+/// `random_weighted` takes no options.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {}
+
+impl StrategyOptions for Options {
+    const NAME: &'static str = "random_weighted";
+    const ALIASES: &'static [&'static str] = &[];
+    const SUMMARY: &'static str = "Random choice with probability proportional to weight";
+    const TRAITS: &'static [Trait] = &[Trait::Weighted, Trait::SingleWinner];
+    const HELP: &'static [(&'static str, &'static str)] = &[];
+
+    fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
+        Box::new(RandomWeighted::new(ctx.seed))
+    }
+}
+
+pub struct RandomWeighted {
+    rng: fastrand::Rng,
+    /// Cumulative weights of the current candidates, reused between picks.
+    cumulative: Vec<f64>,
+}
+
+impl RandomWeighted {
+    pub fn new(seed: u64) -> Self {
+        RandomWeighted {
+            rng: fastrand::Rng::with_seed(seed),
+            cumulative: Vec::new(),
+        }
+    }
+}
+
+impl Strategy for RandomWeighted {
+    fn name(&self) -> &'static str {
+        "random_weighted"
+    }
+
+    fn pick(
+        &mut self,
+        _req: &PickRequest<'_>,
+        candidates: &[Candidate],
+        _now: Instant,
+    ) -> Option<Pick> {
+        match candidates.len() {
+            0 => return None,
+            1 => return Some(Pick::at(0)),
+            _ => {}
+        }
+        self.cumulative.clear();
+        let mut total = 0.0;
+        for c in candidates {
+            total += c.weight;
+            self.cumulative.push(total);
+        }
+        let x = self.rng.f64() * total;
+        // The first candidate whose cumulative weight exceeds x.
+        let i = self.cumulative.partition_point(|&w| w <= x);
+        Some(Pick::at(i.min(candidates.len() - 1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{cands, req};
+
+    #[test]
+    fn shares_follow_weights() {
+        let c = cands(&[(3.0, 0), (1.0, 0), (0.5, 0)]);
+        let mut s = RandomWeighted::new(11);
+        let mut counts = [0u32; 3];
+        let now = Instant::now();
+        for _ in 0..90_000 {
+            counts[s.pick(&req(), &c, now).unwrap().index] += 1;
+        }
+        // Expected 60,000 / 20,000 / 10,000; allow 3 % of the total.
+        for (n, want) in counts.iter().zip([60_000.0, 20_000.0, 10_000.0]) {
+            assert!((*n as f64 - want).abs() < 2_700.0, "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn zero_and_one_candidate() {
+        let mut s = RandomWeighted::new(1);
+        let now = Instant::now();
+        assert_eq!(s.pick(&req(), &[], now), None);
+        let c = cands(&[(2.0, 5)]);
+        assert_eq!(s.pick(&req(), &c, now).unwrap().index, 0);
+    }
+}

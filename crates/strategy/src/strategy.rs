@@ -1,0 +1,59 @@
+//! The interface every load-balancing strategy implements.
+//!
+//! A strategy is small, synchronous and per core: each worker builds its own instance per
+//! route, signals come in as values ([`Candidate`], [`PickRequest`]) and time comes in as an
+//! argument. It must never block, do I/O, take a lock or log per request. Strategies that
+//! need an asynchronous input (token ids, a cache-controller lookup) declare it through
+//! [`Strategy::needs`]; the gateway resolves it before calling `pick` and passes the result
+//! in [`AsyncInputs`](rolter_core::AsyncInputs), leaving a field `None` when the input could
+//! not be had in time, in which case the strategy falls back as the spec says.
+
+use std::time::Instant;
+
+use rolter_core::{Candidate, Needs, Pick, PickRequest, Sample, ShareSink, Shared, TargetId};
+
+/// The interface every load-balancing strategy implements.
+pub trait Strategy {
+    /// Canonical name.
+    fn name(&self) -> &'static str;
+
+    /// Asynchronous inputs this strategy wants before `pick`.
+    fn needs(&self) -> Needs {
+        Needs::NONE
+    }
+
+    /// Chooses one of `candidates` (never empty when called), or `None` when none is
+    /// acceptable (the gateway answers 503).
+    fn pick(
+        &mut self,
+        req: &PickRequest<'_>,
+        candidates: &[Candidate],
+        now: Instant,
+    ) -> Option<Pick>;
+
+    /// Learns from a finished attempt on any core (latency, failures). Samples for targets
+    /// outside the strategy's route arrive too and must be ignored cheaply.
+    fn observe(&mut self, _sample: &Sample) {}
+
+    /// Called after the request was sent to `target` (each attempt, so a retry elsewhere is
+    /// recorded where it went): the place to learn from the routing itself (a prefix now
+    /// warm on `target`, a session now served there) and to pass that on to the other
+    /// cores through `share`.
+    fn routed(
+        &mut self,
+        _req: &PickRequest<'_>,
+        _target: TargetId,
+        _share: &mut ShareSink,
+        _now: Instant,
+    ) {
+    }
+
+    /// Applies what another core's instance of this route's strategy shared.
+    fn apply_shared(&mut self, _item: &Shared<'_>, _now: Instant) {}
+
+    /// What the strategy has learned about `target`, as named numbers (a TTFT average,
+    /// model coefficients), for the admin API. Never called on the request path.
+    fn learned(&self, _target: TargetId) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+}
