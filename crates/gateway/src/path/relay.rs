@@ -377,6 +377,7 @@ async fn relay_body(
         }
         let mut b = itoa::Buffer::new();
         write_header(out, b"x-rolter-attempt", b.format(x.attempt).as_bytes());
+        write_header(out, b"x-rolter-worker", b.format(state.id).as_bytes());
     }
     let mut body = match head.framing {
         RespFraming::Length(n) => {
