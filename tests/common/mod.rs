@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod scripted;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //!
 //! - [`events`]: the decoder for vLLM / SGLang KV-cache event messages (ZMQ frames in, a
 //!   reusable [`events::EventBatch`] out).
+//! - [`keys`]: how a request's token ids become block keys, chained so that a match is a
+//!   consecutive prefix.
 //! - [`index`]: the index from block keys to the targets holding them, written by one
 //!   thread, read by every worker without locks.
 //! - [`transport`] (feature `kv-events`): the ZMQ subscriptions to the engines' publishers,
@@ -12,6 +14,8 @@
 
 pub mod events;
 pub mod index;
+pub mod keys;
+mod msgpack;
 #[cfg(feature = "kv-events")]
 pub mod plane;
 pub mod reports;
