@@ -95,11 +95,6 @@ pub use super::keys::{request_keys, KeySpace, MAX_BLOCK_SIZE};
 /// Target ids are `0..MAX_TARGETS`.
 pub const MAX_TARGETS: u32 = 4096;
 const _: () = assert!(MAX_TARGETS / 64 <= 64);
-/// vLLM's default block size.
-pub const DEFAULT_BLOCK_SIZE: usize = 16;
-/// Default per-target bound: 2^17 blocks (2M tokens at 16 tokens a block, several times
-/// the GPU cache of a large engine), about 40 MB at most.
-pub const DEFAULT_MAX_BLOCKS_PER_TARGET: usize = 1 << 17;
 
 /// Settings of a [`KvIndex`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,10 +106,13 @@ pub struct KvIndexConfig {
 }
 
 impl Default for KvIndexConfig {
+    /// The `[kv_events]` defaults: vLLM's 16-token blocks, 2^17 blocks per target (2M
+    /// tokens, several times the GPU cache of a large engine, about 40 MB at most).
     fn default() -> Self {
+        let c = rolter_config::KvEventsConfig::default();
         Self {
-            block_size: DEFAULT_BLOCK_SIZE,
-            max_blocks_per_target: DEFAULT_MAX_BLOCKS_PER_TARGET,
+            block_size: c.block_size as usize,
+            max_blocks_per_target: c.max_blocks_per_target as usize,
         }
     }
 }
