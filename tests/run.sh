@@ -55,6 +55,8 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+log "no import circle between modules (tests/check_imports.py)"
+python3 tests/check_imports.py crates/*/src src loadtest/*/src
 log "cargo test"
 cargo test --workspace
 

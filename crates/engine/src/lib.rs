@@ -8,11 +8,10 @@
 //!   `GET /v1/models` lists), the table published to the workers and the worker's view of
 //!   it; [`lora_book`] is the control thread's record of both sources.
 //! - [`kv`]: the engines' KV-cache events: the decoder, the block index the strategies read
-//!   without locks, and (feature `kv-events`) the ZMQ subscriptions and the index thread.
+//!   without locks through its view (the core crate's `KvCacheView`), and (feature
+//!   `kv-events`) the ZMQ subscriptions and the index thread.
 //! - [`lmcache`]: the LMCache controller's lookup API (request body, answer parsing into
 //!   per-target matched tokens, a per-core memo of recent answers).
-//! - [`view`]: the handles the workers' strategies read (index reader, per-target stream
-//!   liveness), behind the core crate's `KvCacheView`.
 //!
 //! Everything here except the KV transport and the index thread is pure: no sockets, no
 //! threads, no clocks (time comes in as an argument). The gateway's control thread does
@@ -25,4 +24,3 @@ pub mod lmcache;
 pub mod lora;
 pub mod lora_book;
 pub mod scrape;
-pub mod view;

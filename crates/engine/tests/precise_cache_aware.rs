@@ -8,7 +8,7 @@ use std::time::Instant;
 use rolter_core::{AsyncInputs, Candidate, KvCacheView, Pick, PickRequest};
 use rolter_engine::kv::events::{BlockRemoved, BlockStored, EventBatch, Medium};
 use rolter_engine::kv::index::{KvIndex, KvIndexConfig};
-use rolter_engine::view::EngineView;
+use rolter_engine::kv::view::EngineView;
 use rolter_strategy::shared::IMBALANCE;
 use rolter_strategy::strategies::precise_cache_aware::{
     PreciseCacheAware, KV_EVENTS_STALE, NO_TOKEN_IDS,

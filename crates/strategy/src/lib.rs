@@ -2,8 +2,9 @@
 //!
 //! - [`Strategy`]: the interface. A strategy is small, synchronous and per core; signals
 //!   come in as values and time as an argument.
-//! - [`registry`]: every strategy's name, aliases, traits and options;
-//!   [`StrategySpec`] is a route's validated strategy, which builds per-core instances.
+//! - [`STRATEGIES`]: every strategy; [`registry`]: what an entry holds (name, aliases,
+//!   traits, options) and [`StrategySpec`], a route's validated strategy, which builds
+//!   per-core instances.
 //! - [`options`]: the trait each strategy's typed options struct implements, the one
 //!   parser of a strategy table, and `Default` as the single source of every default.
 //! - [`requirements`]: what a strategy needs from the gateway (prices, token ids, a
@@ -23,7 +24,7 @@ pub mod requirements;
 pub mod shared;
 pub mod strategies;
 mod strategy;
-mod traits;
+pub mod traits;
 pub mod values;
 
 #[cfg(any(test, feature = "testing"))]
@@ -44,3 +45,28 @@ pub use strategy::Strategy;
 pub use values::OptionError;
 
 pub(crate) use shared::{choose_least_loaded, choose_uniform, BalanceGuard};
+
+use registry::entry;
+use strategies::*;
+
+/// Every strategy, in the order `rolter strategies` lists them: each one's registry entry,
+/// built from its options type.
+pub static STRATEGIES: &[StrategyInfo] = &[
+    entry::<round_robin::Options>(),
+    entry::<random::Options>(),
+    entry::<random_weighted::Options>(),
+    entry::<power_of_two::Options>(),
+    entry::<least_loaded::Options>(),
+    entry::<failover::Options>(),
+    entry::<fastest::Options>(),
+    entry::<adaptive::Options>(),
+    entry::<predicted_latency::Options>(),
+    entry::<cheapest::Options>(),
+    entry::<fair_catchup::Options>(),
+    entry::<cache_aware::Options>(),
+    entry::<precise_cache_aware::Options>(),
+    entry::<lmcache_aware::Options>(),
+    entry::<pipeline::Options>(),
+    entry::<lora_aware::Options>(),
+    entry::<consistent_hash::Options>(),
+];

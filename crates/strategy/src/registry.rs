@@ -1,5 +1,7 @@
-//! The registry: every strategy's canonical name, aliases, summary and traits, its options
-//! with their defaults, and the validated [`StrategySpec`] a route holds.
+//! The registry's entries and what a route holds: [`StrategyInfo`] (a strategy's canonical
+//! name, aliases, summary and traits, its options with their defaults) built from its
+//! options type by [`entry`], lookups over the crate's list of every strategy
+//! ([`crate::STRATEGIES`]), and the validated [`StrategySpec`].
 //!
 //! Owns the mapping from a name and an options table to a strategy. It must not hold
 //! per-request state; [`StrategySpec::parse`] runs at configuration load, and
@@ -11,7 +13,6 @@ use std::sync::Arc;
 use crate::context::BuildContext;
 use crate::options::{self, AnyOptions, OptionLine, StrategyOptions};
 use crate::requirements::Requirements;
-use crate::strategies::*;
 pub use crate::traits::Trait;
 use crate::values::OptionError;
 use crate::Strategy;
@@ -43,7 +44,7 @@ fn defaults_erased<O: StrategyOptions>() -> Arc<dyn AnyOptions> {
 }
 
 /// The registry entry of the strategy whose options are `O`.
-const fn entry<O: StrategyOptions>() -> StrategyInfo {
+pub const fn entry<O: StrategyOptions>() -> StrategyInfo {
     StrategyInfo {
         name: O::NAME,
         aliases: O::ALIASES,
@@ -74,34 +75,14 @@ impl StrategyInfo {
     }
 }
 
-static STRATEGIES: &[StrategyInfo] = &[
-    entry::<round_robin::Options>(),
-    entry::<random::Options>(),
-    entry::<random_weighted::Options>(),
-    entry::<power_of_two::Options>(),
-    entry::<least_loaded::Options>(),
-    entry::<failover::Options>(),
-    entry::<fastest::Options>(),
-    entry::<adaptive::Options>(),
-    entry::<predicted_latency::Options>(),
-    entry::<cheapest::Options>(),
-    entry::<fair_catchup::Options>(),
-    entry::<cache_aware::Options>(),
-    entry::<precise_cache_aware::Options>(),
-    entry::<lmcache_aware::Options>(),
-    entry::<pipeline::Options>(),
-    entry::<lora_aware::Options>(),
-    entry::<consistent_hash::Options>(),
-];
-
 /// Every registered strategy.
 pub fn all() -> &'static [StrategyInfo] {
-    STRATEGIES
+    crate::STRATEGIES
 }
 
 /// Finds a strategy by canonical name or alias.
 pub fn lookup(name: &str) -> Option<&'static StrategyInfo> {
-    STRATEGIES
+    all()
         .iter()
         .find(|s| s.name == name || s.aliases.contains(&name))
 }
@@ -109,7 +90,7 @@ pub fn lookup(name: &str) -> Option<&'static StrategyInfo> {
 /// Every name and alias, for messages.
 pub fn valid_names() -> String {
     let mut names: Vec<&str> = Vec::new();
-    for s in STRATEGIES {
+    for s in all() {
         names.push(s.name);
         names.extend_from_slice(s.aliases);
     }

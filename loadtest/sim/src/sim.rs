@@ -24,7 +24,7 @@ use crate::lora_feed::LoraFeed;
 use crate::workload::{Workload, BASE_MODEL};
 use rolter::engine::kv::events::{BlockRemoved, BlockStored, EventBatch, Medium};
 use rolter::engine::kv::index::{KvIndex, KvIndexConfig};
-use rolter::engine::view::EngineView;
+use rolter::engine::kv::view::EngineView;
 
 /// The fleet a workload runs on.
 #[derive(Debug, Clone, Copy, Serialize)]

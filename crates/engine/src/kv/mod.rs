@@ -11,6 +11,8 @@
 //! - [`plane`] (feature `kv-events`): the index thread, which applies decoded batches in
 //!   sequence order, repairs gaps and keeps each target's "live" flag honest; [`reports`]
 //!   is what it reports per target for `/metrics`.
+//! - [`view`]: the handles the workers' strategies read (index reader, per-target stream
+//!   liveness), behind the core crate's `KvCacheView`.
 
 pub mod events;
 pub mod index;
@@ -21,3 +23,4 @@ pub mod plane;
 pub mod reports;
 #[cfg(feature = "kv-events")]
 pub mod transport;
+pub mod view;

@@ -28,7 +28,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use crate::kv::events::{self, EventBatch};
 use crate::kv::index::{ApplyOutcome, KvIndex};
 use crate::kv::transport::{KvCommand, KvFrame, KvTransport, KvTransportStats, StatsHandle};
-use crate::view::EngineView;
+use crate::kv::view::EngineView;
 
 pub use super::reports::{KvReports, KvTargetReport};
 

@@ -1,4 +1,4 @@
-//! Stage 5 of forwarding: attempts on the chosen targets until one answers the client. Each
+//! Stage 5 of the request path: attempts on the chosen targets until one answers the client. Each
 //! attempt picks (among the candidates not tried yet), tells the strategy where the request
 //! went, loads the model's LoRA adapter there first when the route asks, writes the
 //! upstream request and runs the exchange; a failure before any byte reached the client is

@@ -1,4 +1,4 @@
-//! Stage 3 of forwarding: what the route's strategy asks for before its pick, resolved
+//! Stage 3 of the request path: what the route's strategy asks for before its pick, resolved
 //! with a deadline each by the route's clients ([`route_inputs`](crate::route_inputs)):
 //! the prompt's token ids, an LMCache controller's answer for them, and the prompt in
 //! canonical (whitespace-free) form.

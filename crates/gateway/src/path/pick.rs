@@ -1,4 +1,4 @@
-//! Stage 4 of forwarding: the candidates and the strategy's choice among them.
+//! Stage 4 of the request path: the candidates and the strategy's choice among them.
 //!
 //! The candidates are the route's targets that serve the model, are eligible (healthy, not
 //! ejected), are under `max_concurrent` (counted over every core) and have not failed this

@@ -1,4 +1,4 @@
-//! Stage 7 of forwarding: what an attempt teaches. The routing decision goes to the
+//! Stage 7 of the request path: what an attempt teaches. The routing decision goes to the
 //! route's strategy at once (a prefix now warm on the target, a session now served there,
 //! shared with the other cores on the next tick) and to the cache-lookup memo; the finished
 //! attempt becomes a [`Sample`] that this core's strategies learn from at once and that

@@ -1,4 +1,4 @@
-//! Stage 1 of forwarding: the request's routing facts (one borrowed JSON pass over the
+//! Stage 2 of the request path: the request's routing facts (one borrowed JSON pass over the
 //! body) and the first route whose rules all hold and one of whose targets serves the
 //! requested model.
 //!

@@ -67,7 +67,7 @@ mod kv {
     use rolter_engine::kv::index::{KvIndex, KvIndexConfig};
     use rolter_engine::kv::plane::{KvPlane, KvPlaneOptions, KvRepair};
     use rolter_engine::kv::transport::{KvEventsEndpoint, KvTransport, KvTransportOptions};
-    use rolter_engine::view::EngineView;
+    use rolter_engine::kv::view::EngineView;
 
     /// Starts the KV-event plane when some target has `[targets.kv_events]`.
     pub fn start(config: &Config) -> io::Result<(Option<KvPlane>, Option<KvView>)> {

@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::requirements::PriceUse;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
 use crate::shared::wrap::{Wrapped, Wrapper};
+use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Sample,
     Strategy, StrategyOptions, Switches,

@@ -36,10 +36,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::shared::balance::{self, IMBALANCE};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
 use crate::shared::sessions::SessionPins;
+use crate::traits::Trait;
 use crate::{
     choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError, Pick, PickRequest,
     ShareSink, Shared, Strategy, StrategyOptions, TargetId,

@@ -17,8 +17,8 @@ use std::time::Instant;
 use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::requirements::PriceUse;
+use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, OptionError, Pick, PickRequest, Requirements, Strategy,
     StrategyOptions, TargetId,

@@ -22,7 +22,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
+use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Strategy, StrategyOptions,
     TargetId,

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::shared::wrap::{Wrapped, Wrapper};
+use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Strategy,
     StrategyOptions,

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::shared::wrap::{Wrapped, Wrapper};
+use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Strategy,
     StrategyOptions, TargetId,

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
+use crate::traits::Trait;
 use crate::{
     choose_uniform, BuildContext, Candidate, OptionError, Pick, PickRequest, Sample, Strategy,
     StrategyOptions,

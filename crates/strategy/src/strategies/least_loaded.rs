@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
+use crate::traits::Trait;
 use crate::{BuildContext, Candidate, OptionError, Pick, PickRequest, Strategy, StrategyOptions};
 
 /// The options of `least_loaded`.

@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::requirements::{CacheLookupOptions, TokenizerOptions};
 use crate::shared::balance::{self, IMBALANCE};
 use crate::strategies::precise_cache_aware::NO_TOKEN_IDS;
+use crate::traits::Trait;
 use crate::{
     choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
     Pick, PickRequest, Requirements, Strategy, StrategyOptions,

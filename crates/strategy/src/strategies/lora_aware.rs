@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 use rolter_core::{adapter_key, Level, Residency};
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::requirements::AdapterLoading;
 use crate::shared::key_map::KeyMap;
+use crate::traits::Trait;
 use crate::{
     choose_uniform, BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Requirements,
     ShareSink, Shared, Strategy, StrategyOptions, TargetId,

@@ -45,11 +45,11 @@ use std::time::{Duration, Instant};
 use rolter_core::{PriceBook, Residency};
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys};
 use crate::shared::sessions::SessionPins;
 use crate::strategies::lora_aware::LadderScores;
+use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Sample, ShareSink, Shared,
     Strategy, StrategyOptions, TargetId,

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
+use crate::traits::Trait;
 use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
 
 /// `power_of_two` takes no options.

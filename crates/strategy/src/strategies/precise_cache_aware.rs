@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use rolter_core::KvCacheView;
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::requirements::TokenizerOptions;
 use crate::shared::balance::{self, IMBALANCE};
+use crate::traits::Trait;
 use crate::{
     choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
     Pick, PickRequest, Requirements, Strategy, StrategyOptions,

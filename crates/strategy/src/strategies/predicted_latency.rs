@@ -19,9 +19,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Trait;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms};
 use crate::strategies::least_loaded::LeastLoaded;
+use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, OptionError, Pick, PickRequest, Sample, Strategy, StrategyOptions,
 };

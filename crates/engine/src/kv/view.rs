@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use rolter_core::{KvCacheView, TargetId};
 
-use crate::kv::index::{KeySpace, KvIndexReader};
+use super::index::{KeySpace, KvIndexReader};
 
 /// The engines' state as the gateway rebuilt it, shared by every core.
 #[derive(Clone, Default)]
