@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use rolter::config;
-use rolter::strategy::registry;
+use rolter::strategy::{options, registry};
 use rolter::Gateway;
 
 #[global_allocator]
@@ -135,7 +135,19 @@ fn main() -> ExitCode {
                     c.routes.len()
                 )?;
                 for r in &c.routes {
-                    writeln!(out, "  route {}: strategy {}", r.name, r.strategy.name())?;
+                    // The options that differ from the defaults, as they would be written.
+                    let options: Vec<String> = r
+                        .strategy
+                        .non_default()
+                        .iter()
+                        .map(|(k, v)| format!("{k} = {}", options::render(v)))
+                        .collect();
+                    if options.is_empty() {
+                        writeln!(out, "  route {}: strategy {}", r.name, r.strategy.name())?;
+                    } else {
+                        let (name, options) = (r.strategy.name(), options.join(", "));
+                        writeln!(out, "  route {}: strategy {name} ({options})", r.name)?;
+                    }
                 }
                 let on_off = |b: bool| if b { "on" } else { "off" };
                 writeln!(

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,6 +21,7 @@ impl Drop for Kill {
 #[test]
 #[cfg(feature = "demo")]
 fn demo_streams_tokens_one_by_one() {
+    use std::io::{BufRead, BufReader, Read, Write};
     let child = Command::new(BIN)
         .args(["demo", "--listen", "127.0.0.1:0", "--workers", "1"])
         .stdout(Stdio::piped())
@@ -176,6 +176,41 @@ fn strategies_lists_names_and_aliases() {
     for n in ["round_robin", "weighted_round_robin", "random"] {
         assert!(text.contains(n), "{text}");
     }
+}
+
+/// `check` names each route's strategy with the options that differ from its defaults,
+/// inner strategies included, in the form the file would write them.
+#[test]
+fn check_shows_each_routes_strategy_and_its_options() {
+    let dir = std::env::temp_dir().join(format!("rolter-check-opts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rolter.toml");
+    std::fs::write(
+        &path,
+        "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:8000\"\n\
+         [[routes]]\nname = \"plain\"\ntargets = [\"a\"]\n\
+         [[routes]]\nname = \"tiered\"\ntargets = [\"a\"]\n[routes.strategy]\n\
+         name = \"active_passive\"\nwithin_tier = { name = \"cache_aware\", threshold = 0.7 }\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("  route plain: strategy round_robin\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  route tiered: strategy failover (within_tier = { name = \"cache_aware\", threshold = 0.7 })\n"
+        ),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every default `rolter strategies` prints is the strategy's options type's `Default`, as

@@ -45,7 +45,9 @@ impl Serialize for InnerStrategy {
         if self.0.is_default() {
             return s.serialize_str(self.0.name());
         }
-        let table = self.0.to_table();
+        // The options that differ from the inner strategy's defaults: the shortest form
+        // that parses back to the same strategy.
+        let table = self.0.non_default();
         let mut map = s.serialize_map(Some(table.len() + 1))?;
         map.serialize_entry("name", self.0.name())?;
         for (k, v) in &table {
