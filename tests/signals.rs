@@ -287,8 +287,10 @@ fn scraped_queue_depth_steers_least_loaded() {
             assert_eq!(
                 r.header("x-rolter-target"),
                 Some("t1"),
-                "under {}: the engine with a queue is avoided",
-                driver_name(d)
+                "under {}: the engine with a queue is avoided (answer {}: {})",
+                driver_name(d),
+                r.status,
+                r.text()
             );
         }
         assert_eq!(
