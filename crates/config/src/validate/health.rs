@@ -16,29 +16,13 @@ pub(super) fn health(raw: Option<RawHealth>, errs: &mut Collector) -> Option<Hea
         false,
         errs,
     );
-    let timeout = match (interval, timeout) {
-        (Some(i), Some(t)) if t >= i => {
-            errs.push(
-                "health.timeout",
-                format!(
-                    "timeout {}{} is not shorter than interval {}",
-                    humantime::format_duration(t),
-                    if raw.timeout.is_none() {
-                        " (the default)"
-                    } else {
-                        ""
-                    },
-                    humantime::format_duration(i)
-                ),
-                format!(
-                    "set timeout below the interval, e.g. timeout = \"{}\", or raise interval",
-                    humantime::format_duration(half(i))
-                ),
-            );
-            None
-        }
-        (_, t) => t,
-    };
+    let timeout = timeout_within_interval(
+        "health.timeout",
+        (interval, timeout),
+        raw.timeout.is_none(),
+        Bound::Below,
+        errs,
+    );
     let healthy_threshold = count(
         raw.healthy_threshold,
         "health.healthy_threshold",
@@ -135,29 +119,13 @@ pub(super) fn scrape(raw: Option<RawScrape>, errs: &mut Collector) -> Option<Scr
         false,
         errs,
     );
-    let timeout = match (interval, timeout) {
-        (Some(i), Some(t)) if t > i => {
-            errs.push(
-                "metrics_scrape.timeout",
-                format!(
-                    "timeout {}{} is longer than interval {}",
-                    humantime::format_duration(t),
-                    if raw.timeout.is_none() {
-                        " (the default)"
-                    } else {
-                        ""
-                    },
-                    humantime::format_duration(i)
-                ),
-                format!(
-                    "set timeout to at most the interval, e.g. timeout = \"{}\", or raise interval",
-                    humantime::format_duration(half(i))
-                ),
-            );
-            None
-        }
-        (_, t) => t,
-    };
+    let timeout = timeout_within_interval(
+        "metrics_scrape.timeout",
+        (interval, timeout),
+        raw.timeout.is_none(),
+        Bound::AtMost,
+        errs,
+    );
     let stale_default = interval.map_or(d.stale_after, |i| i * 3);
     let stale_after = nonzero_duration(
         raw.stale_after.as_ref(),
@@ -190,6 +158,49 @@ pub(super) fn scrape(raw: Option<RawScrape>, errs: &mut Collector) -> Option<Scr
         timeout: timeout?,
         stale_after: stale_after?,
     })
+}
+
+/// How a periodic task's timeout must relate to its interval.
+enum Bound {
+    /// Strictly shorter (a health probe must end before the next one starts).
+    Below,
+    /// Shorter or equal (a scrape may take its whole interval).
+    AtMost,
+}
+
+/// The timeout, or `None` with an error under `key` when it breaks `bound` against the
+/// interval. Either side missing (already reported) passes the timeout through.
+fn timeout_within_interval(
+    key: &str,
+    (interval, timeout): (Option<Duration>, Option<Duration>),
+    defaulted: bool,
+    bound: Bound,
+    errs: &mut Collector,
+) -> Option<Duration> {
+    let (Some(i), Some(t)) = (interval, timeout) else {
+        return timeout;
+    };
+    let (breaks, relation, fix) = match bound {
+        Bound::Below => (t >= i, "is not shorter than", "below"),
+        Bound::AtMost => (t > i, "is longer than", "to at most"),
+    };
+    if !breaks {
+        return Some(t);
+    }
+    errs.push(
+        key,
+        format!(
+            "timeout {}{} {relation} interval {}",
+            humantime::format_duration(t),
+            if defaulted { " (the default)" } else { "" },
+            humantime::format_duration(i)
+        ),
+        format!(
+            "set timeout {fix} the interval, e.g. timeout = \"{}\", or raise interval",
+            humantime::format_duration(half(i))
+        ),
+    );
+    None
 }
 
 /// Half a duration, rounded to whole milliseconds (at least 1ms), for examples in fixes.
