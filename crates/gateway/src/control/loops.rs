@@ -45,16 +45,12 @@ pub async fn scrape_loop(
     let lora = plane.borrow().lora.wanted(t);
     every(cfg.interval, &flags, || async {
         let params = tls.get(t).map(|x| x.params());
-        let result = match probe::get(target, params, path, cfg.timeout).await {
-            Ok((status, body)) if (200..300).contains(&status) => {
-                match std::str::from_utf8(&body) {
-                    Ok(text) => scrape::parse_families(text).map_err(|e| e.to_string()),
-                    Err(_) => Err("the metrics body is not UTF-8".to_string()),
-                }
-            }
-            Ok((status, _)) => Err(format!("answered {status}")),
-            Err(e) => Err(e.to_string()),
-        };
+        let result = probe::get_body(target, params, path, cfg.timeout)
+            .await
+            .and_then(|body| match std::str::from_utf8(&body) {
+                Ok(text) => scrape::parse_families(text).map_err(|e| e.to_string()),
+                Err(_) => Err("the metrics body is not UTF-8".to_string()),
+            });
         let now = Instant::now();
         let mut p = plane.borrow_mut();
         if let (true, Ok(families)) = (lora, &result) {
@@ -103,13 +99,9 @@ pub async fn models_loop(
     let path = format!("{}/v1/models", target.base_path);
     every(cfg.interval, &flags, || async {
         let params = tls.get(t).map(|x| x.params());
-        let result = match probe::get(target, params, &path, cfg.timeout).await {
-            Ok((status, body)) if (200..300).contains(&status) => {
-                rolter_engine::lora::parse_models(&body).map(|m| m.adapters)
-            }
-            Ok((status, _)) => Err(format!("answered {status}")),
-            Err(e) => Err(e.to_string()),
-        };
+        let result = probe::get_body(target, params, &path, cfg.timeout)
+            .await
+            .and_then(|body| rolter_engine::lora::parse_models(&body).map(|m| m.adapters));
         plane.borrow_mut().lora.listed(t, result, Instant::now());
     })
     .await;

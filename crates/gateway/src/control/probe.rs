@@ -48,6 +48,21 @@ pub async fn get(
     }
 }
 
+/// `get`, keeping the body of a 2xx answer; any other outcome becomes the text the admin
+/// API shows for it ("answered 503", "timed out", ...).
+pub async fn get_body(
+    target: &Target,
+    tls: Option<TlsParams<'_>>,
+    path: &str,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
+    match get(target, tls, path, timeout).await {
+        Ok((status, body)) if (200..300).contains(&status) => Ok(body),
+        Ok((status, _)) => Err(format!("answered {status}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 async fn get_inner(
     target: &Target,
     tls: Option<TlsParams<'_>>,
