@@ -26,19 +26,64 @@ impl ActiveDriver {
     }
 }
 
-/// Resolves a configured choice against what the kernel allows.
+/// Resolves a configured choice against what the kernel allows. `auto` falls back to
+/// epoll with a warning naming the cause; an explicit `io_uring` fails with it.
 pub fn resolve(choice: DriverChoice) -> io::Result<ActiveDriver> {
-    let uring = monoio::utils::detect_uring();
-    match choice {
-        DriverChoice::Auto if uring => Ok(ActiveDriver::IoUring),
-        DriverChoice::Auto | DriverChoice::Epoll => Ok(ActiveDriver::Epoll),
-        DriverChoice::IoUring if uring => Ok(ActiveDriver::IoUring),
-        DriverChoice::IoUring => Err(io::Error::new(
+    if choice == DriverChoice::Epoll {
+        return Ok(ActiveDriver::Epoll);
+    }
+    match uring_unavailable() {
+        None => Ok(ActiveDriver::IoUring),
+        Some(cause) if choice == DriverChoice::Auto => {
+            tracing::warn!(
+                "io_uring is unavailable ({cause}); falling back to epoll (set \
+                 server.driver = \"epoll\" to choose it and silence this warning)"
+            );
+            Ok(ActiveDriver::Epoll)
+        }
+        Some(cause) => Err(io::Error::new(
             io::ErrorKind::Unsupported,
-            "driver = \"io_uring\" but io_uring is unavailable here (kernel too old, disabled by \
-             kernel.io_uring_disabled or seccomp, or RLIMIT_MEMLOCK too low); use driver = \"auto\"",
+            format!(
+                "server.driver = \"io_uring\" but io_uring is unavailable: {cause}; use \
+                 driver = \"auto\" to fall back to epoll"
+            ),
         )),
     }
+}
+
+/// Why this process cannot run an io_uring worker, or `None` when it can. Creating a
+/// small ring first gives the error number (seccomp filters and `kernel.io_uring_disabled`
+/// answer EPERM, old kernels ENOSYS); monoio's probe then checks the operations it uses.
+fn uring_unavailable() -> Option<String> {
+    if let Err(e) = io_uring::IoUring::new(2) {
+        return Some(match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => format!(
+                "io_uring_setup was denied ({e}): a seccomp filter (a container runtime's \
+                 default profile, or a systemd unit's SystemCallFilter= without \
+                 io_uring_setup io_uring_enter io_uring_register) or the sysctl \
+                 kernel.io_uring_disabled"
+            ),
+            Some(libc::ENOSYS) => format!(
+                "io_uring_setup is not implemented ({e}): a kernel older than 5.1 or built \
+                 without io_uring, or a seccomp filter answering ENOSYS"
+            ),
+            Some(libc::ENOMEM) => format!(
+                "io_uring_setup could not allocate its ring ({e}): raise RLIMIT_MEMLOCK \
+                 (LimitMEMLOCK= in the unit; kernels before 5.12 charge rings to it)"
+            ),
+            _ => format!("io_uring_setup failed: {e}"),
+        });
+    }
+    if monoio::utils::detect_uring() {
+        return None;
+    }
+    Some(
+        if std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER").is_some() {
+            "MONOIO_FORCE_LEGACY_DRIVER is set in the environment".to_string()
+        } else {
+            "the kernel's io_uring lacks operations the runtime uses (kernel too old)".to_string()
+        },
+    )
 }
 
 /// Ring setup for a worker: only this thread submits (SINGLE_ISSUER) and completions raise
