@@ -21,6 +21,7 @@
 //!   Prometheus text.
 //! - [`strategies`]: each route's strategy instances built from the configuration.
 //! - [`lifecycle`]: the drain and stop flags.
+//! - [`notify`]: the service manager's notification protocol (sd_notify) and watchdog.
 //!
 //! Below it, in their own crates: the shared values (`rolter-core`), the HTTP and API
 //! codec (`rolter-codec`), the strategies (`rolter-strategy`), the configuration
@@ -32,6 +33,7 @@ pub mod control;
 pub mod lifecycle;
 pub mod mesh;
 pub mod metrics;
+pub mod notify;
 pub mod path;
 pub mod route_inputs;
 pub mod runtime;

@@ -23,6 +23,7 @@ use crate::control::loops;
 use crate::control::plane::Plane;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::{ControlLinks, Kind, ToWorker};
+use crate::notify;
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
 
@@ -127,9 +128,13 @@ async fn run(ctx: ControlContext) {
         }
     }
 
+    let mut watchdog = notify::Watchdog::from_env();
     loop {
         monoio::time::sleep(CONTROL_TICK).await;
         let now = Instant::now();
+        if let Some(w) = watchdog.as_mut() {
+            w.tick(now);
+        }
         {
             let mut p = plane.borrow_mut();
             p.drain(&links.inbox, now);

@@ -20,6 +20,7 @@ use super::listener;
 use super::worker::{self, WorkerSetup};
 use crate::lifecycle::Lifecycle;
 use crate::mesh::mesh;
+use crate::notify;
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
 
@@ -147,6 +148,8 @@ impl Gateway {
         if let Some(a) = admin_addr {
             tracing::info!(%a, "admin listening");
         }
+        let label = driver.label();
+        notify::ready(&format!("listening on {addr}, {count} workers ({label})"));
         Ok(Gateway {
             addr,
             admin_addr,
@@ -184,6 +187,12 @@ impl Gateway {
 
     fn stop_workers(&mut self, grace: Duration) {
         self.lifecycle.start_drain();
+        notify::stopping(&format!(
+            "draining for up to {}",
+            humantime::format_duration(grace)
+        ));
+        // Room for the drain and the threads' exit past a shorter TimeoutStopSec=.
+        notify::extend_timeout(grace + Duration::from_secs(10));
         let deadline = Instant::now() + grace;
         while self.workers.iter().any(|w| !w.is_finished()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
