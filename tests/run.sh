@@ -13,9 +13,13 @@ log() { printf '==> %s\n' "$*"; }
 # System packages: curl for the demo check, python3 with pip for the OpenAI SDK test,
 # g++ for the vendored libzmq (built by the zmq crate), and Debian's pyzmq and msgpack for
 # tests/kv_events_pyzmq.rs (which tries python3, then /usr/bin/python3, where Debian's
-# python3-* modules live).
+# python3-* modules live); systemd for systemd-analyze (tests/systemd.rs verifies and scores
+# config/rolter.service with it) and util-linux for setpriv (the same test reads the
+# installed configuration as an unprivileged uid).
 missing=()
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
