@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::io;
+use std::sync::OnceLock;
 
 use monoio::blocking::DefaultThreadPool;
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
@@ -51,10 +52,28 @@ pub fn resolve(choice: DriverChoice) -> io::Result<ActiveDriver> {
     }
 }
 
-/// Why this process cannot run an io_uring worker, or `None` when it can. Creating a
-/// small ring first gives the error number (seccomp filters and `kernel.io_uring_disabled`
-/// answer EPERM, old kernels ENOSYS); monoio's probe then checks the operations it uses.
+/// Why this process cannot run an io_uring worker, or `None` when it can: found once per
+/// process, on a thread of its own. (A ring's teardown can queue kernel work to the thread
+/// that made it, which interrupts that thread's blocking socket calls with EINTR; the
+/// caller of `Gateway::start` must not get that.)
 fn uring_unavailable() -> Option<String> {
+    static CAUSE: OnceLock<Option<String>> = OnceLock::new();
+    CAUSE
+        .get_or_init(|| {
+            std::thread::Builder::new()
+                .name("rolter-uring-probe".into())
+                .spawn(probe_uring)
+                .ok()
+                .and_then(|t| t.join().ok())
+                .unwrap_or_else(|| Some("the io_uring probe thread failed".to_string()))
+        })
+        .clone()
+}
+
+/// Creating a small ring first gives the error number (seccomp filters and
+/// `kernel.io_uring_disabled` answer EPERM, old kernels ENOSYS); monoio's probe then checks
+/// the operations it uses.
+fn probe_uring() -> Option<String> {
     if let Err(e) = io_uring::IoUring::new(2) {
         return Some(match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => format!(
