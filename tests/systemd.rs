@@ -243,8 +243,9 @@ fn expect_ready(manager: &Manager, workers: usize, driver: &str) -> SocketAddr {
     let ready = manager.next_state();
     assert_eq!(ready.get("READY"), Some("1"), "{ready:?}");
     let status = ready.get("STATUS").expect("a STATUS line with READY=1");
+    let s = if workers == 1 { "" } else { "s" };
     assert!(
-        status.contains(&format!("{workers} workers ({driver})")),
+        status.contains(&format!(", {workers} worker{s} ({driver})")),
         "{status}"
     );
     let addr: SocketAddr = status

@@ -148,8 +148,8 @@ impl Gateway {
         if let Some(a) = admin_addr {
             tracing::info!(%a, "admin listening");
         }
-        let label = driver.label();
-        notify::ready(&format!("listening on {addr}, {count} workers ({label})"));
+        let (label, s) = (driver.label(), if count == 1 { "" } else { "s" });
+        notify::ready(&format!("listening on {addr}, {count} worker{s} ({label})"));
         Ok(Gateway {
             addr,
             admin_addr,
