@@ -15,7 +15,6 @@ use std::net::SocketAddr;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{self, UnixDatagram};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -50,6 +49,25 @@ impl Drop for TempDir {
 struct Message(Vec<(String, String)>);
 
 impl Message {
+    /// A datagram of newline-terminated `KEY=VALUE` lines.
+    fn parse(datagram: &[u8]) -> Message {
+        let text = std::str::from_utf8(datagram).expect("notifications are UTF-8");
+        assert!(
+            text.ends_with('\n'),
+            "every line ends with a newline: {text:?}"
+        );
+        Message(
+            text.lines()
+                .map(|l| {
+                    let (k, v) = l
+                        .split_once('=')
+                        .unwrap_or_else(|| panic!("not KEY=VALUE: {l:?} in {text:?}"));
+                    (k.to_string(), v.to_string())
+                })
+                .collect(),
+        )
+    }
+
     fn get(&self, key: &str) -> Option<&str> {
         self.0
             .iter()
@@ -109,21 +127,7 @@ impl Manager {
             .sock
             .recv(&mut buf)
             .unwrap_or_else(|e| panic!("no notification arrived: {e}"));
-        let text = std::str::from_utf8(&buf[..n]).expect("notifications are UTF-8");
-        assert!(
-            text.ends_with('\n'),
-            "every line ends with a newline: {text:?}"
-        );
-        Message(
-            text.lines()
-                .map(|l| {
-                    let (k, v) = l
-                        .split_once('=')
-                        .unwrap_or_else(|| panic!("not KEY=VALUE: {l:?} in {text:?}"));
-                    (k.to_string(), v.to_string())
-                })
-                .collect(),
-        )
+        Message::parse(&buf[..n])
     }
 
     /// The next notification that is not a watchdog ping.
@@ -142,15 +146,7 @@ impl Manager {
         let mut out = Vec::new();
         let mut buf = vec![0u8; 4096];
         while let Ok(n) = self.sock.recv(&mut buf) {
-            out.push(Message(
-                String::from_utf8_lossy(&buf[..n])
-                    .lines()
-                    .map(|l| {
-                        let (k, v) = l.split_once('=').unwrap_or((l, ""));
-                        (k.to_string(), v.to_string())
-                    })
-                    .collect(),
-            ));
+            out.push(Message::parse(&buf[..n]));
         }
         self.sock.set_nonblocking(false).unwrap();
         out
@@ -388,63 +384,6 @@ fn a_watchdog_for_another_pid_is_not_pinged() {
 // io_uring denied, as a seccomp filter (a container's, a unit's SystemCallFilter=) does.
 // ---------------------------------------------------------------------------------------
 
-/// Makes the child's `io_uring_setup` fail with `errno` (a seccomp filter installed
-/// between fork and exec; everything else is allowed).
-fn deny_io_uring_setup(cmd: &mut Command, errno: i32) {
-    let hook = move || -> std::io::Result<()> {
-        const RET_ALLOW: u32 = 0x7fff_0000;
-        const RET_ERRNO: u32 = 0x0005_0000;
-        let filter = [
-            // A = seccomp_data.nr
-            libc::sock_filter {
-                code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-                jt: 0,
-                jf: 0,
-                k: 0,
-            },
-            libc::sock_filter {
-                code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-                jt: 0,
-                jf: 1,
-                k: libc::SYS_io_uring_setup as u32,
-            },
-            libc::sock_filter {
-                code: (libc::BPF_RET | libc::BPF_K) as u16,
-                jt: 0,
-                jf: 0,
-                k: RET_ERRNO | (errno as u32 & 0xffff),
-            },
-            libc::sock_filter {
-                code: (libc::BPF_RET | libc::BPF_K) as u16,
-                jt: 0,
-                jf: 0,
-                k: RET_ALLOW,
-            },
-        ];
-        let prog = libc::sock_fprog {
-            len: filter.len() as u16,
-            filter: filter.as_ptr() as *mut libc::sock_filter,
-        };
-        unsafe {
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(
-                    libc::PR_SET_SECCOMP,
-                    libc::SECCOMP_MODE_FILTER,
-                    &prog as *const libc::sock_fprog,
-                ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        Ok(())
-    };
-    // SAFETY: the hook only builds a value on the stack and makes two prctl calls, which
-    // is allowed between fork and exec.
-    unsafe {
-        cmd.pre_exec(hook);
-    }
-}
-
 /// `driver = "auto"` with io_uring_setup denied (EPERM): a warning naming the cause, then
 /// the gateway serves on epoll.
 #[test]
@@ -454,7 +393,7 @@ fn auto_falls_back_to_epoll_loudly_when_io_uring_setup_is_denied() {
     let dir = TempDir::new("seccomp-auto");
     let config = config_file(&dir, "auto", 1, engine.addr());
     let mut cmd = rolter_run(&config, &manager);
-    deny_io_uring_setup(&mut cmd, libc::EPERM);
+    common::seccomp::deny_io_uring_setup(&mut cmd, libc::EPERM);
     let proc = Proc::spawn(cmd);
     expect_ready(&manager, 1, "epoll");
     let stderr = expect_clean_stop(proc, &manager);
@@ -485,7 +424,7 @@ fn explicit_io_uring_fails_with_the_cause_when_io_uring_setup_is_denied() {
         let dir = TempDir::new("seccomp-uring");
         let config = config_file(&dir, "io_uring", 1, "127.0.0.1:9".parse().unwrap());
         let mut cmd = rolter_run(&config, &manager);
-        deny_io_uring_setup(&mut cmd, errno);
+        common::seccomp::deny_io_uring_setup(&mut cmd, errno);
         let (status, stderr) = Proc::spawn(cmd).finish();
         assert_eq!(status.code(), Some(1), "{stderr}");
         assert!(

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod scripted;
+pub mod seccomp;
 
 use std::net::SocketAddr;
 use std::time::Duration;
