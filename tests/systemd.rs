@@ -722,6 +722,17 @@ fn the_documented_config_layout_is_readable_by_an_unprivileged_uid() {
     std::fs::create_dir_all(root.join("usr/local/bin")).unwrap();
     std::fs::create_dir_all(root.join("etc/systemd/system")).unwrap();
     for args in documented_install(&root) {
+        // The binary (a debug build is large): a hard link when it already has the mode
+        // the line gives (0755), else the documented copy.
+        let bin_mode = std::fs::metadata(BIN).unwrap().mode() & 0o7777;
+        if args.iter().any(|a| a == BIN)
+            && args
+                .windows(2)
+                .any(|w| w[0] == "-m" && w[1] == format!("{bin_mode:04o}"))
+            && std::fs::hard_link(BIN, args.last().unwrap()).is_ok()
+        {
+            continue;
+        }
         let out = Command::new("install").args(&args).output().unwrap();
         assert!(
             out.status.success(),
