@@ -4,7 +4,7 @@
 //! touch the network: `load` builds these values and guarantees their invariants
 //! (target indices valid, header values free of CR/LF, addresses resolved).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +17,10 @@ pub use rolter_strategy::StrategySpec;
 pub struct Config {
     /// The file this configuration came from (for messages), or `<builtin>`.
     pub source: PathBuf,
+    /// SHA-256 of the configuration text, lowercase hex (what `sha256sum` prints for the
+    /// file): shown by `/admin/config` and `rolter_config_info` so an operator can tell
+    /// which file a gateway runs.
+    pub digest: String,
     pub server: ServerConfig,
     pub targets: Vec<Target>,
     pub routes: Vec<Route>,
@@ -27,7 +31,7 @@ pub struct Config {
     /// The admin listener (`[admin]`); `None` when the section is absent.
     pub admin: Option<AdminConfig>,
     /// Prices per upstream model name from `[catalog]`, over the built-in catalog.
-    pub catalog: HashMap<String, Price>,
+    pub catalog: BTreeMap<String, Price>,
     /// `[adaptive]`: the starting state of the global kill switch.
     pub adaptive: AdaptiveConfig,
     /// `[kv_events]`: how the KV block index is keyed, bounded and kept fresh.
@@ -178,6 +182,9 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// How long a stopping gateway lets in-flight requests finish.
     pub shutdown_grace: Duration,
+    /// The UNIX socket `rolter reload` and `rolter run --upgrade` talk to; `None`: the
+    /// default place (see the gateway's `control_socket`).
+    pub control_socket: Option<PathBuf>,
 }
 
 /// Client-side protocol limits and timeouts.
@@ -227,7 +234,7 @@ pub struct Target {
     /// Public model names this target serves (empty: any model the route accepts).
     pub models: Vec<String>,
     /// Public model name → the name this upstream expects in the body.
-    pub upstream_models: HashMap<String, String>,
+    pub upstream_models: BTreeMap<String, String>,
     /// Headers added to every upstream request (after client auth and hop-by-hop are removed).
     /// Names are lowercase; values contain no CR, LF or NUL.
     pub headers: Vec<(String, String)>,

@@ -83,6 +83,7 @@ pub(crate) struct RawServer {
     pub driver: Option<String>,
     pub shutdown_grace: Option<toml::Value>,
     pub limits: Option<RawLimits>,
+    pub control_socket: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -227,6 +228,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "listen",
     "workers",
     "pin_workers",
+    "control_socket",
     "driver",
     "shutdown_grace",
     "limits",

@@ -20,7 +20,7 @@
 //!   signals it publishes to the workers; [`admin`] is its listener, [`metrics`] its
 //!   Prometheus text.
 //! - [`strategies`]: each route's strategy instances built from the configuration.
-//! - [`lifecycle`]: the drain and stop flags.
+//! - [`lifecycle`]: the drain and stop flags; [`reload`]: what a reload reports and counts.
 //!
 //! Below it, in their own crates: the shared values (`rolter-core`), the HTTP and API
 //! codec (`rolter-codec`), the strategies (`rolter-strategy`), the configuration
@@ -33,6 +33,7 @@ pub mod lifecycle;
 pub mod mesh;
 pub mod metrics;
 pub mod path;
+pub mod reload;
 pub mod route_inputs;
 pub mod runtime;
 pub mod strategies;

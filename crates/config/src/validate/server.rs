@@ -58,6 +58,26 @@ pub(super) fn server(
         errs,
     );
     let limits = limits(raw.limits.unwrap_or_default(), errs);
+    let control_socket = match raw.control_socket.as_deref() {
+        None => Some(None),
+        Some("") => {
+            errs.push(
+                "server.control_socket",
+                "control_socket is empty",
+                "remove the key for the default place, or give the path of a UNIX socket, \
+                 e.g. control_socket = \"/run/rolter/rolter.sock\"",
+            );
+            None
+        }
+        Some(p) => {
+            let path = std::path::Path::new(p);
+            let path = match host.config_dir {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.to_path_buf(),
+            };
+            Some(Some(path))
+        }
+    };
     Some(ServerConfig {
         listen: listen?,
         workers: workers?,
@@ -65,6 +85,7 @@ pub(super) fn server(
         driver: driver?,
         limits: limits?,
         shutdown_grace: shutdown_grace?,
+        control_socket: control_socket?,
     })
 }
 

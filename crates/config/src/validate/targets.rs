@@ -176,7 +176,7 @@ pub(super) fn target(
         base_path: url.base_path,
         weight: weight?,
         models: models?,
-        upstream_models: upstream_models?,
+        upstream_models: upstream_models?.into_iter().collect(),
         headers: headers?,
         max_concurrent: max_concurrent?,
         tier: tier?,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
+use rolter_config::reload::unchanged_targets;
 use rolter_config::Config;
 use rolter_core::{Needs, Switches, Verdict};
 use rolter_engine::health::{HealthBook, HealthEvent};
@@ -60,6 +61,8 @@ pub struct Plane {
     fallbacks: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// The KV-event plane's per-target reports, when any target publishes events.
     pub kv_reports: Option<KvReports>,
+    /// Reload counts and the running configuration's digest, for `/metrics`.
+    pub reloads: Option<Arc<crate::reload::ReloadStats>>,
     /// What the mesh's senders dropped (every worker's, then the control thread's).
     mesh_drops: Vec<Arc<MeshDrops>>,
     /// The drop total last logged.
@@ -138,10 +141,71 @@ impl Plane {
             fallbacks: Default::default(),
             lookup_problems: Default::default(),
             kv_reports: None,
+            reloads: None,
             mesh_drops,
             drops_logged: 0,
             last_drop_log: None,
             config,
+        }
+    }
+
+    /// Takes over what `old` (the plane of the configuration a reload replaced) knows that
+    /// still holds: the counters and histograms when the route and target names are the
+    /// same (so `/metrics` series continue), and the health, scrape results and TTFT
+    /// averages of every unchanged target.
+    pub fn inherit(&mut self, mut old: Plane) {
+        let names = |c: &Config| {
+            (
+                c.routes.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+                c.targets.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+            )
+        };
+        if names(&old.config) == names(&self.config) {
+            self.metrics = old.metrics;
+            self.fallbacks = old.fallbacks;
+            self.lookup_problems = old.lookup_problems;
+        }
+        let map = unchanged_targets(&old.config.targets, &self.config.targets);
+        self.health.inherit(&old.health, &map);
+        for (t, from) in map.iter().enumerate() {
+            if let Some(o) = *from {
+                self.scrapes[t] = std::mem::take(&mut old.scrapes[o]);
+                self.ttft[t] = old.ttft[o];
+            }
+        }
+    }
+
+    /// Whether records indexed by `old`'s routes and targets mean the same in this plane.
+    pub fn same_indices(&self, old: &Config) -> bool {
+        old.routes.len() == self.config.routes.len()
+            && old.targets.len() == self.config.targets.len()
+            && old
+                .routes
+                .iter()
+                .zip(&self.config.routes)
+                .all(|(a, b)| a.name == b.name)
+            && old
+                .targets
+                .iter()
+                .zip(&self.config.targets)
+                .all(|(a, b)| a.name == b.name)
+    }
+
+    /// Folds the records still arriving from a replaced configuration's requests (when
+    /// `fold`; their load snapshots no longer count). `true` once every worker has dropped
+    /// that configuration and the inbox is empty.
+    pub fn drain_retired(&mut self, inbox: &Receiver<ToControl>, fold: bool, now: Instant) -> bool {
+        loop {
+            match inbox.try_recv() {
+                Ok(ToControl::Records(records)) if fold => {
+                    for r in &records {
+                        self.fold(r, now);
+                    }
+                }
+                Ok(_) => {}
+                Err(crossbeam_channel::TryRecvError::Empty) => return false,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return true,
+            }
         }
     }
 
@@ -567,6 +631,9 @@ impl Plane {
             kv.as_deref(),
             out,
         );
+        if let Some(stats) = &self.reloads {
+            crate::metrics::render_reloads(stats, out);
+        }
     }
 
     /// Messages the mesh dropped so far, per kind, over every sender.

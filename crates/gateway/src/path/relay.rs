@@ -409,7 +409,7 @@ async fn relay_body(
     };
     // An HTTP/1.0 client learns the end of an unframed body from the close; a client that
     // asked to close, or a draining gateway, says so in the response (RFC 9112 §9.6).
-    let close_client = client.http10 || client.close || state.draining.get();
+    let close_client = client.http10 || client.close || state.core.draining.get();
     if close_client {
         write_header(out, b"connection", b"close");
     }
