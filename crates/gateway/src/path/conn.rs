@@ -71,6 +71,11 @@ impl Drop for ActiveRequest<'_> {
     }
 }
 
+/// How long a draining gateway waits on a keep-alive connection for a request the client
+/// may already have sent, before it closes the connection. Shorter than the worker's wait
+/// for idle connections at the end of a drain.
+const DRAIN_NEXT_REQUEST: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Most unread client bytes buffered while a request is being served (pipelining).
 const READER_CAP: usize = 64 * 1024;
 
@@ -268,12 +273,11 @@ async fn read_head<'s>(
         }
         let deadline = match started {
             Some(t) => t + limits.head_timeout,
-            None => {
-                if core.draining.get() {
-                    return HeadRead::Closed;
-                }
-                Instant::now() + limits.keepalive_timeout
-            }
+            // Draining: the last response did not say `Connection: close` (it started
+            // before the drain), so the client may be sending its next request right now.
+            // It gets a short while to arrive, and is answered with `Connection: close`.
+            None if core.draining.get() => Instant::now() + DRAIN_NEXT_REQUEST,
+            None => Instant::now() + limits.keepalive_timeout,
         };
         if !client_ready(&io.reader, deadline).await {
             return if started.is_some() {

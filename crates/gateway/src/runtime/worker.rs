@@ -59,7 +59,7 @@ pub struct Handoff {
 
 /// How long a draining worker keeps idle keep-alive connections open for a request already
 /// on its way (answered with `Connection: close`) before it closes them.
-const DRAIN_IDLE_LINGER: Duration = Duration::from_millis(300);
+const DRAIN_IDLE_LINGER: Duration = Duration::from_millis(500);
 
 /// The body of a worker thread, run inside its runtime.
 pub async fn run(setup: WorkerSetup) {
