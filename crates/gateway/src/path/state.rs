@@ -47,6 +47,9 @@ pub struct WorkerCore {
     pub id: usize,
     /// Set when the gateway is stopping: finish the current exchange, then close.
     pub draining: Cell<bool>,
+    /// Set during a drain: streams still running then are ended with an error event (so
+    /// no client mistakes the cut for a complete answer) before the grace runs out.
+    pub cut_at: Cell<Option<std::time::Instant>>,
     /// Open client connections on this core.
     pub connections: Cell<usize>,
     /// Requests between a complete head and the end of their response, on this core.
@@ -61,6 +64,7 @@ impl WorkerCore {
         WorkerCore {
             id,
             draining: Cell::new(false),
+            cut_at: Cell::new(None),
             connections: Cell::new(0),
             active_requests: Cell::new(0),
             spare_bufs: RefCell::new(Vec::new()),

@@ -279,8 +279,8 @@ impl Gateway {
         // The workers stop accepting; this handle's copies must not keep the sockets open.
         self.listen_fds.clear();
         self.admin_fd = None;
-        self.lifecycle.start_drain();
         let deadline = Instant::now() + grace;
+        self.lifecycle.start_drain(deadline);
         while self.workers.iter().any(|w| !w.is_finished()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -57,6 +57,10 @@ pub struct Handoff {
     pub done: Sender<usize>,
 }
 
+/// Streams still running this long before the end of the drain's grace are ended with an
+/// error event, so the event is written before the worker stops.
+const CUT_BEFORE_STOP: Duration = Duration::from_millis(250);
+
 /// How long a draining worker keeps idle keep-alive connections open for a request already
 /// on its way (answered with `Connection: close`) before it closes them.
 const DRAIN_IDLE_LINGER: Duration = Duration::from_millis(500);
@@ -149,6 +153,12 @@ pub async fn run(setup: WorkerSetup) {
                 c.cancel();
             }
             core.draining.set(true);
+            if core.cut_at.get().is_none() {
+                let cut = lifecycle
+                    .deadline()
+                    .map(|d| d.checked_sub(CUT_BEFORE_STOP).unwrap_or(d));
+                core.cut_at.set(cut);
+            }
             let since = *drain_started.get_or_insert_with(std::time::Instant::now);
             let idle_done = core.connections.get() == 0 || since.elapsed() >= DRAIN_IDLE_LINGER;
             if core.active_requests.get() == 0 && idle_done {
