@@ -222,7 +222,8 @@ pub struct Target {
     pub host_header: String,
     /// Path prefix from the URL ("" or "/something", no trailing slash) prepended to the request path.
     pub base_path: String,
-    /// Routing weight; non-positive values in the file become 1.0.
+    /// Routing weight (default 1.0, never negative). 0 drains the target: it is never a
+    /// candidate for a pick, while health checks and scrapes go on.
     pub weight: f64,
     /// Public model names this target serves (empty: any model the route accepts).
     pub models: Vec<String>,

@@ -175,16 +175,25 @@ fn explicit_route_defaults() {
 }
 
 #[test]
-fn non_positive_weight_becomes_one() {
-    for w in ["0", "-3.5", "0.0", "nan"] {
-        let text = format!("{ONE_TARGET}weight = {w}\n");
-        let c = load(&text).unwrap_or_else(|e| panic!("{w}: {e}"));
-        assert_eq!(c.targets[0].weight, 1.0, "{w}");
+fn zero_weight_drains_and_negative_weight_is_an_error() {
+    for w in ["0", "0.0"] {
+        let c = load(&format!("{ONE_TARGET}weight = {w}\n")).unwrap_or_else(|e| panic!("{w}: {e}"));
+        assert_eq!(c.targets[0].weight, 0.0, "{w}");
     }
     let c = load(&format!("{ONE_TARGET}weight = 3\n")).unwrap();
     assert_eq!(c.targets[0].weight, 3.0);
-    let errs = errors(&format!("{ONE_TARGET}weight = inf\n"));
-    error_at(&errs, "targets[0].weight");
+    let c = load(ONE_TARGET).unwrap();
+    assert_eq!(c.targets[0].weight, 1.0);
+
+    let errs = errors(&format!("{ONE_TARGET}weight = -3.5\n"));
+    let e = error_at(&errs, "targets[0].weight");
+    assert!(e.message.contains("-3.5"), "{e}");
+    assert!(e.message.contains("must not be negative"), "{e}");
+    assert!(e.fix.contains("0 to drain"), "{e}");
+    for w in ["inf", "nan", "-inf"] {
+        let errs = errors(&format!("{ONE_TARGET}weight = {w}\n"));
+        error_at(&errs, "targets[0].weight");
+    }
 }
 
 #[test]

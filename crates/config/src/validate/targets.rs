@@ -45,17 +45,25 @@ pub(super) fn target(
     };
 
     let weight = match raw.weight {
-        Some(w) if w.is_infinite() && w > 0.0 => {
+        None => Some(1.0),
+        Some(w) if w.is_nan() || w.is_infinite() => {
             errs.push(
                 join(at, "weight"),
-                "weight is infinite",
-                "use a finite positive weight such as 1.0",
+                format!("weight is {w}"),
+                "use a finite weight such as 1.0 (or 0 to drain the target)",
             );
             None
         }
-        Some(w) if w > 0.0 => Some(w),
-        // Non-positive (and NaN) weights mean the default, by specification.
-        _ => Some(1.0),
+        Some(w) if w < 0.0 => {
+            errs.push(
+                join(at, "weight"),
+                format!("weight is {w}; it must not be negative"),
+                "use a positive weight such as 1.0, or 0 to drain the target (it then gets no traffic)",
+            );
+            None
+        }
+        // 0 drains the target: it stays configured, probed and scraped, and gets no picks.
+        Some(w) => Some(w),
     };
 
     let models = string_list(raw.models, &join(at, "models"), "model name", errs);
