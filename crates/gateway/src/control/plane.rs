@@ -567,6 +567,7 @@ impl Plane {
             kv.as_deref(),
             out,
         );
+        crate::metrics::process::render(&crate::metrics::process::ProcessStats::read(), out);
     }
 
     /// Messages the mesh dropped so far, per kind, over every sender.

@@ -15,10 +15,12 @@
 //! - [`gateway`]: the counters and histograms, and rendering.
 //! - [`gauges`]: the per-target gauges given at render time.
 //! - [`kv_events`]: the KV-event plane's per-target series, from its reports at render time.
+//! - [`process`]: the `process_*` series from `/proc/self` and `rolter_build_info`.
 
 pub mod gateway;
 pub mod gauges;
 pub mod kv_events;
+pub mod process;
 
 #[cfg(test)]
 mod tests;
