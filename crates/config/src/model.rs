@@ -178,6 +178,9 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// How long a stopping gateway lets in-flight requests finish.
     pub shutdown_grace: Duration,
+    /// How often targets named by a host name are resolved again (`dns_refresh`, default
+    /// 30 s; zero: resolved once, at load).
+    pub dns_refresh: Duration,
 }
 
 /// Client-side protocol limits and timeouts.
@@ -206,8 +209,11 @@ pub struct Target {
     pub name: String,
     /// The URL as written, for messages and the admin API.
     pub url: String,
-    /// Resolved upstream socket address (resolved once, at load).
+    /// Upstream socket address, as resolved at load; the control thread resolves
+    /// `dns_name` again every `server.dns_refresh` and tells the workers of a change.
     pub addr: SocketAddr,
+    /// The URL's host when it is a name to resolve (`None` for an IP address).
+    pub dns_name: Option<String>,
     /// `https://` URL: the upstream connection is TLS (1.2 or later, ALPN `http/1.1`), its
     /// certificate verified against the webpki public roots, or against `ca_certs` only.
     pub tls: bool,

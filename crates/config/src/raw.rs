@@ -82,6 +82,7 @@ pub(crate) struct RawServer {
     pub pin_workers: Option<bool>,
     pub driver: Option<String>,
     pub shutdown_grace: Option<toml::Value>,
+    pub dns_refresh: Option<toml::Value>,
     pub limits: Option<RawLimits>,
 }
 
@@ -229,6 +230,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "pin_workers",
     "driver",
     "shutdown_grace",
+    "dns_refresh",
     "limits",
 ];
 pub(crate) const LIMITS_KEYS: &[&str] = &[

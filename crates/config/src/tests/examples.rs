@@ -216,6 +216,34 @@ fn server_values() {
 }
 
 #[test]
+fn dns_refresh_defaults_to_30s_and_zero_turns_it_off() {
+    let c = load(ONE_TARGET).unwrap();
+    assert_eq!(c.server.dns_refresh, Duration::from_secs(30));
+    assert_eq!(
+        c.targets[0].dns_name, None,
+        "an IP address is not re-resolved"
+    );
+    let text = String::from(
+        "[server]\ndns_refresh = \"5m\"\n[[targets]]\nname = \"e\"\nurl = \"http://engine.internal:8000\"\n"
+    );
+    let c = load(&text).unwrap();
+    assert_eq!(c.server.dns_refresh, Duration::from_secs(300));
+    assert_eq!(c.targets[0].dns_name.as_deref(), Some("engine.internal"));
+    assert_eq!(c.targets[0].addr, "192.0.2.20:8000".parse().unwrap());
+    let c = load(&format!("[server]\ndns_refresh = \"0s\"\n{ONE_TARGET}")).unwrap();
+    assert_eq!(c.server.dns_refresh, Duration::ZERO);
+
+    let errs = errors(&format!("[server]\ndns_refresh = \"30ms\"\n{ONE_TARGET}"));
+    let e = error_at(&errs, "server.dns_refresh");
+    assert!(e.message.contains("shorter than the minimum"), "{e}");
+    assert!(e.fix.contains("\"0s\""), "{e}");
+    for bad in ["\"soon\"", "30"] {
+        let errs = errors(&format!("[server]\ndns_refresh = {bad}\n{ONE_TARGET}"));
+        error_at(&errs, "server.dns_refresh");
+    }
+}
+
+#[test]
 fn server_errors() {
     let text = format!(
         "[server]\nlisten = \"nowhere\"\nworkers = -1\ndriver = \"iouring\"\n\

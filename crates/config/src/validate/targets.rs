@@ -176,6 +176,7 @@ pub(super) fn target(
         name: name?,
         url: url.written,
         addr: url.addr,
+        dns_name: url.dns_name,
         tls: url.tls,
         server_name: url.server_name,
         ca_file,
@@ -238,6 +239,7 @@ pub(super) fn check_name(n: &str, key: &str, what: &str, errs: &mut Collector) -
 pub(super) struct ParsedUrl {
     pub(super) written: String,
     pub(super) addr: SocketAddr,
+    pub(super) dns_name: Option<String>,
     pub(super) tls: bool,
     pub(super) server_name: String,
     pub(super) host_header: String,
@@ -370,9 +372,14 @@ pub(super) fn target_url(
             }
         },
     };
+    let dns_name = match url_host {
+        url::Host::Domain(d) => Some(d.to_string()),
+        _ => None,
+    };
     Some(ParsedUrl {
         written: written.to_string(),
         addr,
+        dns_name,
         tls,
         server_name,
         host_header,

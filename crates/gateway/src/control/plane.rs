@@ -17,6 +17,7 @@ use rolter_engine::lora_book::LoraBook;
 use rolter_engine::scrape::EngineMetrics;
 use rolter_strategy::Strategy;
 
+use super::dns::{self, DnsBook};
 use crate::mesh::load::TargetSignal;
 use crate::mesh::{Kind, MeshDrops, Record, ToControl};
 use crate::metrics::{GatewayMetrics, ScrapeStatus, TargetGauges};
@@ -70,6 +71,8 @@ pub struct Plane {
     lookup_problems: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// LoRA adapter residency per target, for routes that read it.
     pub lora: LoraBook,
+    /// Where each target's new connections go, and the re-resolution of host names.
+    pub dns: DnsBook,
 }
 
 /// Fallback picks are logged at most this often per route and reason (the metrics count
@@ -124,6 +127,7 @@ impl Plane {
         let needs: Vec<Needs> = mirrors.iter().map(|m| m.needs()).collect();
         let lora = LoraBook::new(&config, &needs);
         Plane {
+            dns: DnsBook::new(&config, dns::system_resolver(), Instant::now()),
             lora,
             mirrors,
             health: HealthBook::new(&config.health, &config.targets, &config.routes),
@@ -227,6 +231,11 @@ impl Plane {
                 }
                 if let Some(e) = self.health.on_attempt(sample.target, verdict, now) {
                     self.log_event(e);
+                }
+                // No response at all (connect refused or timed out, a reset): the name may
+                // point elsewhere by now.
+                if verdict == Verdict::TargetFailed && sample.status == 0 {
+                    self.dns.connect_failed(sample.target, now);
                 }
             }
             Record::Fallback { route, reason } => {
@@ -567,6 +576,8 @@ impl Plane {
             kv.as_deref(),
             out,
         );
+        let names: Vec<String> = self.config.targets.iter().map(|t| t.name.clone()).collect();
+        crate::metrics::dns::render(&names, &self.dns.counts(), out);
         crate::metrics::process::render(&crate::metrics::process::ProcessStats::read(), out);
     }
 

@@ -15,8 +15,10 @@
 //! - [`gateway`]: the counters and histograms, and rendering.
 //! - [`gauges`]: the per-target gauges given at render time.
 //! - [`kv_events`]: the KV-event plane's per-target series, from its reports at render time.
+//! - [`dns`]: lookups of targets' host names, from the control thread's counts.
 //! - [`process`]: the `process_*` series from `/proc/self` and `rolter_build_info`.
 
+pub mod dns;
 pub mod gateway;
 pub mod gauges;
 pub mod kv_events;

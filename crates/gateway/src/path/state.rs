@@ -195,6 +195,7 @@ impl WorkerState {
                         }
                     }
                 },
+                |addrs| self.upstream.addrs.apply(addrs),
             );
         }
     }
