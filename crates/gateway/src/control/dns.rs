@@ -37,6 +37,10 @@ pub const FORCED_GAP: Duration = Duration::from_secs(5);
 /// A failing target's lookups are logged at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
+/// Once any address moved, the table is sent again this often, so a worker whose inbox was
+/// full when it changed (a counted mesh drop) catches up.
+pub const REPUBLISH: Duration = Duration::from_secs(5);
+
 /// One lookup for the resolver thread: target index, host, port.
 type Job = (usize, String, u16);
 /// Its answer.
@@ -101,6 +105,8 @@ pub struct DnsBook {
     thread: Option<ResolverThread>,
     /// The table changed since it was last published.
     dirty: bool,
+    /// When the table was last published (`None`: never, it is the load-time one).
+    published: Option<Instant>,
 }
 
 impl DnsBook {
@@ -138,6 +144,7 @@ impl DnsBook {
             resolve,
             thread: None,
             dirty: false,
+            published: None,
         }
     }
 
@@ -250,9 +257,17 @@ impl DnsBook {
         outcome
     }
 
-    /// The address table to send the workers, when it changed since the last call.
-    pub fn publishable(&mut self) -> Option<Arc<[SocketAddr]>> {
-        std::mem::take(&mut self.dirty).then(|| self.addrs.as_slice().into())
+    /// The address table to send the workers: when it changed since the last call, and
+    /// again every [`REPUBLISH`] once it differs from the load-time one.
+    pub fn publishable(&mut self, now: Instant) -> Option<Arc<[SocketAddr]>> {
+        let again = self
+            .published
+            .is_some_and(|at| now.saturating_duration_since(at) >= REPUBLISH);
+        if !std::mem::take(&mut self.dirty) && !again {
+            return None;
+        }
+        self.published = Some(now);
+        Some(self.addrs.as_slice().into())
     }
 
     /// The control tick: folds the resolver's answers in, hands it the lookups due, and
@@ -280,7 +295,7 @@ impl DnsBook {
                             n.pending = false;
                         }
                     }
-                    return self.publishable();
+                    return self.publishable(now);
                 }
             }
         }
@@ -290,7 +305,7 @@ impl DnsBook {
                 let _ = th.jobs.send(job);
             }
         }
-        self.publishable()
+        self.publishable(now)
     }
 
     /// Every named target's lookup counts, as `(target index, counts)`.
