@@ -120,7 +120,8 @@ fn random_weighted_follows_weights() {
 }
 
 /// `weight = 0` drains a target under every kind of strategy: none of its requests
-/// reaches the drained engine, and a route left with only drained targets says so.
+/// reaches the drained engine, and a route left with only drained targets says so (and
+/// makes `/readyz` answer 503).
 #[test]
 fn a_zero_weight_target_gets_no_traffic() {
     for d in drivers() {
@@ -137,7 +138,8 @@ fn a_zero_weight_target_gets_no_traffic() {
             rest.push_str(&format!(
                 "[[routes]]\nname = \"drained\"\ntargets = [\"t1\"]\n\
                  [routes.match]\nheader = {{ name = \"x-route\", value = \"drained\" }}\n\
-                 [[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"{strategy}\"\n"
+                 [[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"{strategy}\"\n\
+                 [admin]\nlisten = \"127.0.0.1:0\"\n"
             ));
             let g = gateway(d, &rest);
             let mut c = Client::connect(g.local_addr());
@@ -187,6 +189,10 @@ fn a_zero_weight_target_gets_no_traffic() {
                 r.text()
             );
             assert!(r.text().contains("drained (weight = 0)"), "{}", r.text());
+            // ... and the gateway is not ready while a route can serve nothing.
+            let admin = g.admin_addr().expect("admin on");
+            let ready = call(admin, &request("GET", "/readyz", &[], ""));
+            assert_eq!(ready.status, 503, "[{}] {strategy}", driver_name(d));
         }
     }
 }

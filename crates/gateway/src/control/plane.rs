@@ -557,12 +557,14 @@ impl Plane {
         serde_json::json!({ "targets": items, "routes": routes })
     }
 
-    /// Ready: every route has at least one eligible target.
+    /// Ready: every route has at least one eligible target that is not drained
+    /// (`weight = 0`).
     pub fn ready(&self) -> bool {
+        let serving = |t: usize| self.config.targets[t].weight > 0.0 && self.health.eligible(t);
         self.config
             .routes
             .iter()
-            .all(|r| r.targets.iter().any(|&t| self.health.eligible(t)))
+            .all(|r| r.targets.iter().copied().any(serving))
     }
 
     pub fn render_metrics(&self, now: Instant, out: &mut String) {
