@@ -185,6 +185,9 @@ pub struct ServerConfig {
     /// The UNIX socket `rolter reload` and `rolter run --upgrade` talk to; `None`: the
     /// default place (see the gateway's `control_socket`).
     pub control_socket: Option<PathBuf>,
+    /// How often targets named by a host name are resolved again (`dns_refresh`, default
+    /// 30 s; zero: resolved once, at load).
+    pub dns_refresh: Duration,
 }
 
 /// Client-side protocol limits and timeouts.
@@ -213,8 +216,11 @@ pub struct Target {
     pub name: String,
     /// The URL as written, for messages and the admin API.
     pub url: String,
-    /// Resolved upstream socket address (resolved once, at load).
+    /// Upstream socket address, as resolved at load; the control thread resolves
+    /// `dns_name` again every `server.dns_refresh` and tells the workers of a change.
     pub addr: SocketAddr,
+    /// The URL's host when it is a name to resolve (`None` for an IP address).
+    pub dns_name: Option<String>,
     /// `https://` URL: the upstream connection is TLS (1.2 or later, ALPN `http/1.1`), its
     /// certificate verified against the webpki public roots, or against `ca_certs` only.
     pub tls: bool,
@@ -229,7 +235,8 @@ pub struct Target {
     pub host_header: String,
     /// Path prefix from the URL ("" or "/something", no trailing slash) prepended to the request path.
     pub base_path: String,
-    /// Routing weight; non-positive values in the file become 1.0.
+    /// Routing weight (default 1.0, never negative). 0 drains the target: it is never a
+    /// candidate for a pick, while health checks and scrapes go on.
     pub weight: f64,
     /// Public model names this target serves (empty: any model the route accepts).
     pub models: Vec<String>,

@@ -82,6 +82,7 @@ pub(crate) struct RawServer {
     pub pin_workers: Option<bool>,
     pub driver: Option<String>,
     pub shutdown_grace: Option<toml::Value>,
+    pub dns_refresh: Option<toml::Value>,
     pub limits: Option<RawLimits>,
     pub control_socket: Option<String>,
 }
@@ -231,6 +232,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "control_socket",
     "driver",
     "shutdown_grace",
+    "dns_refresh",
     "limits",
 ];
 pub(crate) const LIMITS_KEYS: &[&str] = &[

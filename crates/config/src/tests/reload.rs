@@ -50,7 +50,12 @@ fn listen_workers_driver_and_admin_need_a_restart() {
     let keys: Vec<&str> = restart_needed(&a, &b).iter().map(|r| r.key).collect();
     assert_eq!(
         keys,
-        ["server.listen", "server.workers", "server.driver", "admin.listen"]
+        [
+            "server.listen",
+            "server.workers",
+            "server.driver",
+            "admin.listen"
+        ]
     );
     assert!(restart_needed(&a, &b)[1]
         .message
@@ -70,7 +75,10 @@ fn a_changed_target_keeps_the_others_but_no_route_state() {
     let a = load(BASE).unwrap();
     let b = load(&BASE.replace("127.0.0.1:9002", "127.0.0.1:9003")).unwrap();
     assert!(!same_targets(&a, &b));
-    assert_eq!(unchanged_targets(&a.targets, &b.targets), vec![Some(0), None]);
+    assert_eq!(
+        unchanged_targets(&a.targets, &b.targets),
+        vec![Some(0), None]
+    );
     assert_eq!(unchanged_routes(&a, &b), vec![None, None]);
     // A target added in front: the old ones are found by name.
     let c = load(&BASE.replacen(

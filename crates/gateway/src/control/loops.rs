@@ -80,7 +80,8 @@ pub async fn scrape_loop(
     let lora = plane.borrow().lora.wanted(t);
     every(cfg.interval, &run, || async {
         let params = tls.get(t).map(|x| x.params());
-        let result = probe::get_body(target, params, path, cfg.timeout)
+        let addr = plane.borrow().dns.addr(t);
+        let result = probe::get_body(target, addr, params, path, cfg.timeout)
             .await
             .and_then(|body| match std::str::from_utf8(&body) {
                 Ok(text) => scrape::parse_families(text).map_err(|e| e.to_string()),
@@ -113,7 +114,8 @@ pub async fn health_loop(
     let path = target.health_path.as_deref().unwrap_or(&cfg.path);
     every(cfg.interval, &run, || async {
         let params = tls.get(t).map(|x| x.params());
-        let result = probe::get(target, params, path, cfg.timeout).await;
+        let addr = plane.borrow().dns.addr(t);
+        let result = probe::get(target, addr, params, path, cfg.timeout).await;
         let ok = matches!(result, Ok((s, _)) if (200..300).contains(&s));
         let detail = match &result {
             Ok((s, _)) => format!("answered {s}"),
@@ -139,7 +141,8 @@ pub async fn models_loop(
     let path = format!("{}/v1/models", target.base_path);
     every(cfg.interval, &run, || async {
         let params = tls.get(t).map(|x| x.params());
-        let result = probe::get_body(target, params, &path, cfg.timeout)
+        let addr = plane.borrow().dns.addr(t);
+        let result = probe::get_body(target, addr, params, &path, cfg.timeout)
             .await
             .and_then(|body| rolter_engine::lora::parse_models(&body).map(|m| m.adapters));
         if run.on() {

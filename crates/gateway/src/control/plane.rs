@@ -18,6 +18,7 @@ use rolter_engine::lora_book::LoraBook;
 use rolter_engine::scrape::EngineMetrics;
 use rolter_strategy::Strategy;
 
+use super::dns::{self, DnsBook};
 use crate::mesh::load::TargetSignal;
 use crate::mesh::{Kind, MeshDrops, Record, ToControl};
 use crate::metrics::{GatewayMetrics, ScrapeStatus, TargetGauges};
@@ -73,6 +74,8 @@ pub struct Plane {
     lookup_problems: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// LoRA adapter residency per target, for routes that read it.
     pub lora: LoraBook,
+    /// Where each target's new connections go, and the re-resolution of host names.
+    pub dns: DnsBook,
 }
 
 /// Fallback picks are logged at most this often per route and reason (the metrics count
@@ -127,6 +130,7 @@ impl Plane {
         let needs: Vec<Needs> = mirrors.iter().map(|m| m.needs()).collect();
         let lora = LoraBook::new(&config, &needs);
         Plane {
+            dns: DnsBook::new(&config, dns::system_resolver(), Instant::now()),
             lora,
             mirrors,
             health: HealthBook::new(&config.health, &config.targets, &config.routes),
@@ -291,6 +295,11 @@ impl Plane {
                 }
                 if let Some(e) = self.health.on_attempt(sample.target, verdict, now) {
                     self.log_event(e);
+                }
+                // No response at all (connect refused or timed out, a reset): the name may
+                // point elsewhere by now.
+                if verdict == Verdict::TargetFailed && sample.status == 0 {
+                    self.dns.connect_failed(sample.target, now);
                 }
             }
             Record::Fallback { route, reason } => {
@@ -612,12 +621,14 @@ impl Plane {
         serde_json::json!({ "targets": items, "routes": routes })
     }
 
-    /// Ready: every route has at least one eligible target.
+    /// Ready: every route has at least one eligible target that is not drained
+    /// (`weight = 0`).
     pub fn ready(&self) -> bool {
+        let serving = |t: usize| self.config.targets[t].weight > 0.0 && self.health.eligible(t);
         self.config
             .routes
             .iter()
-            .all(|r| r.targets.iter().any(|&t| self.health.eligible(t)))
+            .all(|r| r.targets.iter().copied().any(serving))
     }
 
     pub fn render_metrics(&self, now: Instant, out: &mut String) {
@@ -634,6 +645,9 @@ impl Plane {
         if let Some(stats) = &self.reloads {
             crate::metrics::render_reloads(stats, out);
         }
+        let names: Vec<String> = self.config.targets.iter().map(|t| t.name.clone()).collect();
+        crate::metrics::dns::render(&names, &self.dns.counts(), out);
+        crate::metrics::process::render(&crate::metrics::process::ProcessStats::read(), out);
     }
 
     /// Messages the mesh dropped so far, per kind, over every sender.

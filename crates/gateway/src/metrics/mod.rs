@@ -16,10 +16,14 @@
 //! - [`gauges`]: the per-target gauges given at render time.
 //! - [`kv_events`]: the KV-event plane's per-target series, from its reports at render time.
 //! - [`reloads`]: the running configuration's digest and the reload counters.
+//! - [`dns`]: lookups of targets' host names, from the control thread's counts.
+//! - [`process`]: the `process_*` series from `/proc/self` and `rolter_build_info`.
 
+pub mod dns;
 pub mod gateway;
 pub mod gauges;
 pub mod kv_events;
+pub mod process;
 pub mod reloads;
 
 #[cfg(test)]

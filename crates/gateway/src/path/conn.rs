@@ -240,6 +240,18 @@ fn head_error(e: HeadError) -> GatewayError {
     GatewayError::client(e.status(), code, e.message())
 }
 
+/// The 413 for a body over `max` bytes, naming the limit and its key.
+fn body_too_large(max: usize) -> GatewayError {
+    GatewayError::client(
+        413,
+        "body_too_large",
+        format!(
+            "request body exceeds the limit of {max} bytes (server.limits.max_body_bytes); \
+             send a smaller body or raise the limit"
+        ),
+    )
+}
+
 fn timeout_error(what: &'static str) -> GatewayError {
     GatewayError::client(
         408,
@@ -307,7 +319,7 @@ async fn read_body(
         BodyFraming::None => Ok((BodyLoc::InBuf(head.len..head.len), head.len)),
         BodyFraming::Length(n) => {
             if n > max as u64 {
-                return Err(Some(head_error(HeadError::PayloadTooLarge)));
+                return Err(Some(body_too_large(max)));
             }
             let need = head.len + n as usize;
             if head.expect_continue && rbuf.len() < need {
@@ -342,7 +354,7 @@ async fn read_body(
                 // Count the rest of a declared chunk too: a 1 GiB chunk size is refused
                 // at once, not after the body timeout.
                 if body.len() as u64 + dec.pending_chunk_bytes() > max as u64 || raw > raw_cap {
-                    return Err(Some(head_error(HeadError::PayloadTooLarge)));
+                    return Err(Some(body_too_large(max)));
                 }
                 if dec.is_done() {
                     return Ok((BodyLoc::Decoded, head.len));

@@ -244,6 +244,7 @@ impl WorkerState {
                         }
                     }
                 },
+                |addrs| self.upstream.addrs.apply(addrs),
             );
         }
     }

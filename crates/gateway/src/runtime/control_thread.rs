@@ -167,6 +167,9 @@ async fn run(ctx: ControlContext) {
             if let Some(table) = p.lora.publishable(now) {
                 links.broadcast(Kind::Lora, || ToWorker::Lora(table.clone()));
             }
+            if let Some(addrs) = p.dns.tick(now) {
+                links.broadcast(Kind::Targets, || ToWorker::Addrs(addrs.clone()));
+            }
         }
         if flags.stopped() {
             break;
