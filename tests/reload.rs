@@ -265,3 +265,89 @@ fn a_reload_that_needs_a_restart_changes_nothing() {
     assert_eq!(r.status, 200);
     g.shutdown(Duration::from_secs(1));
 }
+
+/// `main` (fastest over both mocks, `options` its option lines) and `side` (for requests
+/// with `x-tenant: side`, with `side`'s strategy).
+fn learning_config(path: &Path, d: &str, mocks: &[MockHandle], options: &str, side: &str) {
+    let mut text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\npin_workers = false\ndriver = \"{d}\"\n\n"
+    );
+    for (i, m) in mocks.iter().enumerate() {
+        text.push_str(&target(&format!("e{i}"), m.addr(), ""));
+    }
+    text.push_str(&format!(
+        "[[routes]]\nname = \"side\"\nstrategy = \"{side}\"\ntargets = [\"e0\", \"e1\"]\n\
+         [routes.match]\nheader = {{ name = \"x-tenant\", value = \"side\" }}\n\n\
+         [[routes]]\nname = \"main\"\ntargets = [\"e0\", \"e1\"]\n\
+         [routes.strategy]\nname = \"fastest\"\n{options}\n"
+    ));
+    std::fs::write(path, text).unwrap();
+}
+
+/// Whether a request on `main` was picked with a fallback (`cold`), and by whom.
+fn explained(addr: SocketAddr) -> (Option<String>, String) {
+    let r = call(
+        addr,
+        &post(
+            "/v1/chat/completions",
+            &[("x-rolter-explain", "1")],
+            &chat_body(false),
+        ),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    (
+        r.header("x-rolter-fallback").map(str::to_string),
+        r.header("x-mock-engine").unwrap().to_string(),
+    )
+}
+
+#[test]
+fn an_unchanged_route_keeps_what_its_strategy_learned_and_a_changed_one_starts_fresh() {
+    let d = drivers()[0];
+    let mocks = vec![
+        mock("e0", |_| {}),
+        mock("e1", |c| c.ttft = Duration::from_millis(40)),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rolter.toml");
+    learning_config(&path, driver_name(d), &mocks, "min_samples = 3", "random");
+    let g = Gateway::start(rolter::config::load_file(&path).unwrap()).unwrap();
+    let addr = g.local_addr();
+    // Cold at first; warm once both targets have their samples (on every core).
+    assert_eq!(explained(addr).0.as_deref(), Some("cold"));
+    wait_for("fastest warm", Duration::from_secs(10), || {
+        explained(addr).0.is_none()
+    });
+    assert_eq!(
+        explained(addr),
+        (None, "e0".to_string()),
+        "the fast one wins"
+    );
+
+    // Only the other route changes: `main` keeps its TTFT averages.
+    learning_config(
+        &path,
+        driver_name(d),
+        &mocks,
+        "min_samples = 3",
+        "round_robin",
+    );
+    let r = g.reload().unwrap();
+    assert_eq!(r.routes_kept, 1, "{r}");
+    for _ in 0..4 {
+        assert_eq!(explained(addr), (None, "e0".to_string()), "still warm");
+    }
+
+    // `main`'s options change: its strategy starts fresh, cold again.
+    learning_config(
+        &path,
+        driver_name(d),
+        &mocks,
+        "min_samples = 4",
+        "round_robin",
+    );
+    let r = g.reload().unwrap();
+    assert_eq!(r.routes_kept, 1, "`side` is unchanged: {r}");
+    assert_eq!(explained(addr).0.as_deref(), Some("cold"));
+    g.shutdown(Duration::from_secs(1));
+}
