@@ -1,13 +1,18 @@
-//! The `rolter` command: run, check, demo (feature `demo`), strategies.
+//! The `rolter` command: run (and `--upgrade`), reload, check, demo (feature `demo`),
+//! strategies.
 //!
-//! Exit codes: 0 success, 1 runtime failure (cannot bind, cannot start), 2 configuration
-//! error (reported before any port is bound). Output to a closed pipe (`rolter strategies |
-//! head -1`) ends the command quietly.
+//! Signals while running: SIGTERM and SIGINT drain and exit (a second one exits at once),
+//! SIGHUP reloads the configuration file, SIGUSR2 starts the binary on disk as a new process
+//! that takes the listening sockets over (`--upgrade`), SIGUSR1 reopens the log files.
+//!
+//! Exit codes: 0 success, 1 runtime failure (cannot bind, cannot start, another instance
+//! runs, a refused reload), 2 configuration error (reported before any port is bound).
+//! Output to a closed pipe (`rolter strategies | head -1`) ends the command quietly.
 
 use std::io::{self, Write};
 #[cfg(feature = "demo")]
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 #[cfg(feature = "demo")]
@@ -16,6 +21,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use rolter::config;
+use rolter::gateway::runtime::control_socket::{self, ControlServer, Serving};
+use rolter::gateway::runtime::listener;
 use rolter::strategy::{options, registry};
 use rolter::Gateway;
 
@@ -37,6 +44,17 @@ struct Cli {
 enum Command {
     /// Serve with a configuration file.
     Run {
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Take the listening sockets over from the gateway running with this
+        /// configuration (a binary upgrade): it drains and exits once this one serves, and
+        /// no connection is lost. Without it, a gateway already running is an error.
+        #[arg(long)]
+        upgrade: bool,
+    },
+    /// Ask the gateway running with this configuration file to reload it: exits 0 when it
+    /// applied the new file, 1 with every error when it refused (and kept the old one).
+    Reload {
         #[arg(short, long)]
         config: PathBuf,
     },
@@ -73,21 +91,242 @@ fn init_logging() {
         .init();
 }
 
-/// Blocks until SIGINT or SIGTERM.
-fn wait_for_signal() {
-    let (tx, rx) = mpsc::channel();
-    let mut first = true;
-    if let Err(e) = ctrlc::set_handler(move || {
-        if first {
-            first = false;
-            let _ = tx.send(());
-        } else {
-            std::process::exit(130);
-        }
-    }) {
-        tracing::warn!("cannot install the signal handler: {e}");
+/// What the running process is asked to do, by a signal or the control socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    /// SIGTERM or SIGINT: drain and exit.
+    Stop,
+    /// SIGHUP.
+    Reload,
+    /// SIGUSR1.
+    ReopenLogs,
+    /// SIGUSR2: start the binary on disk with `--upgrade`.
+    Upgrade,
+    /// A new process took the listening sockets over: drain and exit.
+    UpgradedAway,
+}
+
+/// Turns the signals into events on a thread of their own. A second SIGTERM or SIGINT
+/// exits at once (130).
+fn signal_events(tx: mpsc::Sender<Event>) {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut signals =
+        match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2]) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot install the signal handlers: {e}");
+                return;
+            }
+        };
+    let spawned = std::thread::Builder::new()
+        .name("rolter-signals".into())
+        .spawn(move || {
+            let mut stopping = false;
+            for sig in signals.forever() {
+                let event = match sig {
+                    SIGHUP => Event::Reload,
+                    SIGUSR1 => Event::ReopenLogs,
+                    SIGUSR2 => Event::Upgrade,
+                    _ if stopping => std::process::exit(130),
+                    _ => {
+                        stopping = true;
+                        Event::Stop
+                    }
+                };
+                if tx.send(event).is_err() {
+                    break;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the signal thread: {e}");
     }
-    let _ = rx.recv();
+}
+
+/// Blocks until SIGINT or SIGTERM.
+#[cfg(feature = "demo")]
+fn wait_for_stop() {
+    let (tx, rx) = mpsc::channel();
+    signal_events(tx);
+    while let Ok(e) = rx.recv() {
+        if e == Event::Stop {
+            return;
+        }
+    }
+}
+
+/// `rolter run`: start (or take over from a running gateway), serve, and answer signals
+/// until a stop or a handover.
+fn run(path: &Path, upgrade: bool) -> ExitCode {
+    let cfg = match config::load_file(path) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!(
+                "{} error(s) in {}; nothing was started",
+                errors.errors.len(),
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+    };
+    // The path of this binary now, before a package manager replaces the file: an upgrade
+    // runs whatever is at this path then.
+    let exe = std::env::current_exe().ok();
+    let socket = control_socket::path_for(&cfg);
+    let grace = cfg.server.shutdown_grace;
+    let (started, handover) = if upgrade {
+        match take_over(cfg, &socket) {
+            Ok((g, h)) => (Ok(g), Some(h)),
+            Err(e) => (Err(e), None),
+        }
+    } else {
+        if let Some(running) = control_socket::status(&socket) {
+            tracing::error!(
+                "another gateway runs with this configuration ({running}, control socket {}): \
+                 stop it first, or replace it without dropping a connection with \
+                 `rolter run --upgrade --config {}`",
+                socket.display(),
+                path.display()
+            );
+            return ExitCode::from(1);
+        }
+        (Gateway::start(cfg), None)
+    };
+    let gateway = match started {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::error!("cannot start: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let (tx, rx) = mpsc::channel();
+    let control = start_control_socket(&gateway, &socket, tx.clone());
+    if let Some(h) = handover {
+        if let Err(e) = h.ready() {
+            tracing::warn!("upgrade: the old gateway did not confirm its drain: {e}");
+        }
+    }
+    signal_events(tx);
+    let stop_reason = loop {
+        let Ok(event) = rx.recv() else {
+            break "the signal thread ended";
+        };
+        match event {
+            Event::Stop => break "stop signal",
+            Event::UpgradedAway => break "a new process took over",
+            Event::Reload => {
+                // The outcome is logged and counted by the gateway.
+                let _ = gateway.reload();
+            }
+            Event::ReopenLogs => tracing::info!("SIGUSR1: no log file is open; nothing to reopen"),
+            Event::Upgrade => spawn_upgrade(exe.as_deref(), path),
+        }
+    };
+    tracing::info!(
+        grace_ms = grace.as_millis() as u64,
+        "stopping ({stop_reason}): draining in-flight requests"
+    );
+    // The control socket's copies of the listening sockets close first.
+    drop(control);
+    gateway.shutdown(grace);
+    ExitCode::SUCCESS
+}
+
+/// `--upgrade`: the running gateway's sockets, and this gateway started on them.
+fn take_over(
+    cfg: config::Config,
+    socket: &Path,
+) -> std::io::Result<(Gateway, control_socket::Handover)> {
+    let mut h = control_socket::take_over(socket)?;
+    let want = cfg.server.workers.max(1);
+    if h.listeners.len() != want {
+        return Err(std::io::Error::other(format!(
+            "--upgrade: the running gateway has {} workers and this configuration {want}; \
+             a handover keeps every listening socket, so set server.workers = {}",
+            h.listeners.len(),
+            h.listeners.len()
+        )));
+    }
+    let got = h.listeners[0].local_addr()?;
+    let listen = cfg.server.listen;
+    if got.ip() != listen.ip() || (listen.port() != 0 && got.port() != listen.port()) {
+        return Err(std::io::Error::other(format!(
+            "--upgrade: the running gateway listens on {got}, this configuration on {listen}"
+        )));
+    }
+    let admin = match (&cfg.admin, h.admin.take()) {
+        (Some(a), Some(l)) if l.local_addr().ok() == Some(a.listen) => Some(l),
+        (Some(a), _) => Some(listener::bind_admin(a.listen)?),
+        (None, _) => None,
+    };
+    let listeners = std::mem::take(&mut h.listeners);
+    Ok((Gateway::start_on(cfg, listeners, admin)?, h))
+}
+
+/// Serves the control socket (`rolter reload`, `--upgrade`); a gateway without one still
+/// reloads on SIGHUP and through the admin API.
+fn start_control_socket(
+    gateway: &Gateway,
+    socket: &Path,
+    events: mpsc::Sender<Event>,
+) -> Option<ControlServer> {
+    let (listeners, admin) = match gateway.listening_sockets() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("no control socket: {e}");
+            return None;
+        }
+    };
+    let serving = Serving {
+        listeners,
+        admin,
+        reloads: gateway.reloads().clone(),
+        on_upgraded: Box::new(move || {
+            let _ = events.send(Event::UpgradedAway);
+        }),
+        describe: format!("listening on {}", gateway.local_addr()),
+    };
+    match ControlServer::start(socket, serving) {
+        Ok(c) => {
+            tracing::info!(socket = %socket.display(), "control socket listening");
+            Some(c)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "no control socket ({e}): `rolter reload` and `--upgrade` are unavailable; \
+                 SIGHUP and POST /admin/reload still reload (set server.control_socket to a \
+                 writable path)"
+            );
+            None
+        }
+    }
+}
+
+/// SIGUSR2: runs the binary now at this path as `rolter run --upgrade` with the same
+/// configuration; it takes the sockets over, and this process drains when it says so.
+fn spawn_upgrade(exe: Option<&Path>, config: &Path) {
+    let Some(exe) = exe else {
+        tracing::warn!(
+            "SIGUSR2: this binary's path is unknown; run `rolter run --upgrade` by hand"
+        );
+        return;
+    };
+    match std::process::Command::new(exe)
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .arg("--upgrade")
+        .stdin(std::process::Stdio::null())
+        .spawn()
+    {
+        Ok(child) => tracing::info!(
+            pid = child.id(),
+            exe = %exe.display(),
+            "SIGUSR2: started the new binary; it takes the sockets over"
+        ),
+        Err(e) => tracing::warn!("SIGUSR2: cannot start {}: {e}", exe.display()),
+    }
 }
 
 /// Writes command output; a reader that went away (a closed pipe) is not an error.
@@ -168,35 +407,21 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Run { config } => {
+        Command::Run { config, upgrade } => {
             init_logging();
-            let cfg = match config::load_file(&config) {
-                Ok(c) => c,
-                Err(errors) => {
-                    eprintln!("{errors}");
-                    eprintln!(
-                        "{} error(s) in {}; nothing was started",
-                        errors.errors.len(),
-                        config.display()
-                    );
-                    return ExitCode::from(2);
+            run(&config, upgrade)
+        }
+        Command::Reload { config } => {
+            // The running gateway loads the file itself and answers with every error.
+            let (port, explicit) = config::peek_control(&config);
+            let socket = control_socket::path_from(port, explicit.as_deref());
+            match control_socket::request_reload(&socket) {
+                Ok(report) => emit(|out| writeln!(out, "{report}")),
+                Err(message) => {
+                    eprintln!("{message}");
+                    ExitCode::from(1)
                 }
-            };
-            let grace = cfg.server.shutdown_grace;
-            let gateway = match Gateway::start(cfg) {
-                Ok(g) => g,
-                Err(e) => {
-                    tracing::error!("cannot start: {e}");
-                    return ExitCode::from(1);
-                }
-            };
-            wait_for_signal();
-            tracing::info!(
-                grace_ms = grace.as_millis() as u64,
-                "stopping: draining in-flight requests"
-            );
-            gateway.shutdown(grace);
-            ExitCode::SUCCESS
+            }
         }
         #[cfg(feature = "demo")]
         Command::Demo {
@@ -213,7 +438,7 @@ fn main() -> ExitCode {
                 }
             };
             println!("{}", rolter::demo::banner(&demo));
-            wait_for_signal();
+            wait_for_stop();
             demo.gateway.shutdown(Duration::from_secs(5));
             ExitCode::SUCCESS
         }

@@ -514,7 +514,16 @@ fn p06_body_over_the_limit_is_refused_before_it_is_read() {
             "413 waited for the body"
         );
         let raw = format!("{R}Content-Length: 1048577\r\n\r\n");
-        e.reject("CL limit+1, head only", raw.as_bytes(), 413);
+        let r = e.reject("CL limit+1, head only", raw.as_bytes(), 413);
+        // The message names the limit and the key that sets it.
+        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        let msg = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains("1048576 bytes") && msg.contains("server.limits.max_body_bytes"),
+            "[{}] 413 message: {msg}",
+            e.d()
+        );
+        assert_eq!(body["error"]["code"], "body_too_large", "[{}]", e.d());
     });
 }
 

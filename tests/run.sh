@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need on a fresh machine (system packages and
-# the OpenAI Python SDK), then runs formatting, lints and the whole test suite: the default
-# build, then the lean build (`--no-default-features`: no ZMQ, no local tokenizer, no demo),
+# The test command: installs what the tests need on a fresh machine when it is missing —
+# system packages with apt-get (curl, python3 with pip, g++, Python's ZMQ and msgpack
+# bindings, and Prometheus's promtool where the distribution ships it), the OpenAI Python
+# SDK with pip, the pinned Rust toolchain with rustup — saying what it installs, then runs
+# formatting, lints, the module-import check and the whole test suite: the default build,
+# then the lean build (`--no-default-features`: no ZMQ, no local tokenizer, no demo),
 # whose dependency tree is checked to hold none of them.
 #
 #   ./tests/run.sh
@@ -11,9 +14,11 @@ cd "$(dirname "$0")/.."
 log() { printf '==> %s\n' "$*"; }
 
 # System packages: curl for the demo check, python3 with pip for the OpenAI SDK test,
-# g++ for the vendored libzmq (built by the zmq crate), and Debian's pyzmq and msgpack for
+# g++ for the vendored libzmq (built by the zmq crate), Debian's pyzmq and msgpack for
 # tests/kv_events_pyzmq.rs (which tries python3, then /usr/bin/python3, where Debian's
-# python3-* modules live); systemd for systemd-analyze (tests/systemd.rs verifies and scores
+# python3-* modules live), promtool for tests/metrics_promtool.rs (Debian and Ubuntu
+# ship it in the `prometheus` package; where no package has it, that test says it skips
+# promtool's check), systemd for systemd-analyze (tests/systemd.rs verifies and scores
 # config/rolter.service with it) and util-linux for setpriv (the same test reads the
 # installed configuration as an unprivileged uid).
 missing=()
@@ -25,11 +30,24 @@ python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 py_kv() { "$1" -c 'import zmq, msgpack' >/dev/null 2>&1; }
 py_kv python3 || py_kv /usr/bin/python3 || missing+=(python3 python3-zmq python3-msgpack)
+want_promtool=false
+command -v promtool >/dev/null 2>&1 || want_promtool=true
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if [ ${#missing[@]} -gt 0 ] || $want_promtool; then
+  $SUDO apt-get update -qq
+  if $want_promtool; then
+    if apt-cache show prometheus >/dev/null 2>&1; then
+      missing+=(prometheus)
+    else
+      log "no package ships promtool here: tests/metrics_promtool.rs will skip its check"
+    fi
+  fi
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing system packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  log "system packages: all present"
 fi
 
 # The official OpenAI Python SDK, used by tests/openai_sdk.rs as a real client.
@@ -50,6 +68,7 @@ if command -v rustup >/dev/null 2>&1; then
       log "using the installed stable toolchain as $want"
       ln -s "$(rustc +stable --print sysroot)" "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$want-$host"
     else
+      log "installing the Rust toolchain $want (rustup, with rustfmt and clippy)"
       rustup toolchain install "$want" --component rustfmt clippy
     fi
   fi

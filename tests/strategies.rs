@@ -119,6 +119,84 @@ fn random_weighted_follows_weights() {
     }
 }
 
+/// `weight = 0` drains a target under every kind of strategy: none of its requests
+/// reaches the drained engine, and a route left with only drained targets says so (and
+/// makes `/readyz` answer 503).
+#[test]
+fn a_zero_weight_target_gets_no_traffic() {
+    for d in drivers() {
+        for strategy in [
+            "round_robin",
+            "random_weighted",
+            "least_loaded",
+            "consistent_hash",
+        ] {
+            let a = mock("a", |_| {});
+            let b = mock("b", |_| {});
+            let mut rest = target("t0", a.addr(), "");
+            rest.push_str(&target("t1", b.addr(), "weight = 0"));
+            rest.push_str(&format!(
+                "[[routes]]\nname = \"drained\"\ntargets = [\"t1\"]\n\
+                 [routes.match]\nheader = {{ name = \"x-route\", value = \"drained\" }}\n\
+                 [[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"{strategy}\"\n\
+                 [admin]\nlisten = \"127.0.0.1:0\"\n"
+            ));
+            let g = gateway(d, &rest);
+            let mut c = Client::connect(g.local_addr());
+            for i in 0..40 {
+                let session = format!("s{i}");
+                c.send(&post(
+                    "/v1/completions",
+                    &[("x-session-id", &session)],
+                    r#"{"model":"m","prompt":"x"}"#,
+                ));
+                let r = c.response().unwrap();
+                assert_eq!(
+                    r.status,
+                    200,
+                    "[{}] {strategy}: {}",
+                    driver_name(d),
+                    r.text()
+                );
+                assert_eq!(
+                    r.header("x-rolter-target"),
+                    Some("t0"),
+                    "[{}] {strategy}",
+                    driver_name(d)
+                );
+            }
+            assert_eq!(
+                b.requests().len(),
+                0,
+                "[{}] {strategy}: the drained engine was used",
+                driver_name(d)
+            );
+            assert_eq!(a.requests().len(), 40);
+            // Only drained targets: a 503 that says why.
+            let r = call(
+                g.local_addr(),
+                &post(
+                    "/v1/completions",
+                    &[("x-route", "drained")],
+                    r#"{"model":"m","prompt":"x"}"#,
+                ),
+            );
+            assert_eq!(
+                r.status,
+                503,
+                "[{}] {strategy}: {}",
+                driver_name(d),
+                r.text()
+            );
+            assert!(r.text().contains("drained (weight = 0)"), "{}", r.text());
+            // ... and the gateway is not ready while a route can serve nothing.
+            let admin = g.admin_addr().expect("admin on");
+            let ready = call(admin, &request("GET", "/readyz", &[], ""));
+            assert_eq!(ready.status, 503, "[{}] {strategy}", driver_name(d));
+        }
+    }
+}
+
 #[test]
 fn failover_keeps_traffic_on_the_primary_and_promotes_past_a_failing_one() {
     for d in drivers() {

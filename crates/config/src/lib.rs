@@ -19,6 +19,7 @@ mod error;
 mod model;
 pub mod prices;
 mod raw;
+pub mod reload;
 mod validate;
 
 #[cfg(test)]
@@ -94,9 +95,49 @@ pub(crate) fn load_with(
     let raw = raw::parse(text, &mut errs);
     let config = raw.and_then(|raw| validate::validate(raw, source, &host, &mut errs));
     match config {
-        Some(c) if errs.is_empty() => Ok(c),
+        Some(mut c) if errs.is_empty() => {
+            c.digest = digest(text);
+            Ok(c)
+        }
         _ => Err(errs.into_errors()),
     }
+}
+
+/// What a file says about where its gateway listens, read leniently (the file may have
+/// errors): the `server.listen` port (default 8080) and `server.control_socket` (relative
+/// to the file's directory). `rolter reload` finds the running gateway with it even when
+/// the new file is invalid, so the gateway itself refuses it, logs and counts that.
+pub fn peek_control(path: &Path) -> (u16, Option<std::path::PathBuf>) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let value: toml::Table = text.parse().unwrap_or_default();
+    let server = value.get("server").and_then(|s| s.as_table());
+    let port = server
+        .and_then(|s| s.get("listen"))
+        .and_then(|l| l.as_str())
+        .and_then(|l| l.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or(8080);
+    let socket = server
+        .and_then(|s| s.get("control_socket"))
+        .and_then(|c| c.as_str())
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            let c = Path::new(c);
+            match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                Some(dir) if c.is_relative() => dir.join(c),
+                _ => c.to_path_buf(),
+            }
+        });
+    (port, socket)
+}
+
+/// SHA-256 of `text`, lowercase hex.
+pub fn digest(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn system_resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {

@@ -4,7 +4,7 @@
 //! touch the network: `load` builds these values and guarantees their invariants
 //! (target indices valid, header values free of CR/LF, addresses resolved).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +17,10 @@ pub use rolter_strategy::StrategySpec;
 pub struct Config {
     /// The file this configuration came from (for messages), or `<builtin>`.
     pub source: PathBuf,
+    /// SHA-256 of the configuration text, lowercase hex (what `sha256sum` prints for the
+    /// file): shown by `/admin/config` and `rolter_config_info` so an operator can tell
+    /// which file a gateway runs.
+    pub digest: String,
     pub server: ServerConfig,
     pub targets: Vec<Target>,
     pub routes: Vec<Route>,
@@ -27,7 +31,7 @@ pub struct Config {
     /// The admin listener (`[admin]`); `None` when the section is absent.
     pub admin: Option<AdminConfig>,
     /// Prices per upstream model name from `[catalog]`, over the built-in catalog.
-    pub catalog: HashMap<String, Price>,
+    pub catalog: BTreeMap<String, Price>,
     /// `[adaptive]`: the starting state of the global kill switch.
     pub adaptive: AdaptiveConfig,
     /// `[kv_events]`: how the KV block index is keyed, bounded and kept fresh.
@@ -178,6 +182,12 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// How long a stopping gateway lets in-flight requests finish.
     pub shutdown_grace: Duration,
+    /// The UNIX socket `rolter reload` and `rolter run --upgrade` talk to; `None`: the
+    /// default place (see the gateway's `control_socket`).
+    pub control_socket: Option<PathBuf>,
+    /// How often targets named by a host name are resolved again (`dns_refresh`, default
+    /// 30 s; zero: resolved once, at load).
+    pub dns_refresh: Duration,
 }
 
 /// Client-side protocol limits and timeouts.
@@ -206,8 +216,11 @@ pub struct Target {
     pub name: String,
     /// The URL as written, for messages and the admin API.
     pub url: String,
-    /// Resolved upstream socket address (resolved once, at load).
+    /// Upstream socket address, as resolved at load; the control thread resolves
+    /// `dns_name` again every `server.dns_refresh` and tells the workers of a change.
     pub addr: SocketAddr,
+    /// The URL's host when it is a name to resolve (`None` for an IP address).
+    pub dns_name: Option<String>,
     /// `https://` URL: the upstream connection is TLS (1.2 or later, ALPN `http/1.1`), its
     /// certificate verified against the webpki public roots, or against `ca_certs` only.
     pub tls: bool,
@@ -222,12 +235,13 @@ pub struct Target {
     pub host_header: String,
     /// Path prefix from the URL ("" or "/something", no trailing slash) prepended to the request path.
     pub base_path: String,
-    /// Routing weight; non-positive values in the file become 1.0.
+    /// Routing weight (default 1.0, never negative). 0 drains the target: it is never a
+    /// candidate for a pick, while health checks and scrapes go on.
     pub weight: f64,
     /// Public model names this target serves (empty: any model the route accepts).
     pub models: Vec<String>,
     /// Public model name → the name this upstream expects in the body.
-    pub upstream_models: HashMap<String, String>,
+    pub upstream_models: BTreeMap<String, String>,
     /// Headers added to every upstream request (after client auth and hop-by-hop are removed).
     /// Names are lowercase; values contain no CR, LF or NUL.
     pub headers: Vec<(String, String)>,

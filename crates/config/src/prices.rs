@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use rolter_core::{catalog_price, PriceBook, TargetPrices};
+use rolter_core::{builtin, PriceBook, TargetPrices};
 
 use crate::Config;
 
@@ -22,14 +22,23 @@ pub fn price_book(config: &Config) -> PriceBook {
                 .iter()
                 .filter_map(|public| {
                     let upstream = t.upstream_models.get(public).unwrap_or(public);
-                    catalog_price(&config.catalog, upstream).map(|p| (public.clone(), p))
+                    config
+                        .catalog
+                        .get(upstream.as_str())
+                        .copied()
+                        .or_else(|| builtin(upstream))
+                        .map(|p| (public.clone(), p))
                 })
                 .collect();
             TargetPrices {
                 fixed: t.price,
                 by_model,
                 catalog: if t.models.is_empty() {
-                    config.catalog.clone()
+                    config
+                        .catalog
+                        .iter()
+                        .map(|(k, v)| (k.clone(), *v))
+                        .collect()
                 } else {
                     HashMap::new()
                 },

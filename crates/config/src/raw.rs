@@ -82,7 +82,9 @@ pub(crate) struct RawServer {
     pub pin_workers: Option<bool>,
     pub driver: Option<String>,
     pub shutdown_grace: Option<toml::Value>,
+    pub dns_refresh: Option<toml::Value>,
     pub limits: Option<RawLimits>,
+    pub control_socket: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -227,8 +229,10 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "listen",
     "workers",
     "pin_workers",
+    "control_socket",
     "driver",
     "shutdown_grace",
+    "dns_refresh",
     "limits",
 ];
 pub(crate) const LIMITS_KEYS: &[&str] = &[

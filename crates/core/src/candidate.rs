@@ -6,7 +6,7 @@ use crate::{Residency, TargetId};
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Candidate {
     pub target: TargetId,
-    /// Effective weight (> 0).
+    /// Effective weight (> 0: a drained target, weight 0, is never a candidate).
     pub weight: f64,
     /// Requests in flight to this target (every core) plus its engine queue depth when known.
     pub load: u64,

@@ -95,6 +95,21 @@ impl HealthBook {
         }
     }
 
+    /// Takes over `old`'s state (health, ejections, failure counts) of the targets a reload
+    /// left unchanged: `map[t]` is target `t`'s index in `old`, when it is the same target.
+    /// Whether a target is probed follows the new configuration.
+    pub fn inherit(&mut self, old: &HealthBook, map: &[Option<usize>]) {
+        for (t, from) in map.iter().enumerate() {
+            if let (Some(o), Some(h)) = (from, self.targets.get_mut(t)) {
+                if let Some(prev) = old.targets.get(*o) {
+                    let probed = h.probed;
+                    *h = prev.clone();
+                    h.probed = probed;
+                }
+            }
+        }
+    }
+
     /// Whether strategies may see the target.
     pub fn eligible(&self, t: TargetId) -> bool {
         let h = &self.targets[t];

@@ -9,18 +9,19 @@
 //!   inputs → pick → attempt → relay → record, over the worker's per-core state.
 //! - [`route_inputs`]: the clients of what a route's strategy needs (token ids, an LMCache
 //!   lookup, adapter loads).
-//! - [`upstream`]: the thin upstream client: connect (TCP, TLS), the per-core keep-alive
-//!   pool, the one connection policy every call follows, buffered side calls.
+//! - [`upstream`]: the thin upstream client: each target's current address, connect (TCP,
+//!   TLS), the per-core keep-alive pool, the one connection policy every call follows,
+//!   buffered side calls.
 //!
 //! Beside it:
 //!
 //! - [`mesh`]: the per-core load view and the lock-free channels between cores and the
 //!   control thread (snapshots with a heartbeat, samples, shared routing state, records).
-//! - [`control`]: the control plane: health book, scrapes, LoRA book, merged metrics, the
-//!   signals it publishes to the workers; [`admin`] is its listener, [`metrics`] its
+//! - [`control`]: the control plane: health book, scrapes, LoRA book, DNS book, merged
+//!   metrics, the signals and address tables it publishes to the workers; [`admin`] is its listener, [`metrics`] its
 //!   Prometheus text.
 //! - [`strategies`]: each route's strategy instances built from the configuration.
-//! - [`lifecycle`]: the drain and stop flags.
+//! - [`lifecycle`]: the drain and stop flags; [`reload`]: what a reload reports and counts.
 //! - [`notify`]: the service manager's notification protocol (sd_notify) and watchdog.
 //!
 //! Below it, in their own crates: the shared values (`rolter-core`), the HTTP and API
@@ -35,6 +36,7 @@ pub mod mesh;
 pub mod metrics;
 pub mod notify;
 pub mod path;
+pub mod reload;
 pub mod route_inputs;
 pub mod runtime;
 pub mod strategies;

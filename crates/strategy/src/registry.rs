@@ -97,6 +97,19 @@ pub fn valid_names() -> String {
     names.join(", ")
 }
 
+/// The registered name or alias closest to `name` (Damerau-Levenshtein), when it is close
+/// enough to be a likely misspelling: at most a third of the longer word apart, and at
+/// least 2 edits allowed.
+pub fn closest_name(name: &str) -> Option<&'static str> {
+    let (best, distance) = all()
+        .iter()
+        .flat_map(|s| std::iter::once(s.name).chain(s.aliases.iter().copied()))
+        .map(|n| (n, strsim::damerau_levenshtein(name, n)))
+        .min_by_key(|&(_, d)| d)?;
+    let allowed = (name.chars().count().max(best.len()) / 3).max(2);
+    (distance <= allowed).then_some(best)
+}
+
 /// A route's strategy, validated: its registry entry and its typed options.
 #[derive(Clone)]
 pub struct StrategySpec {
@@ -109,10 +122,16 @@ impl StrategySpec {
     /// an unknown strategy name).
     pub fn parse(name: &str, options: &toml::Table) -> Result<StrategySpec, Vec<OptionError>> {
         let Some(info) = lookup(name) else {
-            return Err(vec![OptionError::new(
+            let error = OptionError::new(
                 "name",
                 format!("unknown strategy `{name}`; valid names: {}", valid_names()),
-            )]);
+            );
+            return Err(vec![match closest_name(name) {
+                Some(best) => error.with_fix(format!(
+                    "did you mean `{best}`? (`rolter strategies` lists every strategy)"
+                )),
+                None => error,
+            }]);
         };
         let options = (info.parse)(options)?;
         Ok(StrategySpec { info, options })

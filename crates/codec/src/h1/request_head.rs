@@ -116,7 +116,9 @@ impl HeadError {
             }
             HeadError::ExpectationFailed => "only `Expect: 100-continue` is supported",
             HeadError::UnsupportedMediaType => "request Content-Encoding is not supported",
-            HeadError::PayloadTooLarge => "request body exceeds the configured limit",
+            HeadError::PayloadTooLarge => {
+                "request body exceeds the configured limit (server.limits.max_body_bytes)"
+            }
         }
     }
 }

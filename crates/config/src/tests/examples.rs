@@ -175,16 +175,25 @@ fn explicit_route_defaults() {
 }
 
 #[test]
-fn non_positive_weight_becomes_one() {
-    for w in ["0", "-3.5", "0.0", "nan"] {
-        let text = format!("{ONE_TARGET}weight = {w}\n");
-        let c = load(&text).unwrap_or_else(|e| panic!("{w}: {e}"));
-        assert_eq!(c.targets[0].weight, 1.0, "{w}");
+fn zero_weight_drains_and_negative_weight_is_an_error() {
+    for w in ["0", "0.0"] {
+        let c = load(&format!("{ONE_TARGET}weight = {w}\n")).unwrap_or_else(|e| panic!("{w}: {e}"));
+        assert_eq!(c.targets[0].weight, 0.0, "{w}");
     }
     let c = load(&format!("{ONE_TARGET}weight = 3\n")).unwrap();
     assert_eq!(c.targets[0].weight, 3.0);
-    let errs = errors(&format!("{ONE_TARGET}weight = inf\n"));
-    error_at(&errs, "targets[0].weight");
+    let c = load(ONE_TARGET).unwrap();
+    assert_eq!(c.targets[0].weight, 1.0);
+
+    let errs = errors(&format!("{ONE_TARGET}weight = -3.5\n"));
+    let e = error_at(&errs, "targets[0].weight");
+    assert!(e.message.contains("-3.5"), "{e}");
+    assert!(e.message.contains("must not be negative"), "{e}");
+    assert!(e.fix.contains("0 to drain"), "{e}");
+    for w in ["inf", "nan", "-inf"] {
+        let errs = errors(&format!("{ONE_TARGET}weight = {w}\n"));
+        error_at(&errs, "targets[0].weight");
+    }
 }
 
 #[test]
@@ -204,6 +213,34 @@ fn server_values() {
     assert_eq!(c.server.limits.head_timeout, Duration::from_millis(250));
     let c = load(&format!("[server]\ndriver = \"io_uring\"\n{ONE_TARGET}")).unwrap();
     assert_eq!(c.server.driver, DriverChoice::IoUring);
+}
+
+#[test]
+fn dns_refresh_defaults_to_30s_and_zero_turns_it_off() {
+    let c = load(ONE_TARGET).unwrap();
+    assert_eq!(c.server.dns_refresh, Duration::from_secs(30));
+    assert_eq!(
+        c.targets[0].dns_name, None,
+        "an IP address is not re-resolved"
+    );
+    let text = String::from(
+        "[server]\ndns_refresh = \"5m\"\n[[targets]]\nname = \"e\"\nurl = \"http://engine.internal:8000\"\n"
+    );
+    let c = load(&text).unwrap();
+    assert_eq!(c.server.dns_refresh, Duration::from_secs(300));
+    assert_eq!(c.targets[0].dns_name.as_deref(), Some("engine.internal"));
+    assert_eq!(c.targets[0].addr, "192.0.2.20:8000".parse().unwrap());
+    let c = load(&format!("[server]\ndns_refresh = \"0s\"\n{ONE_TARGET}")).unwrap();
+    assert_eq!(c.server.dns_refresh, Duration::ZERO);
+
+    let errs = errors(&format!("[server]\ndns_refresh = \"30ms\"\n{ONE_TARGET}"));
+    let e = error_at(&errs, "server.dns_refresh");
+    assert!(e.message.contains("shorter than the minimum"), "{e}");
+    assert!(e.fix.contains("\"0s\""), "{e}");
+    for bad in ["\"soon\"", "30"] {
+        let errs = errors(&format!("[server]\ndns_refresh = {bad}\n{ONE_TARGET}"));
+        error_at(&errs, "server.dns_refresh");
+    }
 }
 
 #[test]

@@ -75,6 +75,7 @@ const ONE_TARGET: &str = "[[targets]]\nname = \"a\"\nurl = \"http://10.0.0.1:800
 
 mod examples;
 mod prices;
+mod reload;
 mod routes;
 mod sections;
 mod targets;

@@ -90,7 +90,8 @@ pub(super) fn price_errors(c: &Config) -> Vec<ConfigError> {
     let routes: Vec<Option<Route>> = c.routes.iter().cloned().map(Some).collect();
     let targets: Vec<Option<Target>> = c.targets.iter().cloned().map(Some).collect();
     let mut errs = Collector::new("test.toml");
-    check_prices(&routes, &targets, &c.catalog, &mut errs);
+    let catalog = c.catalog.clone().into_iter().collect();
+    check_prices(&routes, &targets, &catalog, &mut errs);
     errs.into_errors().errors
 }
 
@@ -305,7 +306,8 @@ fn check_prices_skips_invalid_routes_and_targets() {
         None,
     ];
     let mut errs = Collector::new("test.toml");
-    check_prices(&routes, &targets, &c.catalog, &mut errs);
+    let catalog = c.catalog.clone().into_iter().collect();
+    check_prices(&routes, &targets, &catalog, &mut errs);
     assert!(errs.is_empty(), "{}", errs.into_errors());
 }
 

@@ -233,6 +233,28 @@ fn strategy_errors() {
     assert_eq!(errs.len(), 6, "{}", ConfigErrors { errors: errs });
 }
 
+#[test]
+fn a_misspelt_strategy_name_gets_the_closest_suggested() {
+    let text = format!(
+        "{ONE_TARGET}\
+         [[routes]]\nname = \"r0\"\ntargets = [\"a\"]\nstrategy = \"least-loaded\"\n\
+         [[routes]]\nname = \"r1\"\ntargets = [\"a\"]\nstrategy = {{ name = \"fastset\" }}\n"
+    );
+    let errs = errors(&text);
+    let e = error_at(&errs, "routes[0].strategy");
+    assert!(e.message.contains("unknown strategy `least-loaded`"), "{e}");
+    assert!(e.fix.contains("did you mean `least_loaded`?"), "{e}");
+    let e = error_at(&errs, "routes[1].strategy.name");
+    assert!(e.fix.contains("did you mean `fastest`?"), "{e}");
+    // Far from every name: the list of valid names, no guess.
+    let errs = errors(&format!(
+        "{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\nstrategy = \"zzz_no_such_strategy\"\n"
+    ));
+    let e = error_at(&errs, "routes[0].strategy");
+    assert!(!e.fix.contains("did you mean"), "{e}");
+    assert!(e.message.contains("valid names"), "{e}");
+}
+
 // ------------------------------------------------------------------ tokenizers
 
 fn precise_route(options: &str) -> String {

@@ -54,6 +54,10 @@ pub const FORBIDDEN_TARGET_HEADERS: &[&str] = &[
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// `server.dns_refresh` when not set.
+pub const DEFAULT_DNS_REFRESH: Duration = Duration::from_secs(30);
+/// The shortest non-zero `server.dns_refresh`.
+pub const MIN_DNS_REFRESH: Duration = Duration::from_secs(1);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -122,13 +122,14 @@ pub(crate) fn validate(
     }
     Some(Config {
         source: PathBuf::from(source),
+        digest: String::new(),
         server: server?,
         targets: targets.into_iter().collect::<Option<Vec<_>>>()?,
         routes: routes.into_iter().collect::<Option<Vec<_>>>()?,
         health: health?,
         scrape: scrape?,
         admin: admin?,
-        catalog: catalog?,
+        catalog: catalog?.into_iter().collect(),
         adaptive,
         kv_events: kv_events?,
     })

@@ -298,11 +298,10 @@ pub(super) fn strategy(
         Err(problems) => {
             for p in problems {
                 if p.key == "name" {
-                    errs.push(
-                        &name_key,
-                        p.message,
-                        "use one of the valid strategy names listed in the message",
-                    );
+                    let fix = p.fix.unwrap_or_else(|| {
+                        "use one of the valid strategy names listed in the message".into()
+                    });
+                    errs.push(&name_key, p.message, fix);
                 } else {
                     let k = join(key, &p.key);
                     let fix = p.fix.unwrap_or_else(|| {

@@ -57,7 +57,28 @@ pub(super) fn server(
         true,
         errs,
     );
+    let dns_refresh = dns_refresh(raw.dns_refresh.as_ref(), errs);
     let limits = limits(raw.limits.unwrap_or_default(), errs);
+    let control_socket = match raw.control_socket.as_deref() {
+        None => Some(None),
+        Some("") => {
+            errs.push(
+                "server.control_socket",
+                "control_socket is empty",
+                "remove the key for the default place, or give the path of a UNIX socket, \
+                 e.g. control_socket = \"/run/rolter/rolter.sock\"",
+            );
+            None
+        }
+        Some(p) => {
+            let path = std::path::Path::new(p);
+            let path = match host.config_dir {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.to_path_buf(),
+            };
+            Some(Some(path))
+        }
+    };
     Some(ServerConfig {
         listen: listen?,
         workers: workers?,
@@ -65,7 +86,29 @@ pub(super) fn server(
         driver: driver?,
         limits: limits?,
         shutdown_grace: shutdown_grace?,
+        control_socket: control_socket?,
+        dns_refresh: dns_refresh?,
     })
+}
+
+/// `server.dns_refresh`: zero (resolve once, at load) or at least [`MIN_DNS_REFRESH`], so a
+/// typo such as "30ms" cannot send a query per target every few milliseconds.
+fn dns_refresh(v: Option<&toml::Value>, errs: &mut Collector) -> Option<Duration> {
+    const KEY: &str = "server.dns_refresh";
+    let d = duration(v, KEY, DEFAULT_DNS_REFRESH, true, errs)?;
+    if !d.is_zero() && d < MIN_DNS_REFRESH {
+        errs.push(
+            KEY,
+            format!(
+                "dns_refresh is {}, shorter than the minimum of {}",
+                humantime::format_duration(d),
+                humantime::format_duration(MIN_DNS_REFRESH)
+            ),
+            "use at least \"1s\" (default \"30s\"), or \"0s\" to resolve host names only at load",
+        );
+        return None;
+    }
+    Some(d)
 }
 
 pub(super) fn listen_addr(s: &str, host: &Host<'_>, errs: &mut Collector) -> Option<SocketAddr> {

@@ -45,17 +45,25 @@ pub(super) fn target(
     };
 
     let weight = match raw.weight {
-        Some(w) if w.is_infinite() && w > 0.0 => {
+        None => Some(1.0),
+        Some(w) if w.is_nan() || w.is_infinite() => {
             errs.push(
                 join(at, "weight"),
-                "weight is infinite",
-                "use a finite positive weight such as 1.0",
+                format!("weight is {w}"),
+                "use a finite weight such as 1.0 (or 0 to drain the target)",
             );
             None
         }
-        Some(w) if w > 0.0 => Some(w),
-        // Non-positive (and NaN) weights mean the default, by specification.
-        _ => Some(1.0),
+        Some(w) if w < 0.0 => {
+            errs.push(
+                join(at, "weight"),
+                format!("weight is {w}; it must not be negative"),
+                "use a positive weight such as 1.0, or 0 to drain the target (it then gets no traffic)",
+            );
+            None
+        }
+        // 0 drains the target: it stays configured, probed and scraped, and gets no picks.
+        Some(w) => Some(w),
     };
 
     let models = string_list(raw.models, &join(at, "models"), "model name", errs);
@@ -168,6 +176,7 @@ pub(super) fn target(
         name: name?,
         url: url.written,
         addr: url.addr,
+        dns_name: url.dns_name,
         tls: url.tls,
         server_name: url.server_name,
         ca_file,
@@ -176,7 +185,7 @@ pub(super) fn target(
         base_path: url.base_path,
         weight: weight?,
         models: models?,
-        upstream_models: upstream_models?,
+        upstream_models: upstream_models?.into_iter().collect(),
         headers: headers?,
         max_concurrent: max_concurrent?,
         tier: tier?,
@@ -230,6 +239,7 @@ pub(super) fn check_name(n: &str, key: &str, what: &str, errs: &mut Collector) -
 pub(super) struct ParsedUrl {
     pub(super) written: String,
     pub(super) addr: SocketAddr,
+    pub(super) dns_name: Option<String>,
     pub(super) tls: bool,
     pub(super) server_name: String,
     pub(super) host_header: String,
@@ -362,9 +372,14 @@ pub(super) fn target_url(
             }
         },
     };
+    let dns_name = match url_host {
+        url::Host::Domain(d) => Some(d.to_string()),
+        _ => None,
+    };
     Some(ParsedUrl {
         written: written.to_string(),
         addr,
+        dns_name,
         tls,
         server_name,
         host_header,

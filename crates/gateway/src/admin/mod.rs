@@ -1,6 +1,8 @@
 //! The admin listener: `GET /metrics` (the gateway's own Prometheus metrics),
 //! `GET /admin/targets` (health, load, queue depth, TTFT average and engine state per
-//! target, as JSON), `GET|POST /admin/adaptive` (the adaptive kill switch), `GET /healthz`
+//! target, as JSON), `GET|POST /admin/adaptive` (the adaptive kill switch), `GET
+//! /admin/config` (the running configuration's file, SHA-256 and reload counts), `POST
+//! /admin/reload` (reload the configuration file, answered when applied or refused), `GET /healthz`
 //! (the process is up) and `GET /readyz` (every route has an eligible target and the gateway
 //! is not draining).
 //!
@@ -19,6 +21,7 @@ use monoio::net::{TcpListener, TcpStream};
 
 use crate::control::plane::Plane;
 use crate::lifecycle::Lifecycle;
+use crate::reload::ReloadStats;
 use rolter_codec::error::GatewayError;
 use rolter_codec::h1::write::write_head_and_body;
 use rolter_strategy::Switches;
@@ -34,9 +37,8 @@ pub async fn serve(
     plane: Rc<RefCell<Plane>>,
     switches: Arc<Switches>,
     flags: Arc<Lifecycle>,
-    token: Option<String>,
+    reloads: Arc<ReloadStats>,
 ) {
-    let token: Option<Rc<str>> = token.map(Rc::from);
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -45,7 +47,7 @@ pub async fn serve(
                     plane.clone(),
                     switches.clone(),
                     flags.clone(),
-                    token.clone(),
+                    reloads.clone(),
                 ));
             }
             Err(e) => {
@@ -70,11 +72,20 @@ async fn handle(
     plane: Rc<RefCell<Plane>>,
     switches: Arc<Switches>,
     flags: Arc<Lifecycle>,
-    token: Option<Rc<str>>,
+    reloads: Arc<ReloadStats>,
 ) {
     let mut out = Vec::with_capacity(1024);
     match monoio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
-        Ok(Ok(req)) => respond(&req, &plane, &switches, &flags, token.as_deref(), &mut out),
+        Ok(Ok(req)) if req.path == "/admin/reload" => {
+            if authorized_or_401(&req, &plane, &mut out) {
+                reload(&req, &reloads, &mut out).await;
+            }
+        }
+        Ok(Ok(req)) => {
+            if authorized_or_401(&req, &plane, &mut out) {
+                respond(&req, &plane, &switches, &flags, &reloads, &mut out);
+            }
+        }
         Ok(Err(e)) => e.write_response(&mut out, true),
         Err(_) => GatewayError::client(
             408,
@@ -179,26 +190,106 @@ fn authorized(presented: Option<&[u8]>, token: &str) -> bool {
     p.iter().zip(t).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
-fn respond(
-    req: &AdminRequest,
-    plane: &Rc<RefCell<Plane>>,
-    switches: &Switches,
-    flags: &Lifecycle,
-    token: Option<&str>,
-    out: &mut Vec<u8>,
-) {
+/// Whether the request may go on: always for `/healthz` and `/readyz`, else when no token
+/// is configured or it carries the token (read from the running configuration, so a
+/// reload can rotate it). Writes the 401 otherwise.
+fn authorized_or_401(req: &AdminRequest, plane: &Rc<RefCell<Plane>>, out: &mut Vec<u8>) -> bool {
     let open = matches!(req.path.as_str(), "/healthz" | "/readyz");
-    if let Some(token) = token {
-        if !open && !authorized(req.authorization.as_deref(), token) {
+    let p = plane.borrow();
+    let token = p.config.admin.as_ref().and_then(|a| a.token.as_deref());
+    match token {
+        Some(token) if !open && !authorized(req.authorization.as_deref(), token) => {
             GatewayError::client(
                 401,
                 "invalid_api_key",
                 "the admin API needs `Authorization: Bearer <token>`",
             )
             .write_response(out, true);
-            return;
+            false
         }
+        _ => true,
     }
+}
+
+/// `POST /admin/reload`: runs the reload on a thread of its own (it loads files and waits
+/// for every worker to switch) and answers with its outcome: 200 with what changed, or
+/// 400 (the file has errors), 409 (a setting needs a restart), 500 (it could not be
+/// applied), each with every message; nothing changes unless it is 200.
+async fn reload(req: &AdminRequest, reloads: &Arc<ReloadStats>, out: &mut Vec<u8>) {
+    if req.method != "POST" {
+        let e = GatewayError::client(405, "method_not_allowed", "use POST on /admin/reload").body();
+        write_head_and_body(out, 405, "application/json", &[("allow", "POST")], &e, true);
+        return;
+    }
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let stats = reloads.clone();
+    let spawned = std::thread::Builder::new()
+        .name("rolter-reload".into())
+        .spawn(move || {
+            let _ = tx.send(stats.trigger());
+        });
+    if let Err(e) = spawned {
+        GatewayError::internal(
+            500,
+            "reload_failed",
+            format!("cannot start the reload: {e}"),
+        )
+        .write_response(out, true);
+        return;
+    }
+    let result = loop {
+        match rx.try_recv() {
+            Ok(r) => break r,
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                monoio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                break Err(crate::reload::ReloadError::Failed(
+                    "the reload thread ended without an answer".into(),
+                ))
+            }
+        }
+    };
+    let (status, body) = match result {
+        Ok(r) => (
+            200,
+            serde_json::json!({
+                "status": "reloaded",
+                "sha256": r.digest,
+                "targets": r.targets,
+                "targets_unchanged": r.targets_kept,
+                "routes": r.routes,
+                "routes_kept_state": r.routes_kept,
+            }),
+        ),
+        Err(e) => {
+            let status = match e {
+                crate::reload::ReloadError::Invalid { .. } => 400,
+                crate::reload::ReloadError::RestartNeeded(_) => 409,
+                crate::reload::ReloadError::Failed(_) => 500,
+            };
+            (
+                status,
+                serde_json::json!({
+                    "status": "refused",
+                    "result": e.label(),
+                    "message": e.to_string(),
+                }),
+            )
+        }
+    };
+    let body = serde_json::to_vec_pretty(&body).unwrap_or_default();
+    write_head_and_body(out, status, "application/json", &[], &body, true);
+}
+
+fn respond(
+    req: &AdminRequest,
+    plane: &Rc<RefCell<Plane>>,
+    switches: &Switches,
+    flags: &Lifecycle,
+    reloads: &ReloadStats,
+    out: &mut Vec<u8>,
+) {
     let json = |out: &mut Vec<u8>, status: u16, v: &serde_json::Value| {
         let body = serde_json::to_vec_pretty(v).unwrap_or_default();
         write_head_and_body(out, status, "application/json", &[], &body, true);
@@ -248,6 +339,31 @@ fn respond(
             }
             Err(e) => e.write_response(out, true),
         },
+        "/admin/config" if method == "GET" => {
+            let running = reloads.running();
+            let counts: serde_json::Map<String, serde_json::Value> = reloads
+                .counts()
+                .iter()
+                .map(|(k, v)| (k.to_string(), (*v).into()))
+                .collect();
+            let p = plane.borrow();
+            json(
+                out,
+                200,
+                &serde_json::json!({
+                    "file": running.source,
+                    "sha256": running.digest,
+                    "targets": p.config.targets.iter().map(|t| &t.name).collect::<Vec<_>>(),
+                    "routes": p.config.routes.iter().map(|r| serde_json::json!({
+                        "name": r.name,
+                        "strategy": r.strategy.name(),
+                    })).collect::<Vec<_>>(),
+                    "last_successful_load_unix": reloads.last_success(),
+                    "reloads": counts,
+                    "last_reload_error": running.last_error,
+                }),
+            )
+        }
         "/healthz" if method == "GET" => {
             write_head_and_body(out, 200, "text/plain", &[], b"ok\n", true)
         }
@@ -261,7 +377,9 @@ fn respond(
             };
             write_head_and_body(out, status, "text/plain", &[], body, true)
         }
-        "/metrics" | "/admin/targets" | "/healthz" | "/readyz" => allowed(out, "GET"),
+        "/metrics" | "/admin/targets" | "/admin/config" | "/healthz" | "/readyz" => {
+            allowed(out, "GET")
+        }
         "/admin/adaptive" => allowed(out, "GET, POST"),
         _ => GatewayError::client(
             404,

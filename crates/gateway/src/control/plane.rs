@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
+use rolter_config::reload::unchanged_targets;
 use rolter_config::Config;
 use rolter_core::{Needs, Switches, Verdict};
 use rolter_engine::health::{HealthBook, HealthEvent};
@@ -17,6 +18,7 @@ use rolter_engine::lora_book::LoraBook;
 use rolter_engine::scrape::EngineMetrics;
 use rolter_strategy::Strategy;
 
+use super::dns::{self, DnsBook};
 use crate::mesh::load::TargetSignal;
 use crate::mesh::{Kind, MeshDrops, Record, ToControl};
 use crate::metrics::{GatewayMetrics, ScrapeStatus, TargetGauges};
@@ -60,6 +62,8 @@ pub struct Plane {
     fallbacks: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// The KV-event plane's per-target reports, when any target publishes events.
     pub kv_reports: Option<KvReports>,
+    /// Reload counts and the running configuration's digest, for `/metrics`.
+    pub reloads: Option<Arc<crate::reload::ReloadStats>>,
     /// What the mesh's senders dropped (every worker's, then the control thread's).
     mesh_drops: Vec<Arc<MeshDrops>>,
     /// The drop total last logged.
@@ -70,6 +74,8 @@ pub struct Plane {
     lookup_problems: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// LoRA adapter residency per target, for routes that read it.
     pub lora: LoraBook,
+    /// Where each target's new connections go, and the re-resolution of host names.
+    pub dns: DnsBook,
 }
 
 /// Fallback picks are logged at most this often per route and reason (the metrics count
@@ -124,6 +130,7 @@ impl Plane {
         let needs: Vec<Needs> = mirrors.iter().map(|m| m.needs()).collect();
         let lora = LoraBook::new(&config, &needs);
         Plane {
+            dns: DnsBook::new(&config, dns::system_resolver(), Instant::now()),
             lora,
             mirrors,
             health: HealthBook::new(&config.health, &config.targets, &config.routes),
@@ -138,10 +145,71 @@ impl Plane {
             fallbacks: Default::default(),
             lookup_problems: Default::default(),
             kv_reports: None,
+            reloads: None,
             mesh_drops,
             drops_logged: 0,
             last_drop_log: None,
             config,
+        }
+    }
+
+    /// Takes over what `old` (the plane of the configuration a reload replaced) knows that
+    /// still holds: the counters and histograms when the route and target names are the
+    /// same (so `/metrics` series continue), and the health, scrape results and TTFT
+    /// averages of every unchanged target.
+    pub fn inherit(&mut self, mut old: Plane) {
+        let names = |c: &Config| {
+            (
+                c.routes.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+                c.targets.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+            )
+        };
+        if names(&old.config) == names(&self.config) {
+            self.metrics = old.metrics;
+            self.fallbacks = old.fallbacks;
+            self.lookup_problems = old.lookup_problems;
+        }
+        let map = unchanged_targets(&old.config.targets, &self.config.targets);
+        self.health.inherit(&old.health, &map);
+        for (t, from) in map.iter().enumerate() {
+            if let Some(o) = *from {
+                self.scrapes[t] = std::mem::take(&mut old.scrapes[o]);
+                self.ttft[t] = old.ttft[o];
+            }
+        }
+    }
+
+    /// Whether records indexed by `old`'s routes and targets mean the same in this plane.
+    pub fn same_indices(&self, old: &Config) -> bool {
+        old.routes.len() == self.config.routes.len()
+            && old.targets.len() == self.config.targets.len()
+            && old
+                .routes
+                .iter()
+                .zip(&self.config.routes)
+                .all(|(a, b)| a.name == b.name)
+            && old
+                .targets
+                .iter()
+                .zip(&self.config.targets)
+                .all(|(a, b)| a.name == b.name)
+    }
+
+    /// Folds the records still arriving from a replaced configuration's requests (when
+    /// `fold`; their load snapshots no longer count). `true` once every worker has dropped
+    /// that configuration and the inbox is empty.
+    pub fn drain_retired(&mut self, inbox: &Receiver<ToControl>, fold: bool, now: Instant) -> bool {
+        loop {
+            match inbox.try_recv() {
+                Ok(ToControl::Records(records)) if fold => {
+                    for r in &records {
+                        self.fold(r, now);
+                    }
+                }
+                Ok(_) => {}
+                Err(crossbeam_channel::TryRecvError::Empty) => return false,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return true,
+            }
         }
     }
 
@@ -227,6 +295,11 @@ impl Plane {
                 }
                 if let Some(e) = self.health.on_attempt(sample.target, verdict, now) {
                     self.log_event(e);
+                }
+                // No response at all (connect refused or timed out, a reset): the name may
+                // point elsewhere by now.
+                if verdict == Verdict::TargetFailed && sample.status == 0 {
+                    self.dns.connect_failed(sample.target, now);
                 }
             }
             Record::Fallback { route, reason } => {
@@ -548,12 +621,14 @@ impl Plane {
         serde_json::json!({ "targets": items, "routes": routes })
     }
 
-    /// Ready: every route has at least one eligible target.
+    /// Ready: every route has at least one eligible target that is not drained
+    /// (`weight = 0`).
     pub fn ready(&self) -> bool {
+        let serving = |t: usize| self.config.targets[t].weight > 0.0 && self.health.eligible(t);
         self.config
             .routes
             .iter()
-            .all(|r| r.targets.iter().any(|&t| self.health.eligible(t)))
+            .all(|r| r.targets.iter().copied().any(serving))
     }
 
     pub fn render_metrics(&self, now: Instant, out: &mut String) {
@@ -567,6 +642,12 @@ impl Plane {
             kv.as_deref(),
             out,
         );
+        if let Some(stats) = &self.reloads {
+            crate::metrics::render_reloads(stats, out);
+        }
+        let names: Vec<String> = self.config.targets.iter().map(|t| t.name.clone()).collect();
+        crate::metrics::dns::render(&names, &self.dns.counts(), out);
+        crate::metrics::process::render(&crate::metrics::process::ProcessStats::read(), out);
     }
 
     /// Messages the mesh dropped so far, per kind, over every sender.

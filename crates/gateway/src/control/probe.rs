@@ -4,6 +4,7 @@
 //! Owns nothing between calls: one connection per probe, `Connection: close`, the whole
 //! exchange bounded by a timeout and the body by a size cap. It must never run on a worker.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::upstream::connect::{connect, TlsParams};
@@ -35,14 +36,16 @@ impl std::fmt::Display for ProbeError {
     }
 }
 
-/// `GET path` on the target; the status and body, within `timeout`.
+/// `GET path` on the target at `addr` (its current address); the status and body, within
+/// `timeout`.
 pub async fn get(
     target: &Target,
+    addr: SocketAddr,
     tls: Option<TlsParams<'_>>,
     path: &str,
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>), ProbeError> {
-    match monoio::time::timeout(timeout, get_inner(target, tls, path, timeout)).await {
+    match monoio::time::timeout(timeout, get_inner(target, addr, tls, path, timeout)).await {
         Ok(r) => r,
         Err(_) => Err(ProbeError::TimedOut),
     }
@@ -52,11 +55,12 @@ pub async fn get(
 /// API shows for it ("answered 503", "timed out", ...).
 pub async fn get_body(
     target: &Target,
+    addr: SocketAddr,
     tls: Option<TlsParams<'_>>,
     path: &str,
     timeout: Duration,
 ) -> Result<Vec<u8>, String> {
-    match get(target, tls, path, timeout).await {
+    match get(target, addr, tls, path, timeout).await {
         Ok((status, body)) if (200..300).contains(&status) => Ok(body),
         Ok((status, _)) => Err(format!("answered {status}")),
         Err(e) => Err(e.to_string()),
@@ -65,11 +69,12 @@ pub async fn get_body(
 
 async fn get_inner(
     target: &Target,
+    addr: SocketAddr,
     tls: Option<TlsParams<'_>>,
     path: &str,
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>), ProbeError> {
-    let mut conn = connect(target.addr, timeout, tls)
+    let mut conn = connect(addr, timeout, tls)
         .await
         .map_err(|e| ProbeError::Connect(e.to_string()))?;
     let mut req = Vec::with_capacity(256);

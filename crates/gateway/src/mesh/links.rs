@@ -9,6 +9,7 @@
 //! pick). Nothing here holds a lock or does I/O.
 
 use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -37,7 +38,7 @@ pub enum Kind {
     Shared,
     /// A worker's records to the control thread.
     Records,
-    /// The control thread's target signals to a worker.
+    /// The control thread's target signals (and address tables) to a worker.
     Targets,
     /// The control thread's LoRA table to a worker.
     Lora,
@@ -209,12 +210,13 @@ impl WorkerLinks {
 
     /// Applies everything waiting in the inbox: peers' snapshots and the control thread's
     /// target view go into `view`; peers' samples go to `learn`, their shared routing state
-    /// to `apply`.
+    /// to `apply`, the control thread's address table to `addrs`.
     pub fn drain(
         &self,
         view: &LoadView,
         mut learn: impl FnMut(&Sample),
         mut apply: impl FnMut(&ShareBatch),
+        mut addrs: impl FnMut(&[SocketAddr]),
     ) {
         while let Ok(msg) = self.inbox.try_recv() {
             match msg {
@@ -223,6 +225,7 @@ impl WorkerLinks {
                 ToWorker::Shared(batch) => apply(&batch),
                 ToWorker::Targets(targets) => view.apply_targets(&targets),
                 ToWorker::Lora(table) => view.lora.apply(table),
+                ToWorker::Addrs(table) => addrs(&table),
             }
         }
     }

@@ -2,6 +2,7 @@
 //! and shared routing state; the control thread's target signals and LoRA table) and what
 //! the control thread receives (load snapshots and records).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rolter_core::{Sample, ShareBatch, Verdict};
@@ -21,6 +22,9 @@ pub enum ToWorker {
     Targets(Arc<[TargetSignal]>),
     /// LoRA adapter residency per target (only while some route reads it).
     Lora(Arc<LoraTable>),
+    /// Where new connections to each target go (indexed by target), after a host name
+    /// resolved to a new address.
+    Addrs(Arc<[SocketAddr]>),
 }
 
 /// Messages the control thread receives.

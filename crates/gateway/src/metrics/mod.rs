@@ -15,16 +15,29 @@
 //! - [`gateway`]: the counters and histograms, and rendering.
 //! - [`gauges`]: the per-target gauges given at render time.
 //! - [`kv_events`]: the KV-event plane's per-target series, from its reports at render time.
+//! - [`reloads`]: the running configuration's digest and the reload counters.
+//! - [`dns`]: lookups of targets' host names, from the control thread's counts.
+//! - [`process`]: the `process_*` series from `/proc/self` and `rolter_build_info`.
 
+pub mod dns;
 pub mod gateway;
 pub mod gauges;
 pub mod kv_events;
+pub mod process;
+pub mod reloads;
 
 #[cfg(test)]
 mod tests;
 
 pub use gateway::{GatewayMetrics, DURATION_BUCKETS, TTFT_BUCKETS};
 pub use gauges::{ScrapeStatus, TargetGauges};
+
+/// Appends the configuration's series (digest, reload counts) to `out`.
+pub fn render_reloads(stats: &crate::reload::ReloadStats, out: &mut String) {
+    let written =
+        prometheus_client::encoding::prometheus_text::encode(out, &reloads::registry(stats));
+    debug_assert!(written.is_ok(), "metrics encoding failed");
+}
 
 /// `Content-Type` of what [`GatewayMetrics::render`] writes.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

@@ -15,7 +15,9 @@ use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 use rolter_codec::h1::chunked::{ChunkError, ChunkedDecoder};
-use rolter_codec::h1::request_head::{self, BodyFraming, HeadError, HeaderSpan, RequestHead};
+use rolter_codec::h1::request_head::{
+    self, BodyFraming, HeadError, HeadLimits, HeaderSpan, RequestHead,
+};
 use rolter_codec::h1::write::CONTINUE_100;
 use rolter_codec::GatewayError;
 use rolter_config::Limits;
@@ -26,7 +28,8 @@ use super::local;
 use super::race::client_ready;
 use super::reader::Reader;
 use super::request::{IoBufs, Request};
-use crate::path::state::WorkerState;
+use crate::path::generation::Generations;
+use crate::path::state::{WorkerCore, WorkerState};
 
 /// Where the request body is.
 enum BodyLoc {
@@ -44,7 +47,7 @@ enum HeadRead {
 }
 
 /// Counts an open connection for the worker's drain logic.
-struct ConnGuard<'a>(&'a WorkerState);
+struct ConnGuard<'a>(&'a WorkerCore);
 
 impl Drop for ConnGuard<'_> {
     fn drop(&mut self) {
@@ -53,10 +56,10 @@ impl Drop for ConnGuard<'_> {
 }
 
 /// Counts a request in progress for the worker's drain logic.
-struct ActiveRequest<'a>(&'a WorkerState);
+struct ActiveRequest<'a>(&'a WorkerCore);
 
 impl<'a> ActiveRequest<'a> {
-    fn enter(state: &'a WorkerState) -> Self {
+    fn enter(state: &'a WorkerCore) -> Self {
         state.active_requests.set(state.active_requests.get() + 1);
         ActiveRequest(state)
     }
@@ -68,17 +71,30 @@ impl Drop for ActiveRequest<'_> {
     }
 }
 
+/// How long a draining gateway waits on a keep-alive connection for a request the client
+/// may already have sent, before it closes the connection. Shorter than the worker's wait
+/// for idle connections at the end of a drain.
+const DRAIN_NEXT_REQUEST: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Most unread client bytes buffered while a request is being served (pipelining).
 const READER_CAP: usize = 64 * 1024;
 
-/// Serves one client connection until it closes.
-pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) {
-    state.connections.set(state.connections.get() + 1);
-    let _guard = ConnGuard(&state);
+/// Serves one client connection until it closes. Each request takes the core's current
+/// configuration once its head is complete and keeps it to its end.
+pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr) {
+    let core = worker.core.clone();
+    core.connections.set(core.connections.get() + 1);
+    let _guard = ConnGuard(&core);
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
     let (rd, wr) = stream.into_split();
-    let reader_cap = state.config.server.limits.max_head_bytes.max(READER_CAP);
+    let reader_cap = worker
+        .current()
+        .config
+        .server
+        .limits
+        .max_head_bytes
+        .max(READER_CAP);
     let mut io = ClientIo {
         reader: Reader::spawn(rd, reader_cap),
         wr,
@@ -87,14 +103,29 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
     let peer_ip = peer.ip().to_string();
     let mut rbuf: Vec<u8> = Vec::new();
     let mut spans: Vec<HeaderSpan> = Vec::with_capacity(32);
-    let limits = state.config.server.limits.clone();
 
     loop {
+        // The limits of the configuration current when the request starts; waiting for it
+        // holds no configuration's state, so an idle connection never keeps a replaced one.
+        let (head_limits, limits) = {
+            let s = worker.current();
+            (s.head_limits, s.config.server.limits.clone())
+        };
         // A request counts as in progress (for the drain) from its first byte.
         let mut active: Option<ActiveRequest<'_>> = None;
-        let head = read_head(&state, &mut io, &mut rbuf, &mut spans, &mut active).await;
+        let head = read_head(
+            &core,
+            &head_limits,
+            &limits,
+            &mut io,
+            &mut rbuf,
+            &mut spans,
+            &mut active,
+        )
+        .await;
+        let state = worker.current();
         // Buffers come from the worker only while a request is being served.
-        let mut bufs = state.take_bufs();
+        let mut bufs = core.take_bufs();
         let head = match head {
             HeadRead::Head(h) => h,
             HeadRead::Closed => return,
@@ -114,7 +145,7 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
                 }
                 Err(None) => return,
             };
-        let close = head.close || state.draining.get();
+        let close = head.close || core.draining.get();
         // A decoded body leaves the buffer set while the set is lent to the exchange.
         let decoded = std::mem::take(&mut bufs.body);
         let fate = {
@@ -209,6 +240,18 @@ fn head_error(e: HeadError) -> GatewayError {
     GatewayError::client(e.status(), code, e.message())
 }
 
+/// The 413 for a body over `max` bytes, naming the limit and its key.
+fn body_too_large(max: usize) -> GatewayError {
+    GatewayError::client(
+        413,
+        "body_too_large",
+        format!(
+            "request body exceeds the limit of {max} bytes (server.limits.max_body_bytes); \
+             send a smaller body or raise the limit"
+        ),
+    )
+}
+
 fn timeout_error(what: &'static str) -> GatewayError {
     GatewayError::client(
         408,
@@ -219,21 +262,22 @@ fn timeout_error(what: &'static str) -> GatewayError {
 
 /// Reads until a complete head is buffered.
 async fn read_head<'s>(
-    state: &'s WorkerState,
+    core: &'s WorkerCore,
+    head_limits: &HeadLimits,
+    limits: &Limits,
     io: &mut ClientIo,
     rbuf: &mut Vec<u8>,
     spans: &mut Vec<HeaderSpan>,
     active: &mut Option<ActiveRequest<'s>>,
 ) -> HeadRead {
-    let limits = &state.config.server.limits;
     let mut started: Option<Instant> = None;
     loop {
         if !rbuf.is_empty() {
             started.get_or_insert_with(Instant::now);
             if active.is_none() {
-                *active = Some(ActiveRequest::enter(state));
+                *active = Some(ActiveRequest::enter(core));
             }
-            match request_head::parse(rbuf, &state.head_limits, spans) {
+            match request_head::parse(rbuf, head_limits, spans) {
                 Ok(Some(h)) => return HeadRead::Head(h),
                 Ok(None) => {}
                 Err(e) => return HeadRead::Reject(head_error(e)),
@@ -241,12 +285,11 @@ async fn read_head<'s>(
         }
         let deadline = match started {
             Some(t) => t + limits.head_timeout,
-            None => {
-                if state.draining.get() {
-                    return HeadRead::Closed;
-                }
-                Instant::now() + limits.keepalive_timeout
-            }
+            // Draining: the last response did not say `Connection: close` (it started
+            // before the drain), so the client may be sending its next request right now.
+            // It gets a short while to arrive, and is answered with `Connection: close`.
+            None if core.draining.get() => Instant::now() + DRAIN_NEXT_REQUEST,
+            None => Instant::now() + limits.keepalive_timeout,
         };
         if !client_ready(&io.reader, deadline).await {
             return if started.is_some() {
@@ -276,7 +319,7 @@ async fn read_body(
         BodyFraming::None => Ok((BodyLoc::InBuf(head.len..head.len), head.len)),
         BodyFraming::Length(n) => {
             if n > max as u64 {
-                return Err(Some(head_error(HeadError::PayloadTooLarge)));
+                return Err(Some(body_too_large(max)));
             }
             let need = head.len + n as usize;
             if head.expect_continue && rbuf.len() < need {
@@ -311,7 +354,7 @@ async fn read_body(
                 // Count the rest of a declared chunk too: a 1 GiB chunk size is refused
                 // at once, not after the body timeout.
                 if body.len() as u64 + dec.pending_chunk_bytes() > max as u64 || raw > raw_cap {
-                    return Err(Some(head_error(HeadError::PayloadTooLarge)));
+                    return Err(Some(body_too_large(max)));
                 }
                 if dec.is_done() {
                     return Ok((BodyLoc::Decoded, head.len));

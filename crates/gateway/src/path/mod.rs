@@ -15,7 +15,8 @@
 //! 7. [`record`]: what the attempt teaches, to this core's strategies and, by message, to
 //!    the other cores and the control thread.
 //!
-//! Beside them: [`state`] (the worker's per-core state every stage reads), [`client`] (the
+//! Beside them: [`state`] (the worker's per-core state every stage reads), [`generation`]
+//! (which configuration's state a new request takes, across reloads), [`client`] (the
 //! client socket and writing to it), [`reader`] and [`race`] (the disconnect watch).
 //!
 //! Owns everything that happens per request on a worker core. It must not block, take a
@@ -25,6 +26,7 @@ pub mod attempt;
 pub mod client;
 pub mod conn;
 pub mod forward;
+pub mod generation;
 pub mod inputs;
 pub mod local;
 pub mod models;

@@ -42,6 +42,7 @@ pub fn pick(
     cands.clear();
     let mut full = 0;
     let mut out = 0;
+    let mut drained = 0;
     // Adapter residency only for strategies that read it (the model is hashed once).
     let lora = state.routes[route_idx]
         .needs
@@ -50,6 +51,11 @@ pub fn pick(
     for &t in &route.targets {
         let target = &state.config.targets[t];
         if !target.serves(preq.model) || tried.contains(&t) {
+            continue;
+        }
+        // `weight = 0` drains the target: no strategy ever sees it.
+        if target.weight <= 0.0 {
+            drained += 1;
             continue;
         }
         if !state.load.eligible(t) {
@@ -86,6 +92,8 @@ pub fn pick(
             "every target for this model is at its max_concurrent limit"
         } else if out > 0 {
             "every target for this model is unhealthy or ejected"
+        } else if drained > 0 {
+            "every target for this model is drained (weight = 0)"
         } else {
             "no target is available for this model"
         };

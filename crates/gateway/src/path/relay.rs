@@ -287,6 +287,8 @@ enum StreamEnd {
     ClientGone,
     /// The upstream failed after bytes reached the client.
     UpstreamFailed,
+    /// The gateway's drain grace ran out with the stream still running.
+    ShutdownCut,
 }
 
 /// Body progress for one response.
@@ -409,7 +411,7 @@ async fn relay_body(
     };
     // An HTTP/1.0 client learns the end of an unframed body from the close; a client that
     // asked to close, or a draining gateway, says so in the response (RFC 9112 §9.6).
-    let close_client = client.http10 || client.close || state.draining.get();
+    let close_client = client.http10 || client.close || state.core.draining.get();
     if close_client {
         write_header(out, b"connection", b"close");
     }
@@ -449,7 +451,11 @@ async fn relay_body(
         bufs.ubuf.clear();
         bufs.ubuf.reserve(read_size);
         let ub = std::mem::take(&mut bufs.ubuf);
-        let deadline = Instant::now() + idle;
+        let mut deadline = Instant::now() + idle;
+        let cut = state.core.cut_at.get().map(Instant::from_std);
+        if let Some(cut) = cut {
+            deadline = deadline.min(cut);
+        }
         match race(up.read(ub), watch, deadline).await {
             Race::Done((Ok(n), ub)) if n > 0 => {
                 bufs.ubuf = ub;
@@ -485,23 +491,36 @@ async fn relay_body(
                 break StreamEnd::UpstreamFailed;
             }
             Race::ClientGone => break StreamEnd::ClientGone,
+            Race::TimedOut if cut.is_some_and(|c| Instant::now() >= c) => {
+                break StreamEnd::ShutdownCut
+            }
             Race::TimedOut => break StreamEnd::UpstreamFailed,
         }
     };
     match end {
         StreamEnd::Complete => report.completed = true,
         StreamEnd::ClientGone => return Outcome::ClientGone,
-        StreamEnd::UpstreamFailed => {
-            return fail_midstream(
-                wr,
-                out,
-                &head,
-                client_chunked,
-                &target.name,
-                &tail,
-                write_timeout,
-            )
-            .await
+        StreamEnd::UpstreamFailed | StreamEnd::ShutdownCut => {
+            let err = if matches!(end, StreamEnd::ShutdownCut) {
+                GatewayError::internal(
+                    503,
+                    "gateway_shutting_down",
+                    "the gateway is shutting down and its grace period ended; the answer is \
+                     incomplete",
+                )
+            } else {
+                GatewayError::upstream(
+                    502,
+                    Retry::Forbidden,
+                    "upstream_stream_interrupted",
+                    format!(
+                        "the upstream target `{}` failed mid-stream; the answer is incomplete",
+                        target.name
+                    ),
+                )
+            };
+            return fail_midstream(wr, out, &head, client_chunked, &err, &tail, write_timeout)
+                .await;
         }
     }
     if head.keep_alive && !overrun && !matches!(body, BodyState::UntilClose) {
@@ -544,15 +563,15 @@ impl SseTail {
     }
 }
 
-/// Ends a response whose upstream failed after bytes reached the client: an SSE error event
-/// for event streams, then a close without the terminal chunk, so no client mistakes the
-/// cut-off for a complete answer.
+/// Ends a response whose upstream failed after bytes reached the client (or that the end of
+/// a drain cuts): an SSE error event for event streams, then a close without the terminal
+/// chunk, so no client mistakes the cut-off for a complete answer.
 async fn fail_midstream(
     wr: &mut OwnedWriteHalf<TcpStream>,
     out: &mut Vec<u8>,
     head: &ResponseHead,
     client_chunked: bool,
-    target: &str,
+    err: &GatewayError,
     tail: &SseTail,
     write_timeout: std::time::Duration,
 ) -> Outcome {
@@ -560,12 +579,6 @@ async fn fail_midstream(
     // The event can only follow a body whose end the client learns from the chunking or the
     // close: after a declared Content-Length it would read as part of a complete body.
     if head.is_sse && !matches!(head.framing, RespFraming::Length(_)) {
-        let err = GatewayError::upstream(
-            502,
-            Retry::Forbidden,
-            "upstream_stream_interrupted",
-            format!("the upstream target `{target}` failed mid-stream; the answer is incomplete"),
-        );
         let mut event = Vec::with_capacity(256);
         event.extend_from_slice(tail.separator());
         event.extend_from_slice(b"data: ");

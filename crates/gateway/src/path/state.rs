@@ -1,14 +1,17 @@
-//! Per-core worker state: the configuration snapshot, each route's strategy instance and
-//! the clients of what it needs, the upstreams and their pool, the load view, and reusable
-//! scratch space.
+//! Per-core worker state of one configuration: the configuration snapshot, each route's
+//! strategy instance and the clients of what it needs, the upstreams and their pool, the
+//! load view, and reusable scratch space. [`WorkerCore`] is what a core keeps across
+//! configurations (its counts, its drain flag, its spare buffers).
 //!
 //! Lives in an `Rc` on one worker thread and is never shared with another core. It must
 //! not hold anything `Send`-only or locked.
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use rolter_codec::h1::request_head::HeadLimits;
+use rolter_config::reload::{unchanged_routes, unchanged_targets};
 use rolter_config::Config;
 use rolter_core::{Candidate, Needs, Sample, ShareSink, Verdict};
 use rolter_strategy::Strategy;
@@ -38,10 +41,53 @@ pub struct RouteState {
     pub adapters: Option<AdapterLoader>,
 }
 
+/// What one core keeps for its whole life, whatever configuration it serves: its counts
+/// (for the drain), the drain flag, and the buffer sets not in use.
+pub struct WorkerCore {
+    pub id: usize,
+    /// Set when the gateway is stopping: finish the current exchange, then close.
+    pub draining: Cell<bool>,
+    /// Set during a drain: streams still running then are ended with an error event (so
+    /// no client mistakes the cut for a complete answer) before the grace runs out.
+    pub cut_at: Cell<Option<std::time::Instant>>,
+    /// Open client connections on this core.
+    pub connections: Cell<usize>,
+    /// Requests between a complete head and the end of their response, on this core.
+    pub active_requests: Cell<usize>,
+    /// Buffer sets not in use: a connection holds one only while it serves a request, so
+    /// an idle keep-alive connection costs almost nothing.
+    spare_bufs: RefCell<Vec<IoBufs>>,
+}
+
+impl WorkerCore {
+    pub fn new(id: usize) -> Self {
+        WorkerCore {
+            id,
+            draining: Cell::new(false),
+            cut_at: Cell::new(None),
+            connections: Cell::new(0),
+            active_requests: Cell::new(0),
+            spare_bufs: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A buffer set for one request.
+    pub fn take_bufs(&self) -> PooledBufs<'_> {
+        let bufs = self.spare_bufs.borrow_mut().pop().unwrap_or_default();
+        PooledBufs {
+            core: self,
+            bufs: Some(bufs),
+        }
+    }
+}
+
 pub struct WorkerState {
     pub id: usize,
+    pub core: Rc<WorkerCore>,
     pub config: Arc<Config>,
-    pub routes: Vec<RouteState>,
+    /// Shared with the next configuration's state when the route is unchanged, so what
+    /// its strategy learned carries over a reload.
+    pub routes: Vec<Rc<RouteState>>,
     /// The targets, their TLS settings and this core's keep-alive pool.
     pub upstream: Upstreams,
     /// In-flight counts (this core exact, other cores by snapshot), queue depth, eligibility.
@@ -55,15 +101,6 @@ pub struct WorkerState {
     pub head_limits: HeadLimits,
     /// Scratch candidate list, reused by every pick.
     pub candidates: RefCell<Vec<Candidate>>,
-    /// Set when the gateway is stopping: finish the current exchange, then close.
-    pub draining: Cell<bool>,
-    /// Open client connections on this core.
-    pub connections: Cell<usize>,
-    /// Requests between a complete head and the end of their response, on this core.
-    pub active_requests: Cell<usize>,
-    /// Buffer sets not in use: a connection holds one only while it serves a request, so
-    /// an idle keep-alive connection costs almost nothing.
-    spare_bufs: RefCell<Vec<IoBufs>>,
 }
 
 /// Most spare buffer sets a worker keeps.
@@ -71,7 +108,7 @@ const MAX_SPARE_BUFS: usize = 256;
 
 /// A buffer set borrowed from the worker for one request; returned when dropped.
 pub struct PooledBufs<'a> {
-    state: &'a WorkerState,
+    core: &'a WorkerCore,
     bufs: Option<IoBufs>,
 }
 
@@ -91,7 +128,7 @@ impl std::ops::DerefMut for PooledBufs<'_> {
 impl Drop for PooledBufs<'_> {
     fn drop(&mut self) {
         if let Some(mut b) = self.bufs.take() {
-            let mut spare = self.state.spare_bufs.borrow_mut();
+            let mut spare = self.core.spare_bufs.borrow_mut();
             if spare.len() < MAX_SPARE_BUFS {
                 b.recycle();
                 spare.push(b);
@@ -101,25 +138,38 @@ impl Drop for PooledBufs<'_> {
 }
 
 impl WorkerState {
+    /// This core's state for `config`. With `previous` (a reload), unchanged routes keep
+    /// their strategy instance (and what it learned), and unchanged targets their idle
+    /// keep-alive connections.
     pub fn new(
-        id: usize,
+        core: Rc<WorkerCore>,
         config: Arc<Config>,
         tls: Arc<UpstreamTls>,
         strategies: &StrategyFactory,
         links: WorkerLinks,
         workers: usize,
+        previous: Option<&WorkerState>,
     ) -> Self {
+        let id = core.id;
         let seed = fastrand::u64(..) ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let kept = previous.map(|p| (p, unchanged_routes(&p.config, &config)));
         let routes = config
             .routes
             .iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
+                if let Some(old) = kept
+                    .as_ref()
+                    .and_then(|(p, same)| same[i].map(|o| p.routes[o].clone()))
+                {
+                    return old;
+                }
                 let strategy = strategies.build(r, seed);
                 let needs = strategy.needs();
                 // How the strategy's inputs are had: its typed requirements, which agree
                 // with what the instance asks for.
                 let req = r.strategy.requirements();
-                RouteState {
+                Rc::new(RouteState {
                     tokens: TokenSource::for_route(
                         r,
                         req.token_ids
@@ -136,7 +186,7 @@ impl WorkerState {
                     adapters: AdapterLoader::for_route(req.adapter_loading.as_ref()),
                     needs,
                     strategy: RefCell::new(strategy),
-                }
+                })
             })
             .collect();
         let created = std::time::SystemTime::now()
@@ -144,10 +194,16 @@ impl WorkerState {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let limits = &config.server.limits;
+        let upstream = Upstreams::new(config.clone(), tls);
+        if let Some(p) = previous {
+            let map = unchanged_targets(&p.config.targets, &config.targets);
+            upstream.pool.adopt(&p.upstream.pool, &map);
+        }
         WorkerState {
             id,
+            core,
             routes,
-            upstream: Upstreams::new(config.clone(), tls),
+            upstream,
             load: LoadView::new(config.targets.len(), workers),
             links,
             share: RefCell::new(ShareSink::default()),
@@ -158,23 +214,16 @@ impl WorkerState {
                 max_uri_bytes: limits.max_uri_bytes,
             },
             candidates: RefCell::new(Vec::with_capacity(config.targets.len())),
-            draining: Cell::new(false),
-            connections: Cell::new(0),
-            active_requests: Cell::new(0),
-            spare_bufs: RefCell::new(Vec::new()),
             config,
         }
     }
 }
 
-impl WorkerState {
-    /// A buffer set for one request.
-    pub fn take_bufs(&self) -> PooledBufs<'_> {
-        let bufs = self.spare_bufs.borrow_mut().pop().unwrap_or_default();
-        PooledBufs {
-            state: self,
-            bufs: Some(bufs),
-        }
+impl Drop for WorkerState {
+    /// A configuration's state goes when its last request ends (after a reload) or at
+    /// stop: what it recorded since the last tick still reaches the control thread.
+    fn drop(&mut self) {
+        self.links.publish(&self.load);
     }
 }
 
@@ -195,6 +244,7 @@ impl WorkerState {
                         }
                     }
                 },
+                |addrs| self.upstream.addrs.apply(addrs),
             );
         }
     }

@@ -1,6 +1,8 @@
 //! The control thread: its own monoio runtime (the workers' driver) running the admin
 //! listener, the control plane's periodic tasks, and the 2 ms tick that folds the workers'
-//! messages in and publishes the targets' signals to every worker.
+//! messages in and publishes the targets' signals to every worker. On a reload it adopts the
+//! new configuration's plane and mesh, and folds what the replaced one's requests still
+//! report until the last of them ends.
 //!
 //! Owns the thread and the composition of its tasks; what they do is `control`'s and
 //! `admin`'s.
@@ -13,16 +15,17 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use rolter_config::Config;
 use rolter_core::Switches;
 use rolter_engine::kv::reports::KvReports;
 
 use super::driver::{self, ActiveDriver};
 use crate::admin;
-use crate::control::loops;
+use crate::control::loops::{self, Running};
 use crate::control::plane::Plane;
 use crate::lifecycle::Lifecycle;
-use crate::mesh::{ControlLinks, Kind, ToWorker};
+use crate::mesh::{ControlLinks, Kind, ToControl, ToWorker};
 use crate::notify;
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
@@ -46,6 +49,23 @@ pub struct ControlContext {
     pub kv_reports: Option<KvReports>,
     /// Builds the routes' mirror strategies (what `/admin/targets` shows they learned).
     pub strategies: Arc<StrategyFactory>,
+    /// Reloaded configurations to adopt.
+    pub adopts: Receiver<Adopt>,
+    /// Reload counts and the running configuration's identity, for `/metrics` and the
+    /// admin API.
+    pub reloads: Arc<crate::reload::ReloadStats>,
+}
+
+/// A reloaded configuration for the control thread: its plane is built from these, and the
+/// workers' records arrive on `links` from now on.
+pub struct Adopt {
+    pub config: Arc<Config>,
+    pub tls: Arc<UpstreamTls>,
+    pub links: ControlLinks,
+    pub strategies: Arc<StrategyFactory>,
+    pub kv_reports: Option<KvReports>,
+    /// Told once the new plane runs.
+    pub done: Sender<()>,
 }
 
 /// Starts the control thread.
@@ -64,13 +84,15 @@ async fn run(ctx: ControlContext) {
     let ControlContext {
         config,
         tls,
-        links,
+        mut links,
         switches,
         flags,
         admin,
         workers,
         kv_reports,
         strategies,
+        adopts,
+        reloads,
         ..
     } = ctx;
     let plane = Rc::new(RefCell::new(Plane::new(
@@ -81,62 +103,67 @@ async fn run(ctx: ControlContext) {
         links.drops.clone(),
     )));
     plane.borrow_mut().kv_reports = kv_reports;
+    plane.borrow_mut().reloads = Some(reloads.clone());
 
     if let Some(listener) = admin {
         match monoio::net::TcpListener::from_std(listener) {
             Ok(l) => {
-                let token = config.admin.as_ref().and_then(|a| a.token.clone());
                 monoio::spawn(admin::serve(
                     l,
                     plane.clone(),
                     switches.clone(),
                     flags.clone(),
-                    token,
+                    reloads.clone(),
                 ));
             }
             Err(e) => tracing::error!("cannot register the admin listener: {e}"),
         }
     }
 
-    for (t, target) in config.targets.iter().enumerate() {
-        if config.scrape.enabled && target.scrape {
-            monoio::spawn(loops::scrape_loop(
-                t,
-                config.clone(),
-                tls.clone(),
-                plane.clone(),
-                flags.clone(),
-            ));
-        }
-        if plane.borrow().lora.wanted(t) {
-            monoio::spawn(loops::models_loop(
-                t,
-                config.clone(),
-                tls.clone(),
-                plane.clone(),
-                flags.clone(),
-            ));
-        }
-        if plane.borrow().health.probed(t) {
-            monoio::spawn(loops::health_loop(
-                t,
-                config.clone(),
-                tls.clone(),
-                plane.clone(),
-                flags.clone(),
-            ));
-        }
-    }
+    let mut running = Running::new(flags.clone());
+    spawn_loops(&config, &tls, &plane, &running);
+    // Inboxes of replaced configurations, and whether their records fold into the plane.
+    let mut retired: Vec<(Receiver<ToControl>, bool)> = Vec::new();
 
     let mut watchdog = notify::Watchdog::from_env();
     loop {
         monoio::time::sleep(CONTROL_TICK).await;
+        if let Ok(a) = adopts.try_recv() {
+            let old_config = plane.borrow().config.clone();
+            let old_wanted = lora_wanted(&plane.borrow());
+            let mut next = Plane::new(
+                a.config.clone(),
+                switches.clone(),
+                &a.strategies,
+                workers,
+                a.links.drops.clone(),
+            );
+            next.kv_reports = a.kv_reports;
+            next.reloads = Some(reloads.clone());
+            let fold = next.same_indices(&old_config);
+            let old = std::mem::replace(&mut *plane.borrow_mut(), next);
+            plane.borrow_mut().inherit(old);
+            let old_links = std::mem::replace(&mut links, a.links);
+            retired.push((old_links.inbox, fold));
+            // Probe loops hold their target's index and settings: a new set runs unless
+            // the targets and every probe setting are what they were.
+            let same_probes = rolter_config::reload::same_targets(&old_config, &a.config)
+                && rolter_config::reload::same(&old_config.health, &a.config.health)
+                && rolter_config::reload::same(&old_config.scrape, &a.config.scrape)
+                && lora_wanted(&plane.borrow()) == old_wanted;
+            if !same_probes {
+                running = running.replace();
+                spawn_loops(&a.config, &a.tls, &plane, &running);
+            }
+            let _ = a.done.send(());
+        }
         let now = Instant::now();
         if let Some(w) = watchdog.as_mut() {
             w.tick(now);
         }
         {
             let mut p = plane.borrow_mut();
+            retired.retain(|(inbox, fold)| !p.drain_retired(inbox, *fold, now));
             p.drain(&links.inbox, now);
             p.log_mesh_drops(now);
             if let Some(signals) = p.publishable(now) {
@@ -145,9 +172,58 @@ async fn run(ctx: ControlContext) {
             if let Some(table) = p.lora.publishable(now) {
                 links.broadcast(Kind::Lora, || ToWorker::Lora(table.clone()));
             }
+            if let Some(addrs) = p.dns.tick(now) {
+                links.broadcast(Kind::Targets, || ToWorker::Addrs(addrs.clone()));
+            }
         }
         if flags.stopped() {
             break;
+        }
+    }
+}
+
+/// Per target: whether its model list is polled (some route reads LoRA residency).
+fn lora_wanted(plane: &Plane) -> Vec<bool> {
+    (0..plane.config.targets.len())
+        .map(|t| plane.lora.wanted(t))
+        .collect()
+}
+
+/// Starts the probe loops of `config`'s targets (scrape, model list, health), ended by
+/// `running`'s replacement or the stop.
+fn spawn_loops(
+    config: &Arc<Config>,
+    tls: &Arc<UpstreamTls>,
+    plane: &Rc<RefCell<Plane>>,
+    running: &Running,
+) {
+    for (t, target) in config.targets.iter().enumerate() {
+        if config.scrape.enabled && target.scrape {
+            monoio::spawn(loops::scrape_loop(
+                t,
+                config.clone(),
+                tls.clone(),
+                plane.clone(),
+                running.clone(),
+            ));
+        }
+        if plane.borrow().lora.wanted(t) {
+            monoio::spawn(loops::models_loop(
+                t,
+                config.clone(),
+                tls.clone(),
+                plane.clone(),
+                running.clone(),
+            ));
+        }
+        if plane.borrow().health.probed(t) {
+            monoio::spawn(loops::health_loop(
+                t,
+                config.clone(),
+                tls.clone(),
+                plane.clone(),
+                running.clone(),
+            ));
         }
     }
 }

@@ -1,11 +1,13 @@
-//! The gateway handle: binds the listeners, starts the workers, and stops them.
+//! The gateway handle: binds the listeners, starts the workers, reloads the configuration,
+//! and stops them.
 //!
 //! `Gateway::start` returns once every worker is listening, so callers (the CLI, tests,
-//! the demo) can connect at once; it takes a validated configuration and never parses one.
+//! the demo) can connect at once; it takes a validated configuration and never parses one
+//! (a reload from the file does, through the supervisor).
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -17,10 +19,12 @@ use super::control_thread::{self, ControlContext};
 use super::driver::{self, ActiveDriver};
 use super::engine_threads::EngineThreads;
 use super::listener;
+use super::supervisor::Supervisor;
 use super::worker::{self, WorkerSetup};
 use crate::lifecycle::Lifecycle;
 use crate::mesh::mesh;
 use crate::notify;
+use crate::reload::{ReloadError, ReloadReport, ReloadStats};
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
 
@@ -32,29 +36,55 @@ pub struct Gateway {
     workers: Vec<JoinHandle<()>>,
     control_thread: Option<JoinHandle<()>>,
     switches: Arc<Switches>,
-    /// The engine-state threads (KV events), when some target publishes.
-    engine: Option<EngineThreads>,
+    /// Duplicates of the listening sockets (client, then admin), handed to a new process
+    /// on a binary upgrade; closed when the drain starts.
+    listen_fds: Vec<std::os::fd::OwnedFd>,
+    admin_fd: Option<std::os::fd::OwnedFd>,
+    /// The running configuration and the engine-state threads, and how to reload them.
+    supervisor: Arc<Mutex<Supervisor>>,
+    reloads: Arc<ReloadStats>,
 }
 
 impl Gateway {
     /// Binds the client listener and starts `config.server.workers` pinned workers.
     pub fn start(config: Config) -> io::Result<Gateway> {
+        let count = config.server.workers.max(1);
+        let listeners = listener::bind_all(config.server.listen, count)?;
+        let admin = match &config.admin {
+            Some(a) => Some(listener::bind_admin(a.listen)?),
+            None => None,
+        };
+        Gateway::start_on(config, listeners, admin)
+    }
+
+    /// Starts on listening sockets bound elsewhere (a binary upgrade hands over the running
+    /// process's sockets): one client listener per worker, and the admin listener when
+    /// `[admin]` is configured.
+    pub fn start_on(
+        config: Config,
+        listeners: Vec<std::net::TcpListener>,
+        admin: Option<std::net::TcpListener>,
+    ) -> io::Result<Gateway> {
         let driver = driver::resolve(config.server.driver)?;
         // One immutable TLS client configuration per trust setting, shared by every worker.
         let tls = Arc::new(UpstreamTls::build(&config.targets).map_err(io::Error::other)?);
-        let count = config.server.workers.max(1);
-        let listeners = listener::bind_all(config.server.listen, count)?;
+        let count = listeners.len();
+        if count != config.server.workers.max(1) {
+            return Err(io::Error::other(format!(
+                "{} listening sockets for {} workers",
+                count,
+                config.server.workers.max(1)
+            )));
+        }
         let addr = listeners[0].local_addr()?;
-        let admin = match &config.admin {
-            Some(a) => {
-                let l = std::net::TcpListener::bind(a.listen).map_err(|e| {
-                    io::Error::new(e.kind(), format!("admin listener {}: {e}", a.listen))
-                })?;
-                l.set_nonblocking(true)?;
-                Some(l)
-            }
-            None => None,
-        };
+        let listen_fds = listeners
+            .iter()
+            .map(|l| l.try_clone().map(std::os::fd::OwnedFd::from))
+            .collect::<io::Result<Vec<_>>>()?;
+        let admin_fd = admin
+            .as_ref()
+            .map(|l| l.try_clone().map(std::os::fd::OwnedFd::from))
+            .transpose()?;
         let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
         let (mut worker_links, control_links) = mesh(count);
         let config = Arc::new(config);
@@ -64,8 +94,14 @@ impl Gateway {
             &config,
             price_book(&config),
             switches.clone(),
-            kv_view,
+            kv_view.clone(),
         ));
+        let reloads = Arc::new(ReloadStats::new(
+            config.source.display().to_string(),
+            config.digest.clone(),
+        ));
+        let (adopt_tx, adopts) = crossbeam_channel::unbounded();
+        let mut handoff_txs = Vec::with_capacity(count);
         // Local tokenizers run off the workers' event loops, on one pool the workers share.
         #[cfg(feature = "local-tokenizer")]
         let local_tokenizers = config.routes.iter().any(|r| r.tokenizer.is_some());
@@ -87,6 +123,8 @@ impl Gateway {
             let strategies = strategies.clone();
             let blocking = blocking.clone();
             let links = worker_links.remove(0);
+            let (handoff_tx, handoffs) = crossbeam_channel::unbounded();
+            handoff_txs.push(handoff_tx);
             let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
             let ready = ready_tx.clone();
             let handle = std::thread::Builder::new()
@@ -107,6 +145,7 @@ impl Gateway {
                             strategies,
                             links,
                             workers: count,
+                            handoffs,
                         })
                         .await;
                     });
@@ -128,7 +167,24 @@ impl Gateway {
             workers: count,
             kv_reports: engine.kv_reports(),
             strategies,
+            adopts,
+            reloads: reloads.clone(),
         })?;
+        let supervisor = Arc::new(Mutex::new(Supervisor {
+            config: config.clone(),
+            engine: Some(engine),
+            kv_view,
+            switches: switches.clone(),
+            adopt: adopt_tx,
+            handoffs: handoff_txs,
+            stats: reloads.clone(),
+        }));
+        if config.source.is_file() {
+            let sup = supervisor.clone();
+            reloads.set_hook(Arc::new(move || {
+                sup.lock().unwrap_or_else(|e| e.into_inner()).reload_file()
+            }));
+        }
         for _ in 0..count {
             match ready_rx.recv_timeout(Duration::from_secs(10)) {
                 Ok(Ok(())) => {}
@@ -158,8 +214,45 @@ impl Gateway {
             workers,
             control_thread: Some(control_thread),
             switches,
-            engine: Some(engine),
+            listen_fds,
+            admin_fd,
+            supervisor,
+            reloads,
         })
+    }
+
+    /// Duplicates of the listening sockets (one per worker, and the admin listener), for a
+    /// new process taking over (`rolter run --upgrade`).
+    pub fn listening_sockets(
+        &self,
+    ) -> io::Result<(Vec<std::os::fd::OwnedFd>, Option<std::os::fd::OwnedFd>)> {
+        let clients = self
+            .listen_fds
+            .iter()
+            .map(|f| f.try_clone())
+            .collect::<io::Result<Vec<_>>>()?;
+        let admin = self.admin_fd.as_ref().map(|f| f.try_clone()).transpose()?;
+        Ok((clients, admin))
+    }
+
+    /// Reloads the configuration file the gateway was started with (SIGHUP, `rolter
+    /// reload`, `POST /admin/reload`): applied when it loads and needs no restart; refused,
+    /// with every error and nothing changed, otherwise.
+    pub fn reload(&self) -> Result<ReloadReport, ReloadError> {
+        self.reloads.trigger()
+    }
+
+    /// Applies an already loaded configuration, as [`Gateway::reload`] does.
+    pub fn reload_with(&self, config: Config) -> Result<ReloadReport, ReloadError> {
+        self.supervisor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reload_with(config)
+    }
+
+    /// Reload counts and the running configuration's identity.
+    pub fn reloads(&self) -> &Arc<ReloadStats> {
+        &self.reloads
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -186,14 +279,17 @@ impl Gateway {
     }
 
     fn stop_workers(&mut self, grace: Duration) {
-        self.lifecycle.start_drain();
+        // The workers stop accepting; this handle's copies must not keep the sockets open.
+        self.listen_fds.clear();
+        self.admin_fd = None;
+        let deadline = Instant::now() + grace;
+        self.lifecycle.start_drain(deadline);
         notify::stopping(&format!(
             "draining for up to {}",
             humantime::format_duration(grace)
         ));
         // Room for the drain and the threads' exit past a shorter TimeoutStopSec=.
         notify::extend_timeout(grace + Duration::from_secs(10));
-        let deadline = Instant::now() + grace;
         while self.workers.iter().any(|w| !w.is_finished()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -204,7 +300,13 @@ impl Gateway {
         if let Some(c) = self.control_thread.take() {
             let _ = c.join();
         }
-        if let Some(e) = self.engine.take() {
+        let engine = self
+            .supervisor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .engine
+            .take();
+        if let Some(e) = engine {
             e.stop();
         }
     }

@@ -5,11 +5,13 @@
 //! Owns threads and listening sockets. It must not handle requests itself (that is the
 //! request path's); a connection lives and dies on the worker that accepted it.
 
+pub mod control_socket;
 pub mod control_thread;
 pub mod driver;
 pub mod engine_threads;
 pub mod gateway;
 pub mod listener;
+pub mod supervisor;
 pub mod worker;
 
 pub use gateway::Gateway;

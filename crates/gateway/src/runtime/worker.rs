@@ -1,21 +1,24 @@
-//! One worker: accept loop, connection tasks, and the periodic tick (pool eviction, drain).
+//! One worker: accept loop, connection tasks, the periodic tick (pool eviction, drain), and
+//! the switch to a reloaded configuration.
 //!
-//! Owns a worker thread's runtime and its `WorkerState`. It must not share that state with
+//! Owns a worker thread's runtime and its `WorkerState`s. It must not share that state with
 //! any other thread: everything cross-core arrives by message.
 
 use std::net::TcpListener as StdListener;
-use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::{Receiver, Sender};
+use monoio::io::Canceller;
 use monoio::net::TcpListener;
 use rolter_config::Config;
 
 use crate::lifecycle::Lifecycle;
 use crate::mesh::WorkerLinks;
 use crate::path::conn;
-use crate::path::state::WorkerState;
+use crate::path::generation::Generations;
+use crate::path::state::{WorkerCore, WorkerState};
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
 
@@ -39,7 +42,28 @@ pub struct WorkerSetup {
     pub links: WorkerLinks,
     /// How many workers the gateway runs.
     pub workers: usize,
+    /// Reloaded configurations, taken on the tick.
+    pub handoffs: Receiver<Handoff>,
 }
+
+/// A reloaded configuration for one worker: everything its new state is built from, and
+/// where to say it switched.
+pub struct Handoff {
+    pub config: Arc<Config>,
+    pub tls: Arc<UpstreamTls>,
+    pub strategies: Arc<StrategyFactory>,
+    pub links: WorkerLinks,
+    /// Receives the worker's id once new requests use the new configuration.
+    pub done: Sender<usize>,
+}
+
+/// Streams still running this long before the end of the drain's grace are ended with an
+/// error event, so the event is written before the worker stops.
+const CUT_BEFORE_STOP: Duration = Duration::from_millis(250);
+
+/// How long a draining worker keeps idle keep-alive connections open for a request already
+/// on its way (answered with `Connection: close`) before it closes them.
+const DRAIN_IDLE_LINGER: Duration = Duration::from_millis(500);
 
 /// The body of a worker thread, run inside its runtime.
 pub async fn run(setup: WorkerSetup) {
@@ -52,15 +76,11 @@ pub async fn run(setup: WorkerSetup) {
         strategies,
         links,
         workers,
+        handoffs,
     } = setup;
-    let state = Rc::new(WorkerState::new(
-        id,
-        config,
-        tls,
-        &strategies,
-        links,
-        workers,
-    ));
+    let core = Rc::new(WorkerCore::new(id));
+    let first = WorkerState::new(core.clone(), config, tls, &strategies, links, workers, None);
+    let worker = Rc::new(Generations::new(first));
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -69,16 +89,21 @@ pub async fn run(setup: WorkerSetup) {
         }
     };
     // An accept is never abandoned mid-flight (an io_uring accept completing into a dropped
-    // future would leak the connection); to stop accepting, the socket is shut down, which
-    // fails the pending accept.
-    let listen_fd = listener.as_raw_fd();
-    let accept_state = state.clone();
+    // future would leak the connection): to stop accepting, the pending accept is cancelled
+    // and awaited, and a connection it completed with is still served. The socket itself is
+    // left alone (a binary upgrade hands the same socket to the new process).
+    let canceller = Canceller::new();
+    let cancel = canceller.handle();
+    let accept_worker = worker.clone();
     let accept_lifecycle = lifecycle.clone();
     monoio::spawn(async move {
         loop {
-            match listener.accept().await {
+            if accept_lifecycle.draining() {
+                break;
+            }
+            match listener.cancelable_accept(cancel.clone()).await {
                 Ok((stream, peer)) => {
-                    monoio::spawn(conn::serve(accept_state.clone(), stream, peer));
+                    monoio::spawn(conn::serve(accept_worker.clone(), stream, peer));
                 }
                 Err(e) => {
                     if accept_lifecycle.draining() {
@@ -91,33 +116,56 @@ pub async fn run(setup: WorkerSetup) {
             }
         }
     });
-    let mut listening = true;
+    let mut canceller = Some(canceller);
+    let mut drain_started: Option<std::time::Instant> = None;
     let mut ticks = 0u32;
     loop {
         monoio::time::sleep(SIGNAL_TICK).await;
-        state.signal_tick();
+        if let Ok(h) = handoffs.try_recv() {
+            let next = WorkerState::new(
+                core.clone(),
+                h.config,
+                h.tls,
+                &h.strategies,
+                h.links,
+                workers,
+                Some(&worker.current()),
+            );
+            worker.switch(next);
+            let _ = h.done.send(id);
+        }
+        worker.signal_tick();
         ticks += 1;
         if ticks < HOUSEKEEPING_EVERY && !lifecycle.stopped() {
             continue;
         }
         ticks = 0;
-        state.upstream.pool.evict_expired(std::time::Instant::now());
+        worker
+            .current()
+            .upstream
+            .pool
+            .evict_expired(std::time::Instant::now());
         if lifecycle.stopped() {
             break;
         }
         if lifecycle.draining() {
-            if listening {
-                // SAFETY: the fd belongs to the listener, which lives in the accept task
-                // until that task sees the failed accept.
-                unsafe { libc::shutdown(listen_fd, libc::SHUT_RDWR) };
-                listening = false;
+            if let Some(c) = canceller.take() {
+                c.cancel();
             }
-            state.draining.set(true);
-            if state.active_requests.get() == 0 {
+            core.draining.set(true);
+            if core.cut_at.get().is_none() {
+                let cut = lifecycle
+                    .deadline()
+                    .map(|d| d.checked_sub(CUT_BEFORE_STOP).unwrap_or(d));
+                core.cut_at.set(cut);
+            }
+            let since = *drain_started.get_or_insert_with(std::time::Instant::now);
+            let idle_done = core.connections.get() == 0 || since.elapsed() >= DRAIN_IDLE_LINGER;
+            if core.active_requests.get() == 0 && idle_done {
                 break;
             }
         }
     }
-    state.signal_tick();
-    state.upstream.pool.clear();
+    worker.signal_tick();
+    worker.current().upstream.pool.clear();
 }

@@ -1,11 +1,12 @@
-//! The thin upstream HTTP/1.1 client: connecting (plaintext or TLS), the per-core keep-alive
-//! pool, the one connection policy every call follows, and the buffered exchange of the
+//! The thin upstream HTTP/1.1 client: connecting (plaintext or TLS) to each target's
+//! current address, the per-core keep-alive pool, the one connection policy every call follows, and the buffered exchange of the
 //! gateway's own small calls ([`Upstreams::post_json`]).
 //!
 //! Owns connections to upstreams. It must not buffer client response bodies: the relay on
 //! the request path reads and forwards them as they arrive (only `side_request`, for the
 //! gateway's own small calls, reads a whole body). Nothing here is shared across cores.
 
+pub mod addrs;
 pub mod conn;
 pub mod connect;
 pub mod pool;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use rolter_config::{Config, Target, TargetId};
 
+use addrs::TargetAddrs;
 use conn::UpstreamConn;
 use connect::{connect, ConnectError};
 use pool::{Pool, PoolLimits};
@@ -26,10 +28,11 @@ use side_request::SideResponse;
 use tls::UpstreamTls;
 
 /// One core's way to its targets: their settings, the TLS client configurations (shared by
-/// every core) and this core's keep-alive pool.
+/// every core), where new connections go, and this core's keep-alive pool.
 pub struct Upstreams {
     pub config: Arc<Config>,
     pub tls: Arc<UpstreamTls>,
+    pub addrs: TargetAddrs,
     pub pool: Pool,
 }
 
@@ -45,7 +48,13 @@ impl Upstreams {
                 })
                 .collect(),
         );
-        Upstreams { config, tls, pool }
+        let addrs = TargetAddrs::new(&config);
+        Upstreams {
+            config,
+            tls,
+            addrs,
+            pool,
+        }
     }
 
     #[inline]
@@ -82,11 +91,11 @@ impl Upstreams {
         }
     }
 
-    /// A fresh connection to `tid` (TCP, then TLS for an `https://` target), within the
-    /// target's connect timeout.
+    /// A fresh connection to `tid` (TCP, then TLS for an `https://` target) at its current
+    /// address, within the target's connect timeout.
     pub async fn connect(&self, tid: TargetId) -> Result<UpstreamConn, ConnectError> {
         let target = self.target(tid);
         let tls = self.tls.get(tid).map(|t| t.params());
-        connect(target.addr, target.timeouts.connect, tls).await
+        connect(self.addrs.get(tid), target.timeouts.connect, tls).await
     }
 }

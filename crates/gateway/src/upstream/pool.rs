@@ -75,6 +75,20 @@ impl Pool {
         }
     }
 
+    /// Takes over `old`'s idle connections of the targets a reload left unchanged:
+    /// `map[t]` is target `t`'s index in `old`'s configuration, when it is the same target.
+    pub fn adopt(&self, old: &Pool, map: &[Option<usize>]) {
+        let mut idle = self.idle.borrow_mut();
+        let mut from = old.idle.borrow_mut();
+        for (t, o) in map.iter().enumerate() {
+            if let (Some(o), Some(q)) = (o, idle.get_mut(t)) {
+                if let Some(src) = from.get_mut(*o) {
+                    std::mem::swap(q, src);
+                }
+            }
+        }
+    }
+
     /// Idle connections held for `target`.
     pub fn idle_count(&self, target: usize) -> usize {
         self.idle.borrow()[target].len()

@@ -1,4 +1,5 @@
 use crate::testing::validate_spec;
+use crate::StrategySpec;
 
 #[test]
 fn adaptive_needs_one_weight_above_zero() {
@@ -49,6 +50,33 @@ fn unknown_name_lists_valid_names() {
     let err = validate_spec("fastestt", &toml::Table::new()).unwrap_err();
     assert_eq!(err[0].0, "name");
     assert!(err[0].1.contains("round_robin") && err[0].1.contains("random"));
+}
+
+#[test]
+fn unknown_name_suggests_the_closest() {
+    for (typo, best) in [
+        ("fastestt", "fastest"),
+        ("round-robin", "round_robin"),
+        ("least_loded", "least_loaded"),
+        ("Random", "random"),
+    ] {
+        assert_eq!(crate::registry::closest_name(typo), Some(best), "{typo}");
+        let err = StrategySpec::parse(typo, &toml::Table::new())
+            .err()
+            .unwrap();
+        let fix = err[0].fix.as_deref().unwrap_or_default();
+        assert!(
+            fix.contains(&format!("did you mean `{best}`?")),
+            "{typo}: {fix}"
+        );
+    }
+    // Nothing close: no suggestion, only the list.
+    assert_eq!(crate::registry::closest_name("zzzzzzzzzzzz"), None);
+    let err = StrategySpec::parse("zzzzzzzzzzzz", &toml::Table::new())
+        .err()
+        .unwrap();
+    assert_eq!(err[0].fix, None);
+    assert!(err[0].message.contains("valid names"));
 }
 
 #[test]

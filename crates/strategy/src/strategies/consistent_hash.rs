@@ -2,10 +2,11 @@
 //! the first ring point clockwise whose target is a candidate.
 //!
 //! Owns an immutable ring (built once per instance from the route's targets: `points` ×
-//! weight points per target, rounded, at least 1) and a per-target scratch table reused by
-//! every pick. Point positions are the xxh3 hash of the target's *name* and the point
-//! number, so every core and every gateway process builds the same ring, and adding or
-//! removing a target elsewhere in the configuration moves no other target's points.
+//! weight points per target, rounded, at least 1; none for a drained target, weight 0) and
+//! a per-target scratch table reused by every pick. Point positions are the xxh3 hash of
+//! the target's *name* and the point number, so every core and every gateway process
+//! builds the same ring, and adding or removing a target elsewhere in the configuration
+//! moves no other target's points.
 //!
 //! The key is [`SessionKey::hash`](super::SessionKey::hash): the `x-session-id` header
 //! when present, else the canonical (whitespace-free) conversation, which the strategy asks
@@ -106,12 +107,17 @@ impl ConsistentHash {
         let mut ring: Vec<(u64, &'n str, u32)> = Vec::new();
         let mut max_id = 0usize;
         for (id, name, weight) in targets {
-            let weight = if weight.is_finite() && weight > 0.0 {
+            let weight = if weight.is_finite() && weight >= 0.0 {
                 weight
             } else {
                 1.0
             };
-            let n = (points * weight).round().clamp(1.0, MAX_POINTS_PER_TARGET) as u64;
+            // A drained target (weight 0) has no point on the ring; any other at least one.
+            let n = if weight == 0.0 {
+                0
+            } else {
+                (points * weight).round().clamp(1.0, MAX_POINTS_PER_TARGET) as u64
+            };
             ring.reserve(n as usize);
             for p in 0..n {
                 ring.push((xxh3_64_with_seed(name.as_bytes(), p), name, id as u32));
@@ -245,6 +251,19 @@ mod tests {
             seen[owner(&mut s, &many, &k)] = true;
         }
         assert_eq!(seen, [true; 4], "every target owns some keys");
+    }
+
+    #[test]
+    fn a_drained_target_has_no_point_and_owns_no_key() {
+        let mut s = ring(&[1.0, 0.0, 1.0], 100);
+        assert_eq!(s.len(), 200);
+        let c = cands(&[(1.0, 0), (0.0, 0), (1.0, 0)]);
+        let mut seen = [0u32; 3];
+        for k in keys(500) {
+            seen[owner(&mut s, &c, &k)] += 1;
+        }
+        assert_eq!(seen[1], 0, "{seen:?}");
+        assert!(seen[0] > 0 && seen[2] > 0, "{seen:?}");
     }
 
     #[test]

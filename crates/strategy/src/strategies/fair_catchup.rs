@@ -7,7 +7,7 @@
 //! - **received**: picks that landed on the target (base or catch-up picks alike);
 //! - **expected**: every pick the route makes, whichever target it lands on and whether or
 //!   not a given target was a candidate at that moment, adds `w_t / Σ w` to the expected
-//!   count of *every* route target `t` (`w` = the configured weights, non-positive → 1.0).
+//!   count of *every* route target `t` (`w` = the configured weights, 0 for a drained target).
 //!   Expected counts are therefore `share_t × picks in the window`; an absent target's
 //!   expected count keeps growing while its received count does not, which is its deficit.
 //!
@@ -165,10 +165,14 @@ impl FairCatchup {
                 continue;
             }
             slot[t] = weight.len() as u32;
-            weight.push(if w.is_finite() && w > 0.0 { w } else { 1.0 });
+            // A drained target (weight 0) is owed no share, so it is never caught up on.
+            weight.push(if w.is_finite() && w >= 0.0 { w } else { 1.0 });
         }
         let total: f64 = weight.iter().sum();
-        let share = weight.iter().map(|w| w / total).collect();
+        let share = weight
+            .iter()
+            .map(|w| if total > 0.0 { w / total } else { 0.0 })
+            .collect();
         let slots = weight.len();
         let max_share = if max_catchup_share.is_finite() && max_catchup_share > 0.0 {
             max_catchup_share.min(1.0)
@@ -393,6 +397,27 @@ mod tests {
     }
 
     #[test]
+    fn a_drained_target_is_owed_nothing_and_never_picked() {
+        let mut f = fair(&[1.0, 0.0, 1.0], 0.5);
+        let all = weighted(&[1.0, 0.0, 1.0]);
+        let t0 = Instant::now();
+        // Target 2 is away for a while: target 0 alone takes the traffic.
+        let (during, _) = run(&mut f, &all[..2], 200, t0);
+        assert_eq!(count(&during, 1), 0);
+        // Back: the catch-up goes to target 2, never to the drained one.
+        let mut after = Vec::new();
+        let mut catchups = 0;
+        for step in 1..=100u64 {
+            let (t, k) = run(&mut f, &all, 10, t0 + Duration::from_millis(100 * step));
+            after.extend(t);
+            catchups += k;
+        }
+        assert_eq!(count(&after, 1), 0);
+        assert!(catchups > 0, "target 2 was caught up on");
+        assert!(f.deficit(1).unwrap() <= 0.0);
+    }
+
+    #[test]
     fn without_an_outage_shares_follow_the_base_strategy() {
         let mut f = fair(&[3.0, 1.0], 0.5);
         let c = weighted(&[3.0, 1.0]);
@@ -553,10 +578,13 @@ mod tests {
             count(&got, 0) > 30,
             "more than its 3/4 while repaying: {got:?}"
         );
-        // Non-positive weights count as 1.0.
-        let mut h = fair(&[0.0, -2.0], 0.5);
+        // Negative (invalid) weights count as 1.0; a zero weight is owed nothing.
+        let mut h = fair(&[-1.0, -2.0], 0.5);
         run(&mut h, &both[..1], 20, now);
         assert!((h.deficit(1).unwrap() - 10.0).abs() < 1e-9);
+        let mut z = fair(&[1.0, 0.0], 0.5);
+        run(&mut z, &both[..1], 20, now);
+        assert_eq!(z.deficit(1), Some(0.0));
     }
 
     #[test]

@@ -92,6 +92,20 @@ mod tests {
     }
 
     #[test]
+    fn a_drained_candidate_is_never_picked() {
+        // Weight 0 first, in the middle and last: none of them is ever chosen.
+        let c = cands(&[(0.0, 0), (1.0, 0), (0.0, 0), (2.0, 0), (0.0, 0)]);
+        let mut s = RandomWeighted::new(3);
+        let now = Instant::now();
+        let mut counts = [0u32; 5];
+        for _ in 0..20_000 {
+            counts[s.pick(&req(), &c, now).unwrap().index] += 1;
+        }
+        assert_eq!([counts[0], counts[2], counts[4]], [0, 0, 0], "{counts:?}");
+        assert!(counts[1] > 0 && counts[3] > counts[1], "{counts:?}");
+    }
+
+    #[test]
     fn zero_and_one_candidate() {
         let mut s = RandomWeighted::new(1);
         let now = Instant::now();

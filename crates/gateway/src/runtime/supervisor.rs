@@ -1,0 +1,169 @@
+//! Applying a reloaded configuration to the running threads: check it can be applied
+//! without a restart, build what it needs (TLS settings, strategies, engine threads when
+//! their settings changed, a fresh mesh), hand it to the control thread, then to every
+//! worker, and wait until each of them serves new requests with it.
+//!
+//! Owns the running configuration and the engine-state threads between reloads. Runs on the
+//! thread that asked for the reload (the main thread on SIGHUP, a short-lived thread for
+//! the admin API and the control socket), never on a worker or the control thread's loop.
+//! A refused reload changes nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, unbounded, Sender};
+use rolter_config::prices::price_book;
+use rolter_config::reload::{
+    restart_needed, same, same_targets, unchanged_routes, unchanged_targets,
+};
+use rolter_config::Config;
+use rolter_core::{KvView, Switches};
+
+use super::control_thread::Adopt;
+use super::engine_threads::EngineThreads;
+use super::worker::Handoff;
+use crate::mesh::mesh;
+use crate::reload::{ReloadError, ReloadReport, ReloadStats};
+use crate::strategies::StrategyFactory;
+use crate::upstream::tls::UpstreamTls;
+
+/// Longest the control thread and each worker may take to switch.
+const SWITCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Supervisor {
+    pub config: Arc<Config>,
+    pub engine: Option<EngineThreads>,
+    pub kv_view: Option<KvView>,
+    pub switches: Arc<Switches>,
+    pub adopt: Sender<Adopt>,
+    pub handoffs: Vec<Sender<Handoff>>,
+    pub stats: Arc<ReloadStats>,
+}
+
+impl Supervisor {
+    /// Loads the file the running configuration came from and applies it.
+    pub fn reload_file(&mut self) -> Result<ReloadReport, ReloadError> {
+        let path = self.config.source.clone();
+        tracing::info!(file = %path.display(), "reloading the configuration");
+        let result = match rolter_config::load_file(&path) {
+            Ok(c) => self.apply(c),
+            Err(errors) => Err(ReloadError::Invalid {
+                count: errors.errors.len(),
+                errors: errors.to_string(),
+            }),
+        };
+        self.account(&result);
+        result
+    }
+
+    /// Applies an already loaded configuration (the embedding API and tests).
+    pub fn reload_with(&mut self, config: Config) -> Result<ReloadReport, ReloadError> {
+        let result = self.apply(config);
+        self.account(&result);
+        result
+    }
+
+    fn account(&self, result: &Result<ReloadReport, ReloadError>) {
+        match result {
+            Ok(r) => {
+                self.stats.succeeded(r);
+                tracing::info!("{r}");
+            }
+            Err(e) => {
+                self.stats.refused(e);
+                tracing::warn!(result = e.label(), "reload refused: {e}");
+            }
+        }
+    }
+
+    fn apply(&mut self, new: Config) -> Result<ReloadReport, ReloadError> {
+        let restart = restart_needed(&self.config, &new);
+        if !restart.is_empty() {
+            return Err(ReloadError::RestartNeeded(
+                restart.iter().map(ToString::to_string).collect(),
+            ));
+        }
+        let tls = Arc::new(
+            UpstreamTls::build(&new.targets).map_err(|e| ReloadError::Failed(e.to_string()))?,
+        );
+        // The engine-state threads are per target: they restart only when the targets or
+        // the index settings changed (the KV index starts empty then).
+        let keep_engine =
+            same_targets(&self.config, &new) && same(&self.config.kv_events, &new.kv_events);
+        let (started, kv_view) = if keep_engine {
+            (None, self.kv_view.clone())
+        } else {
+            let (e, v) = EngineThreads::start(&new)
+                .map_err(|e| ReloadError::Failed(format!("engine-state threads: {e}")))?;
+            (Some(e), v)
+        };
+        let kv_reports = match &started {
+            Some(e) => e.kv_reports(),
+            None => self.engine.as_ref().and_then(EngineThreads::kv_reports),
+        };
+        let routes_kept = unchanged_routes(&self.config, &new)
+            .iter()
+            .filter(|r| r.is_some())
+            .count();
+        let targets_kept = unchanged_targets(&self.config.targets, &new.targets)
+            .iter()
+            .filter(|t| t.is_some())
+            .count();
+        let config = Arc::new(new);
+        let strategies = Arc::new(StrategyFactory::new(
+            &config,
+            price_book(&config),
+            self.switches.clone(),
+            kv_view.clone(),
+        ));
+        let (worker_links, control_links) = mesh(self.handoffs.len());
+
+        let (adopted_tx, adopted) = bounded(1);
+        let adopt = Adopt {
+            config: config.clone(),
+            tls: tls.clone(),
+            links: control_links,
+            strategies: strategies.clone(),
+            kv_reports,
+            done: adopted_tx,
+        };
+        let gone = || ReloadError::Failed("the gateway is stopping".into());
+        self.adopt.send(adopt).map_err(|_| gone())?;
+        adopted.recv_timeout(SWITCH_TIMEOUT).map_err(|_| gone())?;
+
+        let (switched_tx, switched) = unbounded();
+        for (tx, links) in self.handoffs.iter().zip(worker_links) {
+            let handoff = Handoff {
+                config: config.clone(),
+                tls: tls.clone(),
+                strategies: strategies.clone(),
+                links,
+                done: switched_tx.clone(),
+            };
+            tx.send(handoff).map_err(|_| gone())?;
+        }
+        for _ in 0..self.handoffs.len() {
+            switched.recv_timeout(SWITCH_TIMEOUT).map_err(|_| {
+                ReloadError::Failed(format!(
+                    "a worker did not switch within {SWITCH_TIMEOUT:?}; it switches when it \
+                     reaches its tick"
+                ))
+            })?;
+        }
+        if let Some(e) = started {
+            if let Some(old) = self.engine.replace(e) {
+                old.stop();
+            }
+            self.kv_view = kv_view;
+        }
+        let report = ReloadReport {
+            digest: config.digest.clone(),
+            targets: config.targets.len(),
+            routes: config.routes.len(),
+            routes_kept,
+            targets_kept,
+        };
+        self.config = config;
+        Ok(report)
+    }
+}
