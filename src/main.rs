@@ -208,19 +208,32 @@ fn run(path: &Path, upgrade: bool) -> ExitCode {
         }
     }
     signal_events(tx);
+    // The process SIGUSR2 started: under systemd it becomes the main process once it serves.
+    let mut upgrading: Option<std::process::Child> = None;
     let stop_reason = loop {
         let Ok(event) = rx.recv() else {
             break "the signal thread ended";
         };
         match event {
             Event::Stop => break "stop signal",
-            Event::UpgradedAway => break "a new process took over",
+            Event::UpgradedAway => {
+                if let Some(c) = upgrading.as_mut() {
+                    if matches!(c.try_wait(), Ok(None)) {
+                        rolter::gateway::notify::main_pid(c.id());
+                    }
+                }
+                break "a new process took over";
+            }
             Event::Reload => {
                 // The outcome is logged and counted by the gateway.
                 let _ = gateway.reload();
             }
             Event::ReopenLogs => tracing::info!("SIGUSR1: no log file is open; nothing to reopen"),
-            Event::Upgrade => spawn_upgrade(exe.as_deref(), path),
+            Event::Upgrade => {
+                if let Some(c) = spawn_upgrade(exe.as_deref(), path) {
+                    upgrading = Some(c);
+                }
+            }
         }
     };
     tracing::info!(
@@ -305,12 +318,12 @@ fn start_control_socket(
 
 /// SIGUSR2: runs the binary now at this path as `rolter run --upgrade` with the same
 /// configuration; it takes the sockets over, and this process drains when it says so.
-fn spawn_upgrade(exe: Option<&Path>, config: &Path) {
+fn spawn_upgrade(exe: Option<&Path>, config: &Path) -> Option<std::process::Child> {
     let Some(exe) = exe else {
         tracing::warn!(
             "SIGUSR2: this binary's path is unknown; run `rolter run --upgrade` by hand"
         );
-        return;
+        return None;
     };
     match std::process::Command::new(exe)
         .arg("run")
@@ -320,12 +333,18 @@ fn spawn_upgrade(exe: Option<&Path>, config: &Path) {
         .stdin(std::process::Stdio::null())
         .spawn()
     {
-        Ok(child) => tracing::info!(
-            pid = child.id(),
-            exe = %exe.display(),
-            "SIGUSR2: started the new binary; it takes the sockets over"
-        ),
-        Err(e) => tracing::warn!("SIGUSR2: cannot start {}: {e}", exe.display()),
+        Ok(child) => {
+            tracing::info!(
+                pid = child.id(),
+                exe = %exe.display(),
+                "SIGUSR2: started the new binary; it takes the sockets over"
+            );
+            Some(child)
+        }
+        Err(e) => {
+            tracing::warn!("SIGUSR2: cannot start {}: {e}", exe.display());
+            None
+        }
     }
 }
 

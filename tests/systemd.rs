@@ -1,7 +1,8 @@
 //! Running under systemd, as far as this machine allows without one: the `rolter run`
 //! binary tells a service manager (here a datagram socket the test binds and names in
-//! `NOTIFY_SOCKET`) `READY=1` once its port accepts connections, `STOPPING=1` when SIGTERM
-//! starts the drain, and `WATCHDOG=1` on schedule when `WATCHDOG_USEC` asks for it; with
+//! `NOTIFY_SOCKET`) `READY=1` once its port accepts connections, `RELOADING=1` then
+//! `READY=1` around a reload, `MAINPID=` when an upgrade hands over, `STOPPING=1` when
+//! SIGTERM starts the drain, and `WATCHDOG=1` on schedule when `WATCHDOG_USEC` asks; with
 //! `io_uring_setup` denied by a seccomp filter, `driver = "auto"` falls back to epoll
 //! saying why and `driver = "io_uring"` refuses to start. The shipped `config/rolter.service`
 //! passes `systemd-analyze verify`, scores at most 2.5 in `systemd-analyze security`, and its
@@ -192,7 +193,11 @@ impl Proc {
             assert!(Instant::now() < deadline, "rolter did not exit");
             std::thread::sleep(Duration::from_millis(20));
         };
-        let err = self.stderr.take().unwrap().join().unwrap();
+        let err = self
+            .stderr
+            .take()
+            .map(|h| h.join().unwrap())
+            .unwrap_or_default();
         (status, err)
     }
 }
@@ -257,6 +262,43 @@ fn expect_ready(manager: &Manager, workers: usize, driver: &str) -> SocketAddr {
     addr
 }
 
+/// `CLOCK_MONOTONIC` in µs, the clock of `MONOTONIC_USEC=`.
+fn monotonic_usec() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
+        0
+    );
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// Reload: SIGHUP, then `RELOADING=1` stamped with the monotonic clock at that moment (as
+/// `Type=notify-reload` requires), then `READY=1` with a status that starts with `outcome`.
+fn expect_reload(proc: &Proc, manager: &Manager, outcome: &str) {
+    let before = monotonic_usec();
+    proc.signal(libc::SIGHUP);
+    let reloading = manager.next_state();
+    assert_eq!(reloading.get("RELOADING"), Some("1"), "{reloading:?}");
+    let stamp: u64 = reloading
+        .get("MONOTONIC_USEC")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("MONOTONIC_USEC with RELOADING=1: {reloading:?}"));
+    let after = monotonic_usec();
+    assert!(
+        before <= stamp && stamp <= after,
+        "{before} <= {stamp} <= {after}"
+    );
+    let ready = manager.next_state();
+    assert_eq!(ready.get("READY"), Some("1"), "{ready:?}");
+    assert!(
+        ready.get("STATUS").is_some_and(|s| s.starts_with(outcome)),
+        "{outcome}: {ready:?}"
+    );
+}
+
 /// Stop: SIGTERM, then `STOPPING=1` (with a status and a stop-timeout extension covering
 /// the grace), then exit 0 with nothing more sent. `rolter run` installs its SIGTERM
 /// handler once `Gateway::start` has returned, just after READY=1: callers first make a
@@ -291,7 +333,8 @@ fn expect_clean_stop(proc: Proc, manager: &Manager) -> String {
     stderr
 }
 
-/// Start, serve, stop, as systemd sees it, under each driver with a socket path.
+/// Start, serve, reload (good, then refused), stop, as systemd sees it, under each driver
+/// with a socket path.
 #[test]
 fn notifies_ready_then_stopping_and_exits_0() {
     let engine = common::mock("a", |_| {});
@@ -302,8 +345,10 @@ fn notifies_ready_then_stopping_and_exits_0() {
         let config = config_file(&dir, name, 2, engine.addr());
         let proc = Proc::spawn(rolter_run(&config, &manager));
         let addr = expect_ready(&manager, 2, name);
-        // A reload is one more step here: SIGHUP, then RELOADING=1 with MONOTONIC_USEC,
-        // then READY=1, and the port still serves.
+        expect_reload(&proc, &manager, "reloaded: sha256 ");
+        // A file with an error is refused, reported the same way, and the gateway serves on.
+        std::fs::write(&config, "[server\n").unwrap();
+        expect_reload(&proc, &manager, "reload refused");
         let r = common::call(
             addr,
             &common::post("/v1/completions", &[], r#"{"model":"m","prompt":"again"}"#),
@@ -378,6 +423,114 @@ fn a_watchdog_for_another_pid_is_not_pinged() {
         "pinged another process's watchdog: {rest:?}"
     );
     assert!(!stderr.contains("watchdog on"), "{stderr}");
+}
+
+/// A process this test did not start as its child (a binary upgrade's new gateway),
+/// killed at the end if it is still there.
+struct Adopted(i32);
+
+impl Adopted {
+    /// Whether the process is gone (or a zombie nobody has reaped yet).
+    fn gone(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.0)).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    }
+}
+
+impl Drop for Adopted {
+    fn drop(&mut self) {
+        if !self.gone() {
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
+/// SIGUSR2 under a service manager: once the new binary serves, the old process names it
+/// the main process (`MAINPID=`), drains and exits 0; the new one pings the watchdog the
+/// old one was given (`WATCHDOG_PID` is inherited), serves, and stops on SIGTERM.
+#[test]
+fn an_upgrade_hands_the_main_pid_to_the_new_process() {
+    let engine = common::mock("a", |_| {});
+    let manager = Manager::at_path();
+    let dir = TempDir::new("upgrade");
+    let config = config_file(&dir, "epoll", 1, engine.addr());
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    let socket = dir.0.join("control.sock");
+    text = text.replacen(
+        "[server]\n",
+        &format!("[server]\ncontrol_socket = \"{}\"\n", socket.display()),
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
+    // As systemd starts a service with WatchdogSec=: WATCHDOG_PID is the main process.
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg("export WATCHDOG_PID=$$; exec \"$0\" run --config \"$1\"")
+        .arg(BIN)
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &manager.name)
+        .env("WATCHDOG_USEC", "200000")
+        .env_remove("MONOIO_FORCE_LEGACY_DRIVER");
+    // To a file: the new process inherits it and outlives the old one.
+    let log = dir.0.join("stderr.log");
+    cmd.stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let old = Proc {
+        child: cmd.spawn().expect("run rolter"),
+        stderr: None,
+    };
+    let old_pid = old.child.id();
+    let addr = expect_ready(&manager, 1, "epoll");
+    old.signal(libc::SIGUSR2);
+    let new_pid: u32 = loop {
+        let m = manager.next_state();
+        if let Some(pid) = m.get("MAINPID") {
+            break pid.parse().unwrap();
+        }
+        // The new process's own READY=1 may come first (systemd ignores it: not main yet).
+        assert_eq!(m.get("READY"), Some("1"), "before MAINPID=: {m:?}");
+    };
+    let new = Adopted(new_pid as i32);
+    assert_ne!(new_pid, old_pid);
+    let stat = std::fs::read_to_string(format!("/proc/{new_pid}/stat")).unwrap();
+    let ppid: u32 = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        ppid, old_pid,
+        "the new main process is the one SIGUSR2 started"
+    );
+    let (status, _) = old.finish();
+    let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{status:?}\n{}", stderr());
+    // The old process is gone: from here on every message is the new one's.
+    let _ = manager.queued();
+    for _ in 0..2 {
+        let m = manager.next();
+        assert!(m.is_watchdog(), "{m:?}\n{}", stderr());
+    }
+    let r = common::call(
+        addr,
+        &common::post("/v1/completions", &[], r#"{"model":"m","prompt":"new"}"#),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(unsafe { libc::kill(new.0, libc::SIGTERM) }, 0);
+    let stopping = manager.next_state();
+    assert_eq!(stopping.get("STOPPING"), Some("1"), "{stopping:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !new.gone() {
+        assert!(Instant::now() < deadline, "the new process did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -6,9 +6,9 @@
 //! Owns the messages and their transport; it must not decide when they are sent (the
 //! gateway handle, the control thread and the reload path do). Every call is a no-op
 //! without `$NOTIFY_SOCKET`. Failures are logged, never returned: a service manager that
-//! went away must not stop the gateway. The `sd-notify` crate formats the messages, reads
-//! `CLOCK_MONOTONIC` and the watchdog's environment; its own `notify` only connects to a
-//! path (an `@` name would be a file named `@…`), so the datagram is sent here.
+//! went away must not stop the gateway. The `sd-notify` crate formats the messages and
+//! reads `CLOCK_MONOTONIC`; its own `notify` only connects to a path (an `@` name would be
+//! a file named `@…`), so the datagram is sent here.
 
 use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
@@ -57,6 +57,12 @@ pub fn stopping(status: &str) {
     );
 }
 
+/// After a binary upgrade's handover: `pid`, the new process, is the service's main
+/// process from now on (sent by the old one, which systemd still accepts messages from).
+pub fn main_pid(pid: u32) {
+    notify("MAINPID", &[NotifyState::MainPid(pid)]);
+}
+
 /// A free-form status line for `systemctl status`.
 pub fn status(text: &str) {
     let text = one_line(text);
@@ -87,10 +93,18 @@ pub struct Watchdog {
 
 impl Watchdog {
     /// The watchdog the environment asks for, or `None` (no `$NOTIFY_SOCKET`, no or zero
-    /// `$WATCHDOG_USEC`, or a `$WATCHDOG_PID` that is another process).
+    /// `$WATCHDOG_USEC`, or a `$WATCHDOG_PID` that is neither this process nor its parent).
+    /// The parent counts because a binary upgrade's new process inherits the old one's
+    /// environment and becomes the main process ([`main_pid`]) when the old one leaves.
     pub fn from_env() -> Option<Watchdog> {
         let socket = std::env::var_os(NOTIFY_SOCKET)?;
-        let timeout = sd_notify::watchdog_enabled().filter(|t| !t.is_zero())?;
+        let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+        let pid = std::env::var("WATCHDOG_PID").ok();
+        let ours = |p: u32| p == std::process::id() || p == std::os::unix::process::parent_id();
+        if usec == 0 || pid.is_some_and(|p| !p.parse().is_ok_and(ours)) {
+            return None;
+        }
+        let timeout = Duration::from_micros(usec);
         let w = Watchdog::new(socket, timeout);
         tracing::info!(
             timeout_ms = timeout.as_millis() as u64,

@@ -182,7 +182,13 @@ impl Gateway {
         if config.source.is_file() {
             let sup = supervisor.clone();
             reloads.set_hook(Arc::new(move || {
-                sup.lock().unwrap_or_else(|e| e.into_inner()).reload_file()
+                notify::reloading();
+                let result = sup.lock().unwrap_or_else(|e| e.into_inner()).reload_file();
+                notify::reloaded(&match &result {
+                    Ok(report) => report.to_string(),
+                    Err(e) => format!("reload refused, the running configuration serves: {e}"),
+                });
+                result
             }));
         }
         for _ in 0..count {
