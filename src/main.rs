@@ -175,6 +175,11 @@ fn run(path: &Path, upgrade: bool) -> ExitCode {
     let exe = std::env::current_exe().ok();
     let socket = control_socket::path_for(&cfg);
     let grace = cfg.server.shutdown_grace;
+    // Signals are caught from here on: one that arrives while the gateway starts (systemd
+    // may stop or reload right after READY=1) waits in the channel instead of killing the
+    // process with the default action.
+    let (tx, rx) = mpsc::channel();
+    signal_events(tx.clone());
     let (started, handover) = if upgrade {
         match take_over(cfg, &socket) {
             Ok((g, h)) => (Ok(g), Some(h)),
@@ -200,14 +205,12 @@ fn run(path: &Path, upgrade: bool) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let (tx, rx) = mpsc::channel();
-    let control = start_control_socket(&gateway, &socket, tx.clone());
+    let control = start_control_socket(&gateway, &socket, tx);
     if let Some(h) = handover {
         if let Err(e) = h.ready() {
             tracing::warn!("upgrade: the old gateway did not confirm its drain: {e}");
         }
     }
-    signal_events(tx);
     // The process SIGUSR2 started: under systemd it becomes the main process once it serves.
     let mut upgrading: Option<std::process::Child> = None;
     let stop_reason = loop {

@@ -300,9 +300,7 @@ fn expect_reload(proc: &Proc, manager: &Manager, outcome: &str) {
 }
 
 /// Stop: SIGTERM, then `STOPPING=1` (with a status and a stop-timeout extension covering
-/// the grace), then exit 0 with nothing more sent. `rolter run` installs its SIGTERM
-/// handler once `Gateway::start` has returned, just after READY=1: callers first make a
-/// request through the gateway ([`expect_ready`] does), which puts the signal after it.
+/// the grace), then exit 0 with nothing more sent.
 fn expect_clean_stop(proc: Proc, manager: &Manager) -> String {
     proc.signal(libc::SIGTERM);
     let stopping = manager.next_state();
