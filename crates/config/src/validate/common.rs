@@ -50,6 +50,7 @@ pub const FORBIDDEN_TARGET_HEADERS: &[&str] = &[
     "upgrade",
     "proxy-connection",
     "x-forwarded-for",
+    "x-request-id",
 ];
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
