@@ -16,6 +16,7 @@ use monoio::net::TcpStream;
 use monoio::time::Instant;
 use rolter_codec::h1::chunked::{ChunkError, ChunkedDecoder};
 use rolter_codec::h1::request_head::{self, BodyFraming, HeadError, HeaderSpan, RequestHead};
+use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::h1::write::CONTINUE_100;
 use rolter_codec::GatewayError;
 use rolter_config::Limits;
@@ -122,13 +123,23 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
                 BodyLoc::InBuf(r) => &rbuf[r.clone()],
                 BodyLoc::Decoded => &decoded,
             };
+            let id = RequestId::from_client(
+                spans
+                    .iter()
+                    .find(|s| s.is(&rbuf, "x-request-id"))
+                    .map(|s| s.value(&rbuf)),
+            );
             let req = Request {
                 head: &head,
                 buf: &rbuf,
                 spans: &spans,
                 body,
                 peer_ip: &peer_ip,
+                peer,
                 close,
+                id,
+                started: std::time::Instant::now(),
+                time: std::time::SystemTime::now(),
             };
             dispatch(&state, &mut io, &req, &mut bufs, &limits).await
         };
@@ -168,7 +179,16 @@ async fn reject(
     e: &GatewayError,
     write_timeout: std::time::Duration,
 ) {
-    let _ = respond(&mut io.wr, out, e, true, write_timeout).await;
+    // No request id was read: the answer carries a fresh one.
+    let _ = respond(
+        &mut io.wr,
+        out,
+        e,
+        true,
+        &RequestId::generate(),
+        write_timeout,
+    )
+    .await;
     let _ = monoio::time::timeout(write_timeout, io.wr.shutdown()).await;
     linger(io, out).await;
 }

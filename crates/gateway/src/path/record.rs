@@ -5,15 +5,25 @@
 //! joins the tick's batch to the other cores and the control thread, with its [`Verdict`]
 //! for the health book and the metrics.
 //!
-//! Owns the verdict rules. It must not log or block; records leave by message only.
+//! A finished request becomes an access-log [`Entry`], sent the same way unless the log is
+//! off or sampling skips it.
+//!
+//! Owns the verdict rules and the sampling decision. It must not log or block; records
+//! leave by message only.
 
 use std::time::Instant;
 
+use http::Method;
+use rolter_config::AccessLogDest;
 use rolter_core::{PickRequest, Sample, TargetId, Verdict};
 
 use super::inputs::Inputs;
 use super::relay::{Outcome, Report};
+use super::request::Request;
 use super::route::Routed;
+use crate::access_log::Entry;
+use crate::mesh::messages::AttemptNotes;
+use crate::mesh::Record;
 use crate::path::state::WorkerState;
 
 /// The request was sent to `target` (each attempt, so a retry elsewhere is recorded where
@@ -67,7 +77,63 @@ pub fn attempt(
             finished,
         },
         verdict,
+        AttemptNotes {
+            cut: report.cut,
+            estimated_completion: estimated_completion(report),
+            error: match outcome {
+                Outcome::Failed(e) => Some(e.code),
+                _ => None,
+            },
+        },
     );
+}
+
+/// Completion tokens counted from a successful stream's deltas when it reported no usage.
+pub fn estimated_completion(report: &Report) -> u32 {
+    if report.usage.is_none() && (200..300).contains(&report.status) {
+        report.deltas
+    } else {
+        0
+    }
+}
+
+/// The method's name, for the access log.
+fn method_name(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "OTHER",
+    }
+}
+
+/// A finished request: its access-log entry, filled in by `fill`, is sent to the control
+/// thread unless the log is off, or `log.sample` skips this success.
+pub fn finished(state: &WorkerState, req: &Request<'_>, fill: impl FnOnce(&mut Entry)) {
+    let log = &state.config.log;
+    if log.access == AccessLogDest::Off {
+        return;
+    }
+    let mut entry = Entry::new(
+        req.time,
+        req.id,
+        req.peer,
+        method_name(&req.head.method),
+        req.head.path(req.buf).as_bytes(),
+    );
+    entry.bytes_in = req.bytes_in();
+    fill(&mut entry);
+    entry.duration = req.started.elapsed();
+    if log.sample < 1.0 && !entry.always_logged() && fastrand::f64() >= log.sample {
+        return;
+    }
+    state.links.record(Record::Request(Box::new(entry)));
 }
 
 /// What an attempt says about its target.

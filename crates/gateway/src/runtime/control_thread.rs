@@ -18,6 +18,7 @@ use rolter_core::Switches;
 use rolter_engine::kv::reports::KvReports;
 
 use super::driver::{self, ActiveDriver};
+use crate::access_log::AccessSink;
 use crate::admin;
 use crate::control::loops;
 use crate::control::plane::Plane;
@@ -45,6 +46,8 @@ pub struct ControlContext {
     pub kv_reports: Option<KvReports>,
     /// Builds the routes' mirror strategies (what `/admin/targets` shows they learned).
     pub strategies: Arc<StrategyFactory>,
+    /// The access-log writer's input (`None` when the access log is off).
+    pub access: Option<AccessSink>,
 }
 
 /// Starts the control thread.
@@ -70,6 +73,7 @@ async fn run(ctx: ControlContext) {
         workers,
         kv_reports,
         strategies,
+        access,
         ..
     } = ctx;
     let plane = Rc::new(RefCell::new(Plane::new(
@@ -80,6 +84,7 @@ async fn run(ctx: ControlContext) {
         links.drops.clone(),
     )));
     plane.borrow_mut().kv_reports = kv_reports;
+    plane.borrow_mut().access = access;
 
     if let Some(listener) = admin {
         match monoio::net::TcpListener::from_std(listener) {

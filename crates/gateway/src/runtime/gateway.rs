@@ -18,6 +18,7 @@ use super::driver::{self, ActiveDriver};
 use super::engine_threads::EngineThreads;
 use super::listener;
 use super::worker::{self, WorkerSetup};
+use crate::access_log::AccessLog;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::mesh;
 use crate::strategies::StrategyFactory;
@@ -33,6 +34,8 @@ pub struct Gateway {
     switches: Arc<Switches>,
     /// The engine-state threads (KV events), when some target publishes.
     engine: Option<EngineThreads>,
+    /// The access-log writer thread, unless `log.access = "off"`.
+    access_log: Option<AccessLog>,
 }
 
 impl Gateway {
@@ -55,6 +58,7 @@ impl Gateway {
             None => None,
         };
         let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+        let (access_log, access_sink) = AccessLog::start(&config.log.access)?.unzip();
         let (mut worker_links, control_links) = mesh(count);
         let config = Arc::new(config);
         let switches = Arc::new(Switches::new(config.adaptive.enabled));
@@ -127,6 +131,7 @@ impl Gateway {
             workers: count,
             kv_reports: engine.kv_reports(),
             strategies,
+            access: access_sink,
         })?;
         for _ in 0..count {
             match ready_rx.recv_timeout(Duration::from_secs(10)) {
@@ -156,7 +161,16 @@ impl Gateway {
             control_thread: Some(control_thread),
             switches,
             engine: Some(engine),
+            access_log,
         })
+    }
+
+    /// Makes the access-log writer reopen its file before its next line (after logrotate
+    /// moved it away). Never waits; a no-op when the log goes to stdout or is off.
+    pub fn reopen_logs(&self) {
+        if let Some(log) = &self.access_log {
+            log.reopen();
+        }
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -197,6 +211,10 @@ impl Gateway {
         }
         if let Some(e) = self.engine.take() {
             e.stop();
+        }
+        // The control thread (the only sender) is gone: the writer ends after the last line.
+        if let Some(log) = self.access_log.take() {
+            log.stop();
         }
     }
 }
