@@ -63,14 +63,21 @@ enum Command {
     Strategies,
 }
 
-fn init_logging() {
+/// The operational log on stderr: `ROLTER_LOG` filters it (default `info`), `[log] format`
+/// picks text or JSON lines, and text has ANSI colours only when stderr is a terminal (not
+/// the journal or a file).
+fn init_logging(format: config::LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("ROLTER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        config::LogFormat::Json => builder.json().with_current_span(false).init(),
+        config::LogFormat::Text => builder.with_ansi(io::stderr().is_terminal()).init(),
+    }
 }
 
 /// Blocks until SIGINT or SIGTERM.
@@ -169,7 +176,6 @@ fn main() -> ExitCode {
             }
         },
         Command::Run { config } => {
-            init_logging();
             let cfg = match config::load_file(&config) {
                 Ok(c) => c,
                 Err(errors) => {
@@ -182,6 +188,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // Set up from the configuration; its errors above went to stderr directly.
+            init_logging(cfg.log.format);
             let grace = cfg.server.shutdown_grace;
             let gateway = match Gateway::start(cfg) {
                 Ok(g) => g,
@@ -204,7 +212,7 @@ fn main() -> ExitCode {
             workers,
             admin,
         } => {
-            init_logging();
+            init_logging(config::LogFormat::Text);
             let demo = match rolter::demo::start(listen, workers, admin) {
                 Ok(d) => d,
                 Err(e) => {
