@@ -7,7 +7,7 @@
 mod common;
 
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -45,9 +45,8 @@ fn run(name: &str, log: &str, expect: usize) -> (String, String, String) {
     let access = dir.join("access.log");
     let m = mock("a", |c| c.tokens = 5);
     let dead = free_addr();
-    let listen = free_addr();
     let config = format!(
-        "[server]\nlisten = \"{listen}\"\nworkers = 1\npin_workers = false\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\npin_workers = false\n\
          [log]\n{}\n\
          [[targets]]\nname = \"live\"\nurl = \"http://{}\"\nmodels = [\"m\"]\n\
          [[targets]]\nname = \"dead\"\nurl = \"http://{dead}\"\nmodels = [\"d\"]\n",
@@ -67,9 +66,22 @@ fn run(name: &str, log: &str, expect: usize) -> (String, String, String) {
         .spawn()
         .expect("run rolter");
     let child = Kill(child);
+    // The address it bound, from its start line (text: `addr=…`, JSON: `"addr":"…"`).
+    let mut listen: Option<SocketAddr> = None;
     wait_for("the gateway to listen", Duration::from_secs(20), || {
-        TcpStream::connect(listen).is_ok()
+        let text = std::fs::read_to_string(&err).unwrap_or_default();
+        listen = text
+            .lines()
+            .find(|l| l.contains("rolter listening"))
+            .and_then(|l| {
+                let at = l.find("127.0.0.1:")?;
+                let rest = &l[at..];
+                let end = rest.find(|c: char| c != '.' && c != ':' && !c.is_ascii_digit())?;
+                rest[..end].parse().ok()
+            });
+        listen.is_some()
     });
+    let listen = listen.unwrap();
 
     let secret_headers = [
         ("authorization", "Bearer sk-CANARY-AUTH-4d1f"),
@@ -110,6 +122,7 @@ fn run(name: &str, log: &str, expect: usize) -> (String, String, String) {
     ));
     assert_eq!(c.head().unwrap().0, 400);
     drop(c);
+    sent += 1;
     assert_eq!(sent, expect);
 
     let counted = |text: &str| {
@@ -140,9 +153,15 @@ fn assert_no_canary(what: &str, text: &str) {
     }
 }
 
+/// Both runs in one test, one after the other: neither may take the other's ports.
 #[test]
-fn no_secret_or_prompt_in_any_log_with_text_logs_and_a_file() {
-    let (stdout, stderr, access) = run("text", "access = \"{access}\"\nformat = \"text\"", 5);
+fn no_secret_or_prompt_in_any_log() {
+    with_text_logs_and_a_file();
+    with_json_logs_and_stdout();
+}
+
+fn with_text_logs_and_a_file() {
+    let (stdout, stderr, access) = run("text", "access = \"{access}\"\nformat = \"text\"", 6);
     assert_no_canary("stdout", &stdout);
     assert_no_canary("stderr", &stderr);
     assert_no_canary("the access log", &access);
@@ -154,7 +173,8 @@ fn no_secret_or_prompt_in_any_log_with_text_logs_and_a_file() {
         stderr.contains("cause=\"upstream_connect_failed\""),
         "{stderr}"
     );
-    assert_eq!(access.lines().count(), 5, "{access}");
+    assert_eq!(access.lines().count(), 6, "{access}");
+    assert!(access.contains("\"error\":\"bad_request\""), "{access}");
     assert!(access.contains("\"flags\":\"UC\""), "{access}");
     assert!(
         !stderr.contains('\u{1b}'),
@@ -162,16 +182,15 @@ fn no_secret_or_prompt_in_any_log_with_text_logs_and_a_file() {
     );
 }
 
-#[test]
-fn no_secret_or_prompt_in_any_log_with_json_logs_and_stdout() {
-    let (stdout, stderr, _) = run("json", "access = \"stdout\"\nformat = \"json\"", 5);
+fn with_json_logs_and_stdout() {
+    let (stdout, stderr, _) = run("json", "access = \"stdout\"\nformat = \"json\"", 6);
     assert_no_canary("stdout", &stdout);
     assert_no_canary("stderr", &stderr);
     let access: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    assert_eq!(access.len(), 5, "{stdout}");
+    assert_eq!(access.len(), 6, "{stdout}");
     assert!(access.iter().any(|l| l["flags"] == "NR"), "{stdout}");
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.is_empty()).collect();
     assert!(!lines.is_empty());

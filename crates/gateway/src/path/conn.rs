@@ -26,6 +26,7 @@ use super::forward::forward;
 use super::local;
 use super::race::client_ready;
 use super::reader::Reader;
+use super::record;
 use super::request::{IoBufs, Request};
 use crate::path::state::WorkerState;
 
@@ -101,7 +102,9 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
             HeadRead::Closed => return,
             HeadRead::Reject(e) => {
                 state.record_gateway(e.status, e.code);
-                reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
+                let id = RequestId::generate();
+                reject(&mut io, &mut bufs.out, &e, &id, limits.write_timeout).await;
+                record::rejected(&state, peer, None, &id, &e);
                 return;
             }
         };
@@ -110,7 +113,9 @@ pub async fn serve(state: Rc<WorkerState>, stream: TcpStream, peer: SocketAddr) 
                 Ok(v) => v,
                 Err(Some(e)) => {
                     state.record_gateway(e.status, e.code);
-                    reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
+                    let id = RequestId::generate();
+                    reject(&mut io, &mut bufs.out, &e, &id, limits.write_timeout).await;
+                    record::rejected(&state, peer, Some((&head, &rbuf)), &id, &e);
                     return;
                 }
                 Err(None) => return,
@@ -177,18 +182,11 @@ async fn reject(
     io: &mut ClientIo,
     out: &mut Vec<u8>,
     e: &GatewayError,
+    id: &RequestId,
     write_timeout: std::time::Duration,
 ) {
-    // No request id was read: the answer carries a fresh one.
-    let _ = respond(
-        &mut io.wr,
-        out,
-        e,
-        true,
-        &RequestId::generate(),
-        write_timeout,
-    )
-    .await;
+    // The request was not read whole: the answer carries a fresh id.
+    let _ = respond(&mut io.wr, out, e, true, id, write_timeout).await;
     let _ = monoio::time::timeout(write_timeout, io.wr.shutdown()).await;
     linger(io, out).await;
 }

@@ -14,6 +14,9 @@
 use std::time::Instant;
 
 use http::Method;
+use rolter_codec::h1::request_head::RequestHead;
+use rolter_codec::h1::request_id::RequestId;
+use rolter_codec::GatewayError;
 use rolter_config::AccessLogDest;
 use rolter_core::{PickRequest, Sample, TargetId, Verdict};
 
@@ -111,6 +114,28 @@ fn method_name(m: &Method) -> &'static str {
         Method::CONNECT => "CONNECT",
         _ => "OTHER",
     }
+}
+
+/// A request rejected before it was read whole (a malformed head, a body too large or too
+/// slow): its entry, with the method and path when the head was read. Always written.
+pub fn rejected(
+    state: &WorkerState,
+    peer: std::net::SocketAddr,
+    head: Option<(&RequestHead, &[u8])>,
+    id: &RequestId,
+    e: &GatewayError,
+) {
+    if state.config.log.access == AccessLogDest::Off {
+        return;
+    }
+    let (method, path) = match head {
+        Some((h, buf)) => (method_name(&h.method), h.path(buf).as_bytes()),
+        None => ("-", &b""[..]),
+    };
+    let mut entry = Entry::new(std::time::SystemTime::now(), *id, peer, method, path);
+    entry.status = e.status;
+    entry.error = Some(e.code);
+    state.links.record(Record::Request(Box::new(entry)));
 }
 
 /// A finished request: its access-log entry, filled in by `fill`, is sent to the control

@@ -150,4 +150,6 @@ async fn run(ctx: ControlContext) {
             break;
         }
     }
+    // What the workers sent last (their final records, the last access-log entries).
+    plane.borrow_mut().drain(&links.inbox, Instant::now());
 }
