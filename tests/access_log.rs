@@ -435,3 +435,29 @@ fn sampling_keeps_errors_and_off_writes_nothing() {
     assert_eq!(all.len(), 1, "{all:?}");
     assert_eq!(all[0]["request_id"], "s-err");
 }
+
+#[test]
+fn reopen_logs_follows_a_rotated_file() {
+    let d = DriverChoice::Epoll;
+    let dir = temp_dir("rotate");
+    let log = dir.join("access.log");
+    let m = mock("a", |_| {});
+    let g = start(d, &log, &[m.addr()], TIMEOUTS, "");
+    assert_eq!(
+        chat(g.local_addr(), "rot-1", &[], &chat_body(false)).status,
+        200
+    );
+    line_of(&log, 1, "rot-1");
+    // What logrotate does: move the file away, then signal.
+    let rotated = dir.join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    g.reopen_logs();
+    assert_eq!(
+        chat(g.local_addr(), "rot-2", &[], &chat_body(false)).status,
+        200
+    );
+    line_of(&log, 1, "rot-2");
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    assert_eq!(old.lines().count(), 1, "{old}");
+    assert!(old.contains("\"rot-1\""), "{old}");
+}
