@@ -22,12 +22,14 @@
 //!   Prometheus text.
 //! - [`strategies`]: each route's strategy instances built from the configuration.
 //! - [`lifecycle`]: the drain and stop flags; [`reload`]: what a reload reports and counts.
+//! - [`access_log`]: the per-request entries, their JSON lines and the writer thread.
 //!
 //! Below it, in their own crates: the shared values (`rolter-core`), the HTTP and API
 //! codec (`rolter-codec`), the strategies (`rolter-strategy`), the configuration
 //! (`rolter-config`), what the engines tell (`rolter-engine`) and tokenization
 //! (`rolter-tokenize`).
 
+pub mod access_log;
 pub mod admin;
 pub mod control;
 pub mod lifecycle;
