@@ -104,7 +104,11 @@ headers = { "Authorization" = "Bearer upstream-key" }
         spans: &spans,
         body,
         peer_ip: "10.1.2.3",
+        peer: "10.1.2.3:50000".parse().unwrap(),
         close: false,
+        id: rolter::codec::h1::request_id::RequestId::generate(),
+        started: std::time::Instant::now(),
+        time: std::time::SystemTime::now(),
     };
     let mut out = Vec::with_capacity(4096);
     let mut g = c.benchmark_group("rewrite");

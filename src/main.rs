@@ -81,14 +81,21 @@ enum Command {
     Strategies,
 }
 
-fn init_logging() {
+/// The operational log on stderr: `ROLTER_LOG` filters it (default `info`), `[log] format`
+/// picks text or JSON lines, and text has ANSI colours only when stderr is a terminal (not
+/// the journal or a file).
+fn init_logging(format: config::LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("ROLTER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        config::LogFormat::Json => builder.json().with_current_span(false).init(),
+        config::LogFormat::Text => builder.with_ansi(io::stderr().is_terminal()).init(),
+    }
 }
 
 /// What the running process is asked to do, by a signal or the control socket.
@@ -170,6 +177,8 @@ fn run(path: &Path, upgrade: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Set up from the configuration; its errors above went to stderr directly.
+    init_logging(cfg.log.format);
     // The path of this binary now, before a package manager replaces the file: an upgrade
     // runs whatever is at this path then.
     let exe = std::env::current_exe().ok();
@@ -231,7 +240,10 @@ fn run(path: &Path, upgrade: bool) -> ExitCode {
                 // The outcome is logged and counted by the gateway.
                 let _ = gateway.reload();
             }
-            Event::ReopenLogs => tracing::info!("SIGUSR1: no log file is open; nothing to reopen"),
+            Event::ReopenLogs => {
+                tracing::info!("SIGUSR1: reopening the access log");
+                gateway.reopen_logs();
+            }
             Event::Upgrade => {
                 if let Some(c) = spawn_upgrade(exe.as_deref(), path) {
                     upgrading = Some(c);
@@ -429,10 +441,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Run { config, upgrade } => {
-            init_logging();
-            run(&config, upgrade)
-        }
+        Command::Run { config, upgrade } => run(&config, upgrade),
         Command::Reload { config } => {
             // The running gateway loads the file itself and answers with every error.
             let (port, explicit) = config::peek_control(&config);
@@ -451,7 +460,7 @@ fn main() -> ExitCode {
             workers,
             admin,
         } => {
-            init_logging();
+            init_logging(config::LogFormat::Text);
             let demo = match rolter::demo::start(listen, workers, admin) {
                 Ok(d) => d,
                 Err(e) => {

@@ -66,8 +66,14 @@ pub fn gateway(driver: DriverChoice, rest: &str) -> Gateway {
 }
 
 pub fn gateway_with(driver: DriverChoice, workers: usize, rest: &str) -> Gateway {
+    // The access log stays out of the test output unless a test configures it.
+    let log = if rest.contains("[log]") {
+        ""
+    } else {
+        "[log]\naccess = \"off\"\n"
+    };
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nworkers = {workers}\npin_workers = false\ndriver = \"{}\"\nshutdown_grace = \"2s\"\n{TEST_LIMITS}\n{rest}",
+        "[server]\nlisten = \"127.0.0.1:0\"\nworkers = {workers}\npin_workers = false\ndriver = \"{}\"\nshutdown_grace = \"2s\"\n{TEST_LIMITS}\n{log}{rest}",
         driver_name(driver)
     );
     let cfg =

@@ -130,17 +130,27 @@ impl GatewayError {
 
     /// Appends a complete response (head and JSON body) to `out`.
     pub fn write_response(&self, out: &mut Vec<u8>, close: bool) {
+        self.write_response_with_id(out, close, None);
+    }
+
+    /// [`Self::write_response`] with an `x-request-id` header when `request_id` is given.
+    pub fn write_response_with_id(&self, out: &mut Vec<u8>, close: bool, request_id: Option<&str>) {
         let mut ra = itoa::Buffer::new();
-        let retry_after = self.retry_after.map(|s| ("retry-after", ra.format(s)));
-        let extra: &[(&str, &str)] = match &retry_after {
-            Some(h) => std::slice::from_ref(h),
-            None => &[],
-        };
+        let mut extra: [(&str, &str); 2] = [("", ""); 2];
+        let mut n = 0;
+        if let Some(s) = self.retry_after {
+            extra[n] = ("retry-after", ra.format(s));
+            n += 1;
+        }
+        if let Some(id) = request_id {
+            extra[n] = ("x-request-id", id);
+            n += 1;
+        }
         write_head_and_body(
             out,
             self.status,
             "application/json",
-            extra,
+            &extra[..n],
             &self.body(),
             close,
         );

@@ -36,6 +36,48 @@ pub struct Config {
     pub adaptive: AdaptiveConfig,
     /// `[kv_events]`: how the KV block index is keyed, bounded and kept fresh.
     pub kv_events: KvEventsConfig,
+    /// `[log]`: the access log and the operational log's format.
+    pub log: LogConfig,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    /// Where the access log goes (`access`).
+    pub access: AccessLogDest,
+    /// Share of successful requests written to the access log (`sample`, 0.0 to 1.0);
+    /// errors and flagged requests are always written.
+    pub sample: f64,
+    /// The operational (tracing) log's format (`format`).
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            access: AccessLogDest::Stdout,
+            sample: 1.0,
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// `log.access`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogDest {
+    Stdout,
+    Off,
+    /// Appended to this file, reopened on request (log rotation).
+    File(PathBuf),
+}
+
+/// `log.format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (colours only when stderr is a terminal).
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// `[kv_events]`: settings of the index built from the targets' KV-cache events (used only

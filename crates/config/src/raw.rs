@@ -25,6 +25,14 @@ pub(crate) struct RawConfig {
     pub catalog: Option<OrderedPrices>,
     pub adaptive: Option<RawAdaptive>,
     pub kv_events: Option<RawKvEvents>,
+    pub log: Option<RawLog>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawLog {
+    pub access: Option<String>,
+    pub sample: Option<f64>,
+    pub format: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -224,7 +232,9 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "catalog",
     "adaptive",
     "kv_events",
+    "log",
 ];
+pub(crate) const LOG_KEYS: &[&str] = &["access", "sample", "format"];
 pub(crate) const SERVER_KEYS: &[&str] = &[
     "listen",
     "workers",
@@ -373,6 +383,7 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["admin"] => ("[admin]", ADMIN_KEYS),
         ["adaptive"] => ("[adaptive]", ADAPTIVE_KEYS),
         ["kv_events"] => ("[kv_events]", KV_EVENTS_KEYS),
+        ["log"] => ("[log]", LOG_KEYS),
         ["catalog", _] => ("a [catalog] entry", PRICE_KEYS),
         _ => return None,
     })

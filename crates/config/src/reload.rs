@@ -23,7 +23,9 @@ impl std::fmt::Display for RestartNeeded {
 
 /// The settings that differ between `old` and `new` and that only a restart (or a binary
 /// upgrade, `rolter run --upgrade`) can apply: the listening sockets, the worker threads and
-/// their io driver, and the admin listener's address.
+/// their io driver, the control socket, the admin listener's address, and where the access
+/// log goes and the operational log's format (the writer and the subscriber are set up
+/// once; `log.sample` reloads).
 pub fn restart_needed(old: &Config, new: &Config) -> Vec<RestartNeeded> {
     let mut out = Vec::new();
     let mut check = |key: &'static str, changed: bool, was: String, now: String| {
@@ -67,6 +69,18 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<RestartNeeded> {
         o.control_socket != n.control_socket,
         format!("{:?}", o.control_socket),
         format!("{:?}", n.control_socket),
+    );
+    check(
+        "log.access",
+        !same(&old.log.access, &new.log.access),
+        format!("{:?}", old.log.access),
+        format!("{:?}", new.log.access),
+    );
+    check(
+        "log.format",
+        !same(&old.log.format, &new.log.format),
+        format!("{:?}", old.log.format),
+        format!("{:?}", new.log.format),
     );
     let admin = |c: &Config| c.admin.as_ref().map(|a| a.listen);
     let show = |a: Option<std::net::SocketAddr>| a.map_or("off".to_string(), |a| a.to_string());

@@ -22,6 +22,7 @@
 //!   Prometheus text.
 //! - [`strategies`]: each route's strategy instances built from the configuration.
 //! - [`lifecycle`]: the drain and stop flags; [`reload`]: what a reload reports and counts.
+//! - [`access_log`]: the per-request entries, their JSON lines and the writer thread.
 //! - [`notify`]: the service manager's notification protocol (sd_notify) and watchdog.
 //!
 //! Below it, in their own crates: the shared values (`rolter-core`), the HTTP and API
@@ -29,6 +30,7 @@
 //! (`rolter-config`), what the engines tell (`rolter-engine`) and tokenization
 //! (`rolter-tokenize`).
 
+pub mod access_log;
 pub mod admin;
 pub mod control;
 pub mod lifecycle;

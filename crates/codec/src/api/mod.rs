@@ -6,6 +6,7 @@
 //! Owns knowledge of the APIs' shapes. It must not do I/O or pick targets.
 
 pub mod canonical;
+pub mod deltas;
 pub mod facts;
 pub mod usage;
 

@@ -7,6 +7,7 @@
 
 pub mod chunked;
 pub mod request_head;
+pub mod request_id;
 pub mod response_head;
 pub mod write;
 

@@ -134,7 +134,12 @@ pub fn parse(
             .any(|h| header_tokens(h.value).any(|t| t.eq_ignore_ascii_case(name)))
     };
     for h in resp.headers.iter() {
-        if is_hop_by_hop(h.name) || (names_headers && connection_named(h.name.as_bytes())) {
+        // The gateway writes the request's own `x-request-id`; an upstream's echo of it would
+        // make a second one.
+        if is_hop_by_hop(h.name)
+            || h.name.eq_ignore_ascii_case("x-request-id")
+            || (names_headers && connection_named(h.name.as_bytes()))
+        {
             continue;
         }
         out.extend_from_slice(h.name.as_bytes());

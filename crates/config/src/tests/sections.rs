@@ -312,3 +312,45 @@ fn adaptive_switch() {
         .message
         .contains("boolean"));
 }
+
+#[test]
+fn log_defaults_and_values() {
+    let c = load(ONE_TARGET).unwrap();
+    assert_eq!(c.log, LogConfig::default());
+    assert_eq!(c.log.access, AccessLogDest::Stdout);
+    assert_eq!(c.log.sample, 1.0);
+    assert_eq!(c.log.format, LogFormat::Text);
+    let c = load(&format!(
+        "[log]\naccess = \"/var/log/rolter/access.log\"\nsample = 0.25\nformat = \"json\"\n{ONE_TARGET}"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.log.access,
+        AccessLogDest::File("/var/log/rolter/access.log".into())
+    );
+    assert_eq!(c.log.sample, 0.25);
+    assert_eq!(c.log.format, LogFormat::Json);
+    let c = load(&format!("[log]\naccess = \"off\"\n{ONE_TARGET}")).unwrap();
+    assert_eq!(c.log.access, AccessLogDest::Off);
+}
+
+#[test]
+fn log_errors_name_the_key_and_the_fix() {
+    let errs = errors(&format!(
+        "[log]\naccess = \"\"\nsample = 1.5\nformat = \"yaml\"\n{ONE_TARGET}"
+    ));
+    assert!(error_at(&errs, "log.access").fix.contains("stdout"));
+    let e = error_at(&errs, "log.sample");
+    assert!(e.message.contains("1.5") && e.fix.contains("0.1"), "{e:?}");
+    let e = error_at(&errs, "log.format");
+    assert!(
+        e.message.contains("yaml") && e.fix.contains("json"),
+        "{e:?}"
+    );
+    let errs = errors(&format!("[log]\nacess = \"off\"\n{ONE_TARGET}"));
+    assert!(
+        errs.iter()
+            .any(|e| e.key.contains("acess") && format!("{e:?}").contains("access")),
+        "{errs:?}"
+    );
+}

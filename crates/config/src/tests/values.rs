@@ -110,7 +110,7 @@ fn misspelled_table_is_an_unknown_key() {
 #[test]
 fn known_keys_match_structs() {
     // Every key listed as valid is accepted by the serde types (no unknown-key error).
-    let tables: [(&str, &[&str]); 17] = [
+    let tables: [(&str, &[&str]); 18] = [
         ("", raw::TOP_KEYS),
         ("[server]\n", raw::SERVER_KEYS),
         ("[server.limits]\n", raw::LIMITS_KEYS),
@@ -133,6 +133,7 @@ fn known_keys_match_structs() {
         ("[admin]\n", raw::ADMIN_KEYS),
         ("[adaptive]\n", raw::ADAPTIVE_KEYS),
         ("[kv_events]\n", raw::KV_EVENTS_KEYS),
+        ("[log]\n", raw::LOG_KEYS),
         ("[catalog.m]\n", raw::PRICE_KEYS),
     ];
     for (header, keys) in tables {

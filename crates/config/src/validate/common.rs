@@ -15,8 +15,8 @@ pub(super) use crate::error::Collector;
 pub(super) use crate::model::*;
 pub(super) use crate::raw::{
     closest, is_bare_key, join, OrderedPrices, OrderedStrings, RawAdmin, RawConfig, RawHeaderMatch,
-    RawHealth, RawKvEvents, RawLimits, RawMatch, RawPool, RawPrice, RawRoute, RawScrape, RawServer,
-    RawTarget, RawTargetKvEvents, RawTimeouts,
+    RawHealth, RawKvEvents, RawLimits, RawLog, RawMatch, RawPool, RawPrice, RawRoute, RawScrape,
+    RawServer, RawTarget, RawTargetKvEvents, RawTimeouts,
 };
 
 /// Resolves a host name and port to socket addresses.
@@ -50,6 +50,7 @@ pub const FORBIDDEN_TARGET_HEADERS: &[&str] = &[
     "upgrade",
     "proxy-connection",
     "x-forwarded-for",
+    "x-request-id",
 ];
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";

@@ -5,6 +5,7 @@ mod admin;
 mod common;
 mod health;
 mod kv;
+mod log;
 mod prices;
 mod routes;
 mod server;
@@ -14,6 +15,7 @@ use admin::admin;
 use common::*;
 use health::{health, scrape};
 use kv::kv_events;
+use log::log;
 use prices::catalog;
 pub(crate) use prices::check_prices;
 use routes::route;
@@ -106,6 +108,7 @@ pub(crate) fn validate(
     };
     let catalog = catalog(raw.catalog, errs);
     let kv_events = kv_events(raw.kv_events, errs);
+    let log = log(raw.log, errs);
     let adaptive = AdaptiveConfig {
         enabled: raw
             .adaptive
@@ -132,5 +135,6 @@ pub(crate) fn validate(
         catalog: catalog?.into_iter().collect(),
         adaptive,
         kv_events: kv_events?,
+        log: log?,
     })
 }

@@ -625,7 +625,7 @@ pub(super) fn target_headers(
         if FORBIDDEN_TARGET_HEADERS.contains(&lower.as_str()) {
             errs.push(
                 &key,
-                format!("header `{name}` is a hop-by-hop or framing header that the gateway manages itself"),
+                format!("header `{name}` is one the gateway manages itself (hop-by-hop, framing, forwarding, or the request's x-request-id)"),
                 format!("remove `{name}` from headers"),
             );
             ok = false;

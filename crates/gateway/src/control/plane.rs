@@ -19,6 +19,7 @@ use rolter_engine::scrape::EngineMetrics;
 use rolter_strategy::Strategy;
 
 use super::dns::{self, DnsBook};
+use crate::access_log::{line, AccessSink};
 use crate::mesh::load::TargetSignal;
 use crate::mesh::{Kind, MeshDrops, Record, ToControl};
 use crate::metrics::{GatewayMetrics, ScrapeStatus, TargetGauges};
@@ -76,7 +77,15 @@ pub struct Plane {
     pub lora: LoraBook,
     /// Where each target's new connections go, and the re-resolution of host names.
     pub dns: DnsBook,
+    /// Where finished requests' access-log lines go (`None`: `log.access = "off"`).
+    pub access: Option<AccessSink>,
+    /// Rate-limited log book of failed attempts, per (target, cause).
+    upstream_failures: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
 }
+
+/// Failed attempts are logged at most this often per target and cause (the metrics count
+/// every one).
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// Fallback picks are logged at most this often per route and reason (the metrics count
 /// every one).
@@ -92,10 +101,20 @@ fn log_due(
     key: (u16, &'static str),
     now: Instant,
 ) -> Option<(bool, u64)> {
+    log_due_every(book, key, now, FALLBACK_LOG_EVERY)
+}
+
+/// [`log_due`] with its own interval.
+fn log_due_every(
+    book: &mut std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    key: (u16, &'static str),
+    now: Instant,
+    every: Duration,
+) -> Option<(bool, u64)> {
     match book.get_mut(&key) {
         Some(e) => {
             e.1 += 1;
-            if now.saturating_duration_since(e.0) < FALLBACK_LOG_EVERY {
+            if now.saturating_duration_since(e.0) < every {
                 return None;
             }
             let v = *e;
@@ -149,6 +168,8 @@ impl Plane {
             mesh_drops,
             drops_logged: 0,
             last_drop_log: None,
+            access: None,
+            upstream_failures: Default::default(),
             config,
         }
     }
@@ -157,7 +178,7 @@ impl Plane {
     /// still holds: the counters and histograms when the route and target names are the
     /// same (so `/metrics` series continue), and the health, scrape results and TTFT
     /// averages of every unchanged target.
-    pub fn inherit(&mut self, mut old: Plane) {
+    pub fn inherit(&mut self, old: &mut Plane) {
         let names = |c: &Config| {
             (
                 c.routes.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
@@ -165,9 +186,9 @@ impl Plane {
             )
         };
         if names(&old.config) == names(&self.config) {
-            self.metrics = old.metrics;
-            self.fallbacks = old.fallbacks;
-            self.lookup_problems = old.lookup_problems;
+            std::mem::swap(&mut self.metrics, &mut old.metrics);
+            std::mem::swap(&mut self.fallbacks, &mut old.fallbacks);
+            std::mem::swap(&mut self.lookup_problems, &mut old.lookup_problems);
         }
         let map = unchanged_targets(&old.config.targets, &self.config.targets);
         self.health.inherit(&old.health, &map);
@@ -195,13 +216,13 @@ impl Plane {
                 .all(|(a, b)| a.name == b.name)
     }
 
-    /// Folds the records still arriving from a replaced configuration's requests (when
-    /// `fold`; their load snapshots no longer count). `true` once every worker has dropped
-    /// that configuration and the inbox is empty.
-    pub fn drain_retired(&mut self, inbox: &Receiver<ToControl>, fold: bool, now: Instant) -> bool {
+    /// Folds the records still arriving from a replaced configuration's requests (their
+    /// load snapshots no longer count). `true` once every worker has dropped that
+    /// configuration and the inbox is empty.
+    pub fn drain_retired(&mut self, inbox: &Receiver<ToControl>, now: Instant) -> bool {
         loop {
             match inbox.try_recv() {
-                Ok(ToControl::Records(records)) if fold => {
+                Ok(ToControl::Records(records)) => {
                     for r in &records {
                         self.fold(r, now);
                     }
@@ -275,8 +296,17 @@ impl Plane {
                 route,
                 ref sample,
                 verdict,
+                notes,
             } => {
-                self.metrics.record_attempt(route as usize, sample);
+                self.metrics.record_outcome(
+                    route as usize,
+                    sample,
+                    notes.cut.map(|c| c.label()),
+                    notes.estimated_completion,
+                );
+                if verdict == Verdict::TargetFailed {
+                    self.log_failure(route, sample.target, sample.status, notes, now);
+                }
                 self.metrics.record_decision(route as usize, sample.target);
                 for m in &mut self.mirrors {
                     m.observe(sample);
@@ -344,7 +374,59 @@ impl Plane {
                 }
             }
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
+            Record::Request(ref entry) => {
+                if let Some(sink) = &self.access {
+                    if !sink.send(line::format(entry, &self.config)) {
+                        self.metrics.record_access_log_drop();
+                    }
+                }
+            }
         }
+    }
+
+    /// Says in the log that an attempt on a target failed: at the first failure of a cause,
+    /// then at most once a second per target and cause with the count since.
+    fn log_failure(
+        &mut self,
+        route: u16,
+        target: usize,
+        status: u16,
+        notes: crate::mesh::messages::AttemptNotes,
+        now: Instant,
+    ) {
+        let cause = match (notes.cut, notes.error) {
+            (Some(c), _) => c.label(),
+            (None, Some(code)) => code,
+            (None, None) if status >= 500 => "upstream_5xx",
+            (None, None) => "upstream_failed",
+        };
+        let Some((first, since)) = log_due_every(
+            &mut self.upstream_failures,
+            (target as u16, cause),
+            now,
+            FAILURE_LOG_EVERY,
+        ) else {
+            return;
+        };
+        let route = self
+            .config
+            .routes
+            .get(route as usize)
+            .map_or("", |r| r.name.as_str());
+        let target = self
+            .config
+            .targets
+            .get(target)
+            .map_or("", |t| t.name.as_str());
+        tracing::warn!(
+            target = %target,
+            route = %route,
+            cause,
+            status,
+            failures = since,
+            first,
+            "upstream attempt failed (every attempt is counted in rolter_requests_total)"
+        );
     }
 
     /// Says in the log that a route's strategy is running on its fallback: at the first

@@ -9,6 +9,7 @@ use rolter_core::{Sample, ShareBatch, Verdict};
 use rolter_engine::lora::LoraTable;
 
 use super::load::TargetSignal;
+use crate::access_log::{Cut, Entry};
 
 /// Messages a worker receives.
 pub enum ToWorker {
@@ -27,6 +28,17 @@ pub enum ToWorker {
     Addrs(Arc<[SocketAddr]>),
 }
 
+/// What the control thread learns of an attempt beyond its sample.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AttemptNotes {
+    /// How a response that had reached the client was cut off, if it was.
+    pub cut: Option<Cut>,
+    /// Completion tokens counted from the stream's deltas when no usage was reported.
+    pub estimated_completion: u32,
+    /// The gateway's error code for a failed attempt (`upstream_connect_failed`, …).
+    pub error: Option<&'static str>,
+}
+
 /// Messages the control thread receives.
 pub enum ToControl {
     Load { from: usize, snapshot: Arc<[u32]> },
@@ -34,14 +46,17 @@ pub enum ToControl {
 }
 
 /// What a worker reports to the control thread.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Record {
     /// One upstream attempt of a request on `route`.
     Attempt {
         route: u16,
         sample: Sample,
         verdict: Verdict,
+        notes: AttemptNotes,
     },
+    /// A finished request, for the access log.
+    Request(Box<Entry>),
     /// A strategy could not use its signal and fell back.
     Fallback { route: u16, reason: &'static str },
     /// A route asked its cache controller before picking: `result` is the lookup's

@@ -68,6 +68,7 @@ fn samples_reach_every_other_core_and_records_reach_control() {
         route: 0,
         sample,
         verdict: Verdict::Success,
+        notes: Default::default(),
     });
     links[0].record(Record::Gateway {
         status: 404,

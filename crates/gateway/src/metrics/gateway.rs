@@ -35,6 +35,9 @@ pub const DURATION_BUCKETS: [f64; 16] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 ];
 
+/// The `codes` key of cut-off responses (no HTTP status is 1).
+const INTERRUPTED: u16 = 1;
+
 fn ttft_histogram() -> Histogram {
     Histogram::new(TTFT_BUCKETS)
 }
@@ -56,6 +59,13 @@ struct RouteTargetCode {
 struct RouteTarget {
     route: String,
     target: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteTargetCause {
+    route: String,
+    target: String,
+    cause: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -104,8 +114,10 @@ struct TargetLabel {
 /// The series of one (route, target) pair, created on first use.
 #[derive(Debug, Default)]
 struct PairSeries {
-    /// `rolter_requests_total` per status seen (0 = no response).
+    /// `rolter_requests_total` per status seen (0 = no response, [`INTERRUPTED`] = cut).
     codes: Vec<(u16, Counter)>,
+    /// `rolter_stream_interrupted_total` per cause seen.
+    cuts: Vec<(&'static str, Counter)>,
     ttft: Option<Histogram>,
     duration: Option<Histogram>,
     decisions: Option<Counter>,
@@ -133,6 +145,8 @@ pub struct GatewayMetrics {
     decisions: Family<Decision, Counter>,
     fallbacks: Family<Fallback, Counter>,
     gateway_responses: Family<GatewayResponse, Counter>,
+    interrupted: Family<RouteTargetCause, Counter>,
+    access_log_dropped: Counter,
     /// Indexed by `route * targets.len() + target`.
     pairs: Vec<PairSeries>,
     per_target: Vec<TargetSeries>,
@@ -172,6 +186,8 @@ impl GatewayMetrics {
         let adapter_loads = Family::<AdapterLoadLabel, Counter>::default();
         let ejections = Family::<TargetLabel, Counter>::default();
         let scrape_failures = Family::<TargetLabel, Counter>::default();
+        let interrupted = Family::<RouteTargetCause, Counter>::default();
+        let access_log_dropped = Counter::default();
 
         let per_target = target_names
             .iter()
@@ -196,7 +212,7 @@ impl GatewayMetrics {
         // Counter names get their `_total` suffix from the encoder.
         registry.register(
             "rolter_requests",
-            "Upstream attempts by route, target and response status (none: no response)",
+            "Upstream attempts by route, target and the status the client received (none: no response; interrupted: a response cut off after it started reaching the client, see rolter_stream_interrupted_total)",
             requests.clone(),
         );
         registry.register(
@@ -211,7 +227,7 @@ impl GatewayMetrics {
         );
         registry.register(
             "rolter_tokens",
-            "Tokens the targets reported in responses' usage, by kind (prompt, completion)",
+            "Tokens the targets reported in responses' usage, by kind (prompt, completion); for a successful stream without usage, its content deltas are counted as completion tokens (an estimate)",
             tokens,
         );
         registry.register(
@@ -240,6 +256,16 @@ impl GatewayMetrics {
             gateway_responses.clone(),
         );
         registry.register(
+            "rolter_stream_interrupted",
+            "Responses cut off after they started reaching the client, by cause (upstream_reset, upstream_timeout, client_gone, shutdown)",
+            interrupted.clone(),
+        );
+        registry.register(
+            "rolter_access_log_dropped",
+            "Access-log lines dropped because the writer's buffer was full (a slow disk or stdout)",
+            access_log_dropped.clone(),
+        );
+        registry.register(
             "rolter_ejections",
             "Times passive health checking ejected the target",
             ejections,
@@ -261,6 +287,8 @@ impl GatewayMetrics {
             decisions,
             fallbacks,
             gateway_responses,
+            interrupted,
+            access_log_dropped,
             pairs: (0..route_names.len() * target_names.len())
                 .map(|_| PairSeries::default())
                 .collect(),
@@ -282,8 +310,22 @@ impl GatewayMetrics {
         valid.then_some(route * self.targets.len() + target)
     }
 
-    /// One finished upstream attempt on `route`.
+    /// One finished upstream attempt on `route` whose response, if any, was not cut off.
     pub fn record_attempt(&mut self, route: usize, sample: &Sample) {
+        self.record_outcome(route, sample, None, 0);
+    }
+
+    /// One finished upstream attempt on `route`: `cut` names how its response was cut off
+    /// after it started reaching the client (counted as `code="interrupted"`, not as its
+    /// status), `estimated_completion` the completion tokens counted from a stream that
+    /// reported no usage.
+    pub fn record_outcome(
+        &mut self,
+        route: usize,
+        sample: &Sample,
+        cut: Option<&'static str>,
+        estimated_completion: u32,
+    ) {
         let Some(index) = self.pair(route, sample.target) else {
             return;
         };
@@ -291,12 +333,28 @@ impl GatewayMetrics {
         let target_name = &self.targets[sample.target];
         let pair = &mut self.pairs[index];
 
-        let status = sample.status;
+        let status = if cut.is_some() {
+            INTERRUPTED
+        } else {
+            sample.status
+        };
+        if let Some(cause) = cut {
+            let interrupted = &self.interrupted;
+            counter_for(&mut pair.cuts, cause, || {
+                interrupted.get_or_create_owned(&RouteTargetCause {
+                    route: route_name.clone(),
+                    target: target_name.clone(),
+                    cause,
+                })
+            })
+            .inc();
+        }
         let code = match pair.codes.iter().position(|(s, _)| *s == status) {
             Some(i) => i,
             None => {
                 let code = match status {
                     0 => Cow::Borrowed("none"),
+                    INTERRUPTED => Cow::Borrowed("interrupted"),
                     s => Cow::Owned(s.to_string()),
                 };
                 let counter = self.requests.get_or_create_owned(&RouteTargetCode {
@@ -324,12 +382,19 @@ impl GatewayMetrics {
             .get_or_insert_with(|| self.duration.get_or_create_owned(&labels()))
             .observe(sample.duration.as_secs_f64());
 
+        let t = &self.per_target[sample.target];
         if let Some(usage) = sample.usage {
-            let t = &self.per_target[sample.target];
             t.prompt_tokens.inc_by(u64::from(usage.prompt_tokens));
             t.completion_tokens
                 .inc_by(u64::from(usage.completion_tokens));
+        } else {
+            t.completion_tokens.inc_by(u64::from(estimated_completion));
         }
+    }
+
+    /// An access-log line did not fit the writer's buffer.
+    pub fn record_access_log_drop(&mut self) {
+        self.access_log_dropped.inc();
     }
 
     /// `route`'s strategy chose `target`.

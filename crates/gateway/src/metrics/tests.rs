@@ -448,8 +448,14 @@ fn families_without_series_are_left_out() {
     let m = GatewayMetrics::new(&[], &[], &[]);
     let (out, s) = render(&m, &[], true);
     let families: Vec<&str> = s.metrics.iter().map(|x| x.name.as_str()).collect();
-    assert_eq!(families, ["rolter_adaptive_enabled"], "{out}");
-    assert!(out.starts_with("# HELP rolter_adaptive_enabled "), "{out}");
+    // The access log's drop counter is always there, at 0 until a line is dropped.
+    assert_eq!(
+        families,
+        ["rolter_access_log_dropped_total", "rolter_adaptive_enabled"],
+        "{out}"
+    );
+    assert!(out.contains("rolter_access_log_dropped_total 0\n"), "{out}");
+    assert!(out.contains("# HELP rolter_adaptive_enabled "), "{out}");
     assert!(
         out.contains("# TYPE rolter_adaptive_enabled gauge\n"),
         "{out}"
@@ -635,4 +641,33 @@ fn mesh_drops_are_counters_by_kind() {
     assert_eq!(value(&s, name, &[("kind", "load")]), Some(3.0));
     assert_eq!(value(&s, name, &[("kind", "records")]), Some(0.0));
     assert_eq!(value(&s, name, &[("kind", "samples")]), None);
+}
+
+#[test]
+fn a_cut_stream_counts_as_interrupted_with_its_cause_and_estimated_tokens_count() {
+    let mut m = GatewayMetrics::new(&["r".to_string()], &["round_robin"], &["a".to_string()]);
+    m.record_outcome(0, &sample(0, 200, None, 10), Some("upstream_reset"), 4);
+    m.record_outcome(0, &sample(0, 200, None, 10), None, 3);
+    let (out, _) = render(&m, &[gauge(0, ScrapeStatus::Off)], true);
+    let rt = "route=\"r\",target=\"a\"";
+    assert!(
+        out.contains(&format!(
+            "rolter_requests_total{{{rt},code=\"interrupted\"}} 1\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("rolter_requests_total{{{rt},code=\"200\"}} 1\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "rolter_stream_interrupted_total{{{rt},cause=\"upstream_reset\"}} 1\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("rolter_tokens_total{target=\"a\",kind=\"completion\"} 7\n"),
+        "{out}"
+    );
 }

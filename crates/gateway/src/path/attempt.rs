@@ -5,13 +5,16 @@
 //! retried on another target while `retries` and the candidates allow and the failure says
 //! a retry is safe.
 //!
+//! What the attempts came to (the last target, statuses, flags, timings, tokens) is kept
+//! in a [`Served`] for the request's access-log entry.
+//!
 //! Owns the retry decision. It must not relay bytes itself (that is `relay`) and never
 //! retries once the client has seen a byte of the answer.
 
 use std::time::Instant;
 
 use rolter_codec::{GatewayError, Retry};
-use rolter_core::PickRequest;
+use rolter_core::{PickRequest, Usage};
 
 use super::client::{respond, ClientIo, Fate};
 use super::inputs::Inputs;
@@ -19,12 +22,46 @@ use super::relay::{self, ClientSide, Explain, Outcome, Report};
 use super::request::{IoBufs, Request};
 use super::route::Routed;
 use super::{pick, record, upstream_request};
+use crate::access_log::Flags;
 use crate::path::state::WorkerState;
+
+/// What a request's attempts came to, for its access-log entry.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Served {
+    pub attempts: u8,
+    /// The last target tried.
+    pub target: Option<usize>,
+    /// The last upstream response status (0: none).
+    pub upstream_status: u16,
+    /// The status the client received (0: none).
+    pub status: u16,
+    pub flags: Flags,
+    /// The gateway's error code when it answered with an error itself.
+    pub error: Option<&'static str>,
+    /// When the first response body byte arrived from the target that answered.
+    pub first_byte: Option<Instant>,
+    pub bytes_out: u64,
+    pub usage: Option<Usage>,
+    /// Completion tokens counted from the stream when it reported no usage.
+    pub estimated_completion: u32,
+    pub fallback: Option<&'static str>,
+}
+
+impl Served {
+    /// The gateway answered `e` itself (`bytes_out` written, 0 when the write failed).
+    fn answered_error(&mut self, e: &GatewayError, bytes_out: usize) {
+        self.status = e.status;
+        self.error = Some(e.code);
+        self.flags.insert(Flags::for_error(e.code));
+        self.bytes_out += bytes_out as u64;
+    }
+}
 
 /// Most attempts one request can make (first try plus the largest `retries`).
 const MAX_ATTEMPTS: usize = 11;
 
 /// Tries targets until the request is answered; the connection's fate afterwards.
+#[allow(clippy::too_many_arguments)]
 pub async fn until_answered(
     state: &WorkerState,
     io: &mut ClientIo,
@@ -33,6 +70,7 @@ pub async fn until_answered(
     routed: &Routed<'_>,
     inputs: &Inputs,
     preq: &PickRequest<'_>,
+    served: &mut Served,
 ) -> Fate {
     let write_timeout = state.config.server.limits.write_timeout;
     let explain = req.header("x-rolter-explain").is_some_and(|v| v == b"1");
@@ -46,12 +84,23 @@ pub async fn until_answered(
         let picked = match pick::pick(state, routed, preq, &tried[..attempts], now) {
             Ok(p) => p,
             Err(e) => {
+                if last_err.is_none() {
+                    served.flags.insert(if e.message == pick::ALL_FULL {
+                        Flags::UO
+                    } else {
+                        Flags::UH
+                    });
+                } else {
+                    // Out of candidates after a failure that allowed a retry.
+                    served.flags.insert(Flags::URX);
+                }
                 let e = last_err.take().unwrap_or(e);
                 state.record_gateway(e.status, e.code);
-                return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
+                return answer(io, bufs, &e, req, served, write_timeout).await;
             }
         };
         let tid = picked.target;
+        served.fallback = picked.pick.fallback;
         record::routed(state, routed, preq, inputs, tid, now);
         if let Some(loader) = &rs.adapters {
             loader
@@ -81,6 +130,7 @@ pub async fn until_answered(
                 fallback: picked.pick.fallback,
                 attempt: attempts + 1,
             }),
+            request_id: req.id,
         };
         let outcome = {
             let _in_flight = state.load.enter(tid);
@@ -107,16 +157,62 @@ pub async fn until_answered(
         );
         tried[attempts] = tid;
         attempts += 1;
+        served.attempts = attempts as u8;
+        served.target = Some(tid);
+        served.upstream_status = report.status;
+        served.status = report.client_status;
+        served.first_byte = report.first_byte;
+        served.bytes_out += report.bytes_out;
+        served.usage = report.usage;
+        served.estimated_completion = record::estimated_completion(&report);
+        if let Some(cut) = report.cut {
+            served.flags.insert(cut.flag());
+        }
         match outcome {
             Outcome::Relayed { close } => return if close { Fate::Close } else { Fate::KeepAlive },
-            Outcome::ClientGone => return Fate::Close,
+            Outcome::ClientGone => {
+                served.flags.insert(Flags::DC);
+                return Fate::Close;
+            }
             Outcome::Failed(e) => {
                 if e.retry == Retry::Allowed && retries_left > 0 && attempts < MAX_ATTEMPTS {
                     last_err = Some(e);
                     continue;
                 }
-                return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
+                if attempts > 1 {
+                    served.flags.insert(Flags::URX);
+                }
+                return answer(io, bufs, &e, req, served, write_timeout).await;
             }
         }
     }
+}
+
+/// Answers the client with the gateway's error `e`, noting it in `served`.
+async fn answer(
+    io: &mut ClientIo,
+    bufs: &mut IoBufs,
+    e: &GatewayError,
+    req: &Request<'_>,
+    served: &mut Served,
+    write_timeout: std::time::Duration,
+) -> Fate {
+    let fate = respond(
+        &mut io.wr,
+        &mut bufs.out,
+        e,
+        req.close,
+        &req.id,
+        write_timeout,
+    )
+    .await;
+    let written = if fate == Fate::KeepAlive {
+        bufs.out.len()
+    } else {
+        // The write failed: the client is gone.
+        served.flags.insert(Flags::DC);
+        0
+    };
+    served.answered_error(e, written);
+    fate
 }

@@ -18,6 +18,7 @@ use rolter_codec::h1::chunked::{ChunkError, ChunkedDecoder};
 use rolter_codec::h1::request_head::{
     self, BodyFraming, HeadError, HeadLimits, HeaderSpan, RequestHead,
 };
+use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::h1::write::CONTINUE_100;
 use rolter_codec::GatewayError;
 use rolter_config::Limits;
@@ -27,6 +28,7 @@ use super::forward::forward;
 use super::local;
 use super::race::client_ready;
 use super::reader::Reader;
+use super::record;
 use super::request::{IoBufs, Request};
 use crate::path::generation::Generations;
 use crate::path::state::{WorkerCore, WorkerState};
@@ -131,7 +133,9 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
             HeadRead::Closed => return,
             HeadRead::Reject(e) => {
                 state.record_gateway(e.status, e.code);
-                reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
+                let id = RequestId::generate();
+                reject(&mut io, &mut bufs.out, &e, &id, limits.write_timeout).await;
+                record::rejected(&state, peer, None, &id, &e);
                 return;
             }
         };
@@ -140,7 +144,9 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
                 Ok(v) => v,
                 Err(Some(e)) => {
                     state.record_gateway(e.status, e.code);
-                    reject(&mut io, &mut bufs.out, &e, limits.write_timeout).await;
+                    let id = RequestId::generate();
+                    reject(&mut io, &mut bufs.out, &e, &id, limits.write_timeout).await;
+                    record::rejected(&state, peer, Some((&head, &rbuf)), &id, &e);
                     return;
                 }
                 Err(None) => return,
@@ -153,13 +159,23 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
                 BodyLoc::InBuf(r) => &rbuf[r.clone()],
                 BodyLoc::Decoded => &decoded,
             };
+            let id = RequestId::from_client(
+                spans
+                    .iter()
+                    .find(|s| s.is(&rbuf, "x-request-id"))
+                    .map(|s| s.value(&rbuf)),
+            );
             let req = Request {
                 head: &head,
                 buf: &rbuf,
                 spans: &spans,
                 body,
                 peer_ip: &peer_ip,
+                peer,
                 close,
+                id,
+                started: std::time::Instant::now(),
+                time: std::time::SystemTime::now(),
             };
             dispatch(&state, &mut io, &req, &mut bufs, &limits).await
         };
@@ -197,9 +213,11 @@ async fn reject(
     io: &mut ClientIo,
     out: &mut Vec<u8>,
     e: &GatewayError,
+    id: &RequestId,
     write_timeout: std::time::Duration,
 ) {
-    let _ = respond(&mut io.wr, out, e, true, write_timeout).await;
+    // The request was not read whole: the answer carries a fresh id.
+    let _ = respond(&mut io.wr, out, e, true, id, write_timeout).await;
     let _ = monoio::time::timeout(write_timeout, io.wr.shutdown()).await;
     linger(io, out).await;
 }

@@ -2,14 +2,17 @@
 //! what its strategy needs ([`inputs`](super::inputs)), then [`attempt`](super::attempt)
 //! targets until one answers.
 //!
-//! Owns the order of the stages and the request's borrowed buffers between them. It must
-//! not do any stage's work itself.
+//! Owns the order of the stages and the request's borrowed buffers between them, and hands
+//! what they came to to [`record::finished`](super::record::finished). It must not do any
+//! stage's work itself.
 
 use rolter_core::{PickRequest, SessionKey};
 
+use super::attempt::Served;
 use super::client::{respond, ClientIo, Fate};
 use super::request::{IoBufs, Request};
-use super::{attempt, inputs, route};
+use super::{attempt, inputs, record, route};
+use crate::access_log::Flags;
 use crate::path::state::WorkerState;
 
 /// Routes, picks and proxies one request, retrying elsewhere while allowed.
@@ -24,7 +27,27 @@ pub async fn forward(
         Err(e) => {
             state.record_gateway(e.status, e.code);
             let write_timeout = state.config.server.limits.write_timeout;
-            return respond(&mut io.wr, &mut bufs.out, &e, req.close, write_timeout).await;
+            let fate = respond(
+                &mut io.wr,
+                &mut bufs.out,
+                &e,
+                req.close,
+                &req.id,
+                write_timeout,
+            )
+            .await;
+            let written = bufs.out.len() as u64;
+            record::finished(state, req, |entry| {
+                entry.status = e.status;
+                entry.error = Some(e.code);
+                entry.flags = Flags::for_error(e.code);
+                if fate == Fate::Close {
+                    entry.flags.insert(Flags::DC);
+                } else {
+                    entry.bytes_out = written;
+                }
+            });
+            return fate;
         }
     };
     let inputs = inputs::resolve(state, &routed, req, bufs).await;
@@ -44,8 +67,36 @@ pub async fn forward(
         max_tokens: routed.facts.max_tokens,
         inputs: &inputs.resolved,
     };
-    let fate = attempt::until_answered(state, io, req, bufs, &routed, &inputs, &preq).await;
+    let mut served = Served::default();
+    let fate =
+        attempt::until_answered(state, io, req, bufs, &routed, &inputs, &preq, &mut served).await;
     bufs.prompt = canonical;
+    record::finished(state, req, |e| {
+        e.route = Some(routed.index as u16);
+        e.model = crate::access_log::entry::Inline::new(routed.facts.model.as_bytes());
+        e.target = served.target.map(|t| t as u16);
+        e.status = served.status;
+        e.upstream_status = served.upstream_status;
+        e.attempts = served.attempts;
+        e.flags = served.flags;
+        e.error = served.error;
+        e.ttft = served
+            .first_byte
+            .map(|t| t.saturating_duration_since(req.started));
+        e.bytes_out = served.bytes_out;
+        match served.usage {
+            Some(u) => {
+                e.prompt_tokens = Some(u.prompt_tokens);
+                e.completion_tokens = Some(u.completion_tokens);
+            }
+            None if served.estimated_completion > 0 => {
+                e.completion_tokens = Some(served.estimated_completion);
+                e.tokens_estimated = true;
+            }
+            None => {}
+        }
+        e.fallback = served.fallback;
+    });
     // The client's reader kept watching throughout: a client that closed while the
     // response was being written ends the connection.
     if io.reader.is_gone() {

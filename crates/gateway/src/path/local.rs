@@ -11,6 +11,7 @@ use rolter_codec::GatewayError;
 use rolter_config::Limits;
 
 use super::client::{respond, write_out, ClientIo, Fate};
+use super::record;
 use super::request::{IoBufs, Request};
 use crate::path::state::WorkerState;
 
@@ -51,17 +52,32 @@ pub async fn answer(
         Ok(body) => body,
         Err(e) => {
             state.record_gateway(e.status, e.code);
-            return respond(
+            let fate = respond(
                 &mut io.wr,
                 &mut bufs.out,
                 &e,
                 req.close,
+                &req.id,
                 limits.write_timeout,
             )
             .await;
+            let written = bufs.out.len() as u64;
+            record::finished(state, req, |entry| {
+                entry.status = e.status;
+                entry.error = Some(e.code);
+                entry.bytes_out = written;
+            });
+            return fate;
         }
     };
     bufs.out.clear();
-    write_head_and_body(&mut bufs.out, 200, "application/json", &[], body, req.close);
-    write_out(&mut io.wr, &mut bufs.out, limits.write_timeout).await
+    let id = [("x-request-id", req.id.as_str())];
+    write_head_and_body(&mut bufs.out, 200, "application/json", &id, body, req.close);
+    let fate = write_out(&mut io.wr, &mut bufs.out, limits.write_timeout).await;
+    let written = bufs.out.len() as u64;
+    record::finished(state, req, |entry| {
+        entry.status = 200;
+        entry.bytes_out = written;
+    });
+    fate
 }

@@ -17,6 +17,10 @@ use super::route::Routed;
 use crate::mesh::Record;
 use crate::path::state::WorkerState;
 
+/// The 503's message when every candidate is at its `max_concurrent` limit (the access
+/// log's `UO`, overflow).
+pub const ALL_FULL: &str = "every target for this model is at its max_concurrent limit";
+
 /// The strategy's choice.
 pub struct Picked {
     pub target: TargetId,
@@ -89,7 +93,7 @@ pub fn pick(
     drop(lora);
     if cands.is_empty() {
         let msg = if full > 0 {
-            "every target for this model is at its max_concurrent limit"
+            ALL_FULL
         } else if out > 0 {
             "every target for this model is unhealthy or ejected"
         } else if drained > 0 {

@@ -5,15 +5,28 @@
 //! joins the tick's batch to the other cores and the control thread, with its [`Verdict`]
 //! for the health book and the metrics.
 //!
-//! Owns the verdict rules. It must not log or block; records leave by message only.
+//! A finished request becomes an access-log [`Entry`], sent the same way unless the log is
+//! off or sampling skips it.
+//!
+//! Owns the verdict rules and the sampling decision. It must not log or block; records
+//! leave by message only.
 
 use std::time::Instant;
 
+use http::Method;
+use rolter_codec::h1::request_head::RequestHead;
+use rolter_codec::h1::request_id::RequestId;
+use rolter_codec::GatewayError;
+use rolter_config::AccessLogDest;
 use rolter_core::{PickRequest, Sample, TargetId, Verdict};
 
 use super::inputs::Inputs;
 use super::relay::{Outcome, Report};
+use super::request::Request;
 use super::route::Routed;
+use crate::access_log::Entry;
+use crate::mesh::messages::AttemptNotes;
+use crate::mesh::Record;
 use crate::path::state::WorkerState;
 
 /// The request was sent to `target` (each attempt, so a retry elsewhere is recorded where
@@ -67,7 +80,85 @@ pub fn attempt(
             finished,
         },
         verdict,
+        AttemptNotes {
+            cut: report.cut,
+            estimated_completion: estimated_completion(report),
+            error: match outcome {
+                Outcome::Failed(e) => Some(e.code),
+                _ => None,
+            },
+        },
     );
+}
+
+/// Completion tokens counted from a successful stream's deltas when it reported no usage.
+pub fn estimated_completion(report: &Report) -> u32 {
+    if report.usage.is_none() && (200..300).contains(&report.status) {
+        report.deltas
+    } else {
+        0
+    }
+}
+
+/// The method's name, for the access log.
+fn method_name(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "OTHER",
+    }
+}
+
+/// A request rejected before it was read whole (a malformed head, a body too large or too
+/// slow): its entry, with the method and path when the head was read. Always written.
+pub fn rejected(
+    state: &WorkerState,
+    peer: std::net::SocketAddr,
+    head: Option<(&RequestHead, &[u8])>,
+    id: &RequestId,
+    e: &GatewayError,
+) {
+    if state.config.log.access == AccessLogDest::Off {
+        return;
+    }
+    let (method, path) = match head {
+        Some((h, buf)) => (method_name(&h.method), h.path(buf).as_bytes()),
+        None => ("-", &b""[..]),
+    };
+    let mut entry = Entry::new(std::time::SystemTime::now(), *id, peer, method, path);
+    entry.status = e.status;
+    entry.error = Some(e.code);
+    state.links.record(Record::Request(Box::new(entry)));
+}
+
+/// A finished request: its access-log entry, filled in by `fill`, is sent to the control
+/// thread unless the log is off, or `log.sample` skips this success.
+pub fn finished(state: &WorkerState, req: &Request<'_>, fill: impl FnOnce(&mut Entry)) {
+    let log = &state.config.log;
+    if log.access == AccessLogDest::Off {
+        return;
+    }
+    let mut entry = Entry::new(
+        req.time,
+        req.id,
+        req.peer,
+        method_name(&req.head.method),
+        req.head.path(req.buf).as_bytes(),
+    );
+    entry.bytes_in = req.bytes_in();
+    fill(&mut entry);
+    entry.duration = req.started.elapsed();
+    if log.sample < 1.0 && !entry.always_logged() && fastrand::f64() >= log.sample {
+        return;
+    }
+    state.links.record(Record::Request(Box::new(entry)));
 }
 
 /// What an attempt says about its target.

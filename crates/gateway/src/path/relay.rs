@@ -14,8 +14,10 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedWriteHal
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 
+use rolter_codec::api::deltas::DeltaCounter;
 use rolter_codec::api::usage;
 use rolter_codec::h1::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
+use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::h1::response_head::{self, RespFraming, ResponseHead};
 use rolter_codec::h1::write::{write_content_length, write_header, write_status_line};
 use rolter_codec::{GatewayError, Retry};
@@ -24,6 +26,7 @@ use rolter_core::Usage;
 use super::race::{race, Race};
 use super::reader::Reader;
 use super::request::{IoBufs, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
+use crate::access_log::Cut;
 use crate::path::state::WorkerState;
 use crate::upstream::conn::UpstreamConn;
 use crate::upstream::connect::ConnectError;
@@ -57,6 +60,15 @@ pub struct Report {
     pub completed: bool,
     /// Token usage found in a successful response.
     pub usage: Option<Usage>,
+    /// The status line the client received from this exchange (0: none).
+    pub client_status: u16,
+    /// Bytes written to the client by this exchange.
+    pub bytes_out: u64,
+    /// How the response was cut off after it started reaching the client, if it was.
+    pub cut: Option<Cut>,
+    /// Non-empty content deltas in a successful event stream (an estimate of its
+    /// completion tokens when it reports no usage).
+    pub deltas: u32,
 }
 
 /// What the relay needs to know about the client's side of the exchange.
@@ -68,6 +80,8 @@ pub struct ClientSide {
     pub close: bool,
     /// `x-rolter-explain: 1`: say in the response head why this target was chosen.
     pub explain: Option<Explain>,
+    /// Returned in the response head.
+    pub request_id: RequestId,
 }
 
 /// Why a request went where it did, for `x-rolter-explain`.
@@ -289,6 +303,8 @@ enum StreamEnd {
     UpstreamFailed,
     /// The gateway's drain grace ran out with the stream still running.
     ShutdownCut,
+    /// The upstream went idle past its timeout after bytes reached the client.
+    UpstreamTimedOut,
 }
 
 /// Body progress for one response.
@@ -362,6 +378,7 @@ async fn relay_body(
     out.clear();
     write_status_line(out, head.status);
     out.extend_from_slice(&bufs.hdrs);
+    write_header(out, b"x-request-id", client.request_id.as_bytes());
     write_header(out, b"x-rolter-target", target.name.as_bytes());
     if let Some(x) = client.explain {
         let route = &state.config.routes[x.route];
@@ -417,7 +434,10 @@ async fn relay_body(
     }
     out.extend_from_slice(b"\r\n");
 
-    let mut tail = SseTail::default();
+    let mut tail = SseTail {
+        count_deltas: scan_usage && head.is_sse,
+        ..SseTail::default()
+    };
     let first = &bufs.ubuf[head.len..];
     if scan_usage && !first.is_empty() {
         report.usage = usage::scan(first).or(report.usage);
@@ -439,7 +459,11 @@ async fn relay_body(
             let buf = std::mem::take(out);
             let deadline = Instant::now() + write_timeout;
             match race(wr.write_all(buf), watch, deadline).await {
-                Race::Done((Ok(_), buf)) => *out = buf,
+                Race::Done((Ok(_), buf)) => {
+                    report.client_status = head.status;
+                    report.bytes_out += buf.len() as u64;
+                    *out = buf;
+                }
                 // The client is gone or stopped reading: drop the upstream so the engine aborts.
                 _ => break StreamEnd::ClientGone,
             }
@@ -494,33 +518,56 @@ async fn relay_body(
             Race::TimedOut if cut.is_some_and(|c| Instant::now() >= c) => {
                 break StreamEnd::ShutdownCut
             }
-            Race::TimedOut => break StreamEnd::UpstreamFailed,
+            Race::TimedOut => break StreamEnd::UpstreamTimedOut,
         }
     };
+    report.deltas = tail.deltas.count();
     match end {
         StreamEnd::Complete => report.completed = true,
-        StreamEnd::ClientGone => return Outcome::ClientGone,
-        StreamEnd::UpstreamFailed | StreamEnd::ShutdownCut => {
-            let err = if matches!(end, StreamEnd::ShutdownCut) {
-                GatewayError::internal(
-                    503,
-                    "gateway_shutting_down",
-                    "the gateway is shutting down and its grace period ended; the answer is \
-                     incomplete",
-                )
-            } else {
-                GatewayError::upstream(
-                    502,
-                    Retry::Forbidden,
-                    "upstream_stream_interrupted",
-                    format!(
-                        "the upstream target `{}` failed mid-stream; the answer is incomplete",
-                        target.name
+        StreamEnd::ClientGone => {
+            report.cut = Some(Cut::ClientGone);
+            return Outcome::ClientGone;
+        }
+        StreamEnd::UpstreamFailed | StreamEnd::UpstreamTimedOut | StreamEnd::ShutdownCut => {
+            let (cut, err) = match end {
+                StreamEnd::ShutdownCut => (
+                    Cut::Shutdown,
+                    GatewayError::internal(
+                        503,
+                        "gateway_shutting_down",
+                        "the gateway is shutting down and its grace period ended; the answer \
+                         is incomplete",
                     ),
-                )
+                ),
+                _ => (
+                    if matches!(end, StreamEnd::UpstreamTimedOut) {
+                        Cut::UpstreamTimeout
+                    } else {
+                        Cut::UpstreamReset
+                    },
+                    GatewayError::upstream(
+                        502,
+                        Retry::Forbidden,
+                        "upstream_stream_interrupted",
+                        format!(
+                            "the upstream target `{}` failed mid-stream; the answer is incomplete",
+                            target.name
+                        ),
+                    ),
+                ),
             };
-            return fail_midstream(wr, out, &head, client_chunked, &err, &tail, write_timeout)
-                .await;
+            report.cut = Some(cut);
+            return fail_midstream(
+                wr,
+                out,
+                &head,
+                client_chunked,
+                &err,
+                &tail,
+                write_timeout,
+                report,
+            )
+            .await;
         }
     }
     if head.keep_alive && !overrun && !matches!(body, BodyState::UntilClose) {
@@ -538,10 +585,16 @@ struct SseTail {
     /// The last three payload bytes (zeros before any).
     last: [u8; 3],
     sent: bool,
+    /// Count the content deltas (a successful event stream).
+    count_deltas: bool,
+    deltas: DeltaCounter,
 }
 
 impl SseTail {
     fn note(&mut self, payload: &[u8]) {
+        if self.count_deltas {
+            self.deltas.feed(payload);
+        }
         for &b in payload.iter().rev().take(3).rev() {
             self.last = [self.last[1], self.last[2], b];
         }
@@ -566,6 +619,7 @@ impl SseTail {
 /// Ends a response whose upstream failed after bytes reached the client (or that the end of
 /// a drain cuts): an SSE error event for event streams, then a close without the terminal
 /// chunk, so no client mistakes the cut-off for a complete answer.
+#[allow(clippy::too_many_arguments)]
 async fn fail_midstream(
     wr: &mut OwnedWriteHalf<TcpStream>,
     out: &mut Vec<u8>,
@@ -574,6 +628,7 @@ async fn fail_midstream(
     err: &GatewayError,
     tail: &SseTail,
     write_timeout: std::time::Duration,
+    report: &mut Report,
 ) -> Outcome {
     out.clear();
     // The event can only follow a body whose end the client learns from the chunking or the
@@ -590,7 +645,9 @@ async fn fail_midstream(
             out.extend_from_slice(&event);
         }
         let buf = std::mem::take(out);
-        let _ = monoio::time::timeout(write_timeout, wr.write_all(buf)).await;
+        if let Ok((Ok(_), buf)) = monoio::time::timeout(write_timeout, wr.write_all(buf)).await {
+            report.bytes_out += buf.len() as u64;
+        }
     }
     let _ = monoio::time::timeout(write_timeout, wr.shutdown()).await;
     Outcome::Relayed { close: true }

@@ -4,7 +4,11 @@
 //! Owns no bytes of its own: the connection owns the read buffer, the worker the spare
 //! buffer sets.
 
+use std::net::SocketAddr;
+use std::time::{Instant, SystemTime};
+
 use rolter_codec::h1::request_head::{HeaderSpan, RequestHead};
+use rolter_codec::h1::request_id::RequestId;
 
 /// A parsed request, borrowed from the connection's buffers.
 pub struct Request<'a> {
@@ -13,8 +17,15 @@ pub struct Request<'a> {
     pub spans: &'a [HeaderSpan],
     pub body: &'a [u8],
     pub peer_ip: &'a str,
+    pub peer: SocketAddr,
     /// The connection closes after this exchange.
     pub close: bool,
+    /// The client's valid `x-request-id`, else a generated one: returned on the response,
+    /// sent upstream, written to the access log.
+    pub id: RequestId,
+    /// When the request was read (for the access log's duration and time).
+    pub started: Instant,
+    pub time: SystemTime,
 }
 
 impl Request<'_> {
@@ -23,6 +34,11 @@ impl Request<'_> {
             .iter()
             .find(|s| s.is(self.buf, lower_name))
             .map(|s| s.value(self.buf))
+    }
+
+    /// The request's size as read: head and body.
+    pub fn bytes_in(&self) -> u64 {
+        (self.head.len + self.body.len()) as u64
     }
 }
 

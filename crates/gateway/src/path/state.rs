@@ -17,6 +17,7 @@ use rolter_core::{Candidate, Needs, Sample, ShareSink, Verdict};
 use rolter_strategy::Strategy;
 
 use crate::mesh::load::LoadView;
+use crate::mesh::messages::AttemptNotes;
 use crate::mesh::{Record, WorkerLinks};
 use crate::path::models;
 use crate::path::request::IoBufs;
@@ -256,13 +257,21 @@ impl WorkerState {
         }
     }
 
-    /// Learns from an attempt on this core and reports it to the other cores and control.
-    pub fn record_attempt(&self, route: usize, sample: Sample, verdict: Verdict) {
+    /// Learns from an attempt on this core and reports it to the other cores and control
+    /// (with `notes` for the control thread's metrics and logs).
+    pub fn record_attempt(
+        &self,
+        route: usize,
+        sample: Sample,
+        verdict: Verdict,
+        notes: AttemptNotes,
+    ) {
         self.observe(&sample);
         self.links.record(Record::Attempt {
             route: route as u16,
             sample,
             verdict,
+            notes,
         });
     }
 

@@ -1,9 +1,9 @@
 //! The upstream request's bytes: method and path (a target URL's base path replacing the
 //! leading `/v1`), `Host` from the target, the client's headers minus hop-by-hop ones,
 //! those named in `Connection`, `Expect`, forwarding headers and (unless the route says
-//! otherwise) the client's credentials; then the target's configured headers, a fresh
-//! `X-Forwarded-For`, an `x-request-id` when the client sent none, and a fresh
-//! Content-Length over the body, with the model swapped for the target's upstream name.
+//! otherwise) the client's credentials and its `x-request-id`s; then the target's
+//! configured headers, a fresh `X-Forwarded-For`, the request's one `x-request-id` (the
+//! client's when valid, else generated), and a fresh Content-Length over the body, with the model swapped for the target's upstream name.
 //!
 //! Owns those bytes only; it writes into a reused buffer and must not allocate per
 //! request beyond what the buffer needs.
@@ -73,6 +73,7 @@ fn withheld(
         || name.eq_ignore_ascii_case(b"forwarded")
         || name.eq_ignore_ascii_case(b"x-real-ip")
         || name.eq_ignore_ascii_case(b"content-encoding")
+        || name.eq_ignore_ascii_case(b"x-request-id")
     {
         return true;
     }
@@ -118,15 +119,11 @@ pub fn build(
     out.extend_from_slice(&req.buf[req.head.query.clone()]);
     out.extend_from_slice(b" HTTP/1.1\r\n");
     write_header(out, b"host", target.host_header.as_bytes());
-    let mut has_request_id = false;
     let connection = ConnectionTokens::of(req);
     for s in req.spans {
         let name = s.name(req.buf);
         if withheld(name, req, &connection, route, target) {
             continue;
-        }
-        if name.eq_ignore_ascii_case(b"x-request-id") {
-            has_request_id = true;
         }
         write_header(out, name, s.value(req.buf));
     }
@@ -134,12 +131,8 @@ pub fn build(
         write_header(out, n.as_bytes(), v.as_bytes());
     }
     write_header(out, b"x-forwarded-for", req.peer_ip.as_bytes());
-    if !has_request_id {
-        // Unique within the process; a retry on another target gets another one.
-        let mut id = [0u8; 24];
-        let n = request_id(&mut id);
-        write_header(out, b"x-request-id", &id[..n]);
-    }
+    // Every attempt carries the same id, so the engines' logs of a retried request match.
+    write_header(out, b"x-request-id", req.id.as_bytes());
     let upstream_model = target
         .upstream_models
         .get(facts.model.as_ref())
@@ -160,25 +153,4 @@ pub fn build(
             out.extend_from_slice(req.body);
         }
     }
-}
-
-thread_local! {
-    static REQUEST_SEQ: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
-}
-
-/// A request id unique within the process: a per-thread random prefix and a counter, hex.
-fn request_id(out: &mut [u8; 24]) -> usize {
-    REQUEST_SEQ.with(|c| {
-        let (mut prefix, n) = c.get();
-        if prefix == 0 {
-            prefix = fastrand::u64(1..u64::from(u32::MAX));
-        }
-        c.set((prefix, n + 1));
-        let v = (prefix << 32) ^ n;
-        let hex = b"0123456789abcdef";
-        for (i, slot) in out.iter_mut().take(16).enumerate() {
-            *slot = hex[((v >> (60 - 4 * i)) & 0xf) as usize];
-        }
-        16
-    })
 }

@@ -21,6 +21,7 @@ use rolter_core::Switches;
 use rolter_engine::kv::reports::KvReports;
 
 use super::driver::{self, ActiveDriver};
+use crate::access_log::AccessSink;
 use crate::admin;
 use crate::control::loops::{self, Running};
 use crate::control::plane::Plane;
@@ -54,6 +55,8 @@ pub struct ControlContext {
     /// Reload counts and the running configuration's identity, for `/metrics` and the
     /// admin API.
     pub reloads: Arc<crate::reload::ReloadStats>,
+    /// The access-log writer's input (`None` when the access log is off).
+    pub access: Option<AccessSink>,
 }
 
 /// A reloaded configuration for the control thread: its plane is built from these, and the
@@ -93,6 +96,7 @@ async fn run(ctx: ControlContext) {
         strategies,
         adopts,
         reloads,
+        access,
         ..
     } = ctx;
     let plane = Rc::new(RefCell::new(Plane::new(
@@ -104,6 +108,7 @@ async fn run(ctx: ControlContext) {
     )));
     plane.borrow_mut().kv_reports = kv_reports;
     plane.borrow_mut().reloads = Some(reloads.clone());
+    plane.borrow_mut().access = access;
 
     if let Some(listener) = admin {
         match monoio::net::TcpListener::from_std(listener) {
@@ -122,8 +127,10 @@ async fn run(ctx: ControlContext) {
 
     let mut running = Running::new(flags.clone());
     spawn_loops(&config, &tls, &plane, &running);
-    // Inboxes of replaced configurations, and whether their records fold into the plane.
-    let mut retired: Vec<(Receiver<ToControl>, bool)> = Vec::new();
+    // Inboxes of replaced configurations, with the plane their records fold into when they
+    // cannot fold into the current one (other routes or targets at their indices): its
+    // access-log lines name the old routes and targets right.
+    let mut retired: Vec<(Receiver<ToControl>, Option<Plane>)> = Vec::new();
 
     let mut watchdog = notify::Watchdog::from_env();
     loop {
@@ -140,11 +147,12 @@ async fn run(ctx: ControlContext) {
             );
             next.kv_reports = a.kv_reports;
             next.reloads = Some(reloads.clone());
+            next.access = plane.borrow().access.clone();
             let fold = next.same_indices(&old_config);
-            let old = std::mem::replace(&mut *plane.borrow_mut(), next);
-            plane.borrow_mut().inherit(old);
+            let mut old = std::mem::replace(&mut *plane.borrow_mut(), next);
+            plane.borrow_mut().inherit(&mut old);
             let old_links = std::mem::replace(&mut links, a.links);
-            retired.push((old_links.inbox, fold));
+            retired.push((old_links.inbox, (!fold).then_some(old)));
             // Probe loops hold their target's index and settings: a new set runs unless
             // the targets and every probe setting are what they were.
             let same_probes = rolter_config::reload::same_targets(&old_config, &a.config)
@@ -163,7 +171,9 @@ async fn run(ctx: ControlContext) {
         }
         {
             let mut p = plane.borrow_mut();
-            retired.retain(|(inbox, fold)| !p.drain_retired(inbox, *fold, now));
+            retired.retain_mut(|(inbox, own)| {
+                !own.as_mut().unwrap_or(&mut p).drain_retired(inbox, now)
+            });
             p.drain(&links.inbox, now);
             p.log_mesh_drops(now);
             if let Some(signals) = p.publishable(now) {
@@ -180,6 +190,11 @@ async fn run(ctx: ControlContext) {
             break;
         }
     }
+    // What the workers sent last (their final records, the last access-log entries).
+    let now = Instant::now();
+    let mut p = plane.borrow_mut();
+    retired.retain_mut(|(inbox, own)| !own.as_mut().unwrap_or(&mut p).drain_retired(inbox, now));
+    p.drain(&links.inbox, now);
 }
 
 /// Per target: whether its model list is polled (some route reads LoRA residency).

@@ -21,6 +21,7 @@ use super::engine_threads::EngineThreads;
 use super::listener;
 use super::supervisor::Supervisor;
 use super::worker::{self, WorkerSetup};
+use crate::access_log::AccessLog;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::mesh;
 use crate::notify;
@@ -43,6 +44,8 @@ pub struct Gateway {
     /// The running configuration and the engine-state threads, and how to reload them.
     supervisor: Arc<Mutex<Supervisor>>,
     reloads: Arc<ReloadStats>,
+    /// The access-log writer thread, unless `log.access = "off"`.
+    access_log: Option<AccessLog>,
 }
 
 impl Gateway {
@@ -86,6 +89,7 @@ impl Gateway {
             .map(|l| l.try_clone().map(std::os::fd::OwnedFd::from))
             .transpose()?;
         let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+        let (access_log, access_sink) = AccessLog::start(&config.log.access)?.unzip();
         let (mut worker_links, control_links) = mesh(count);
         let config = Arc::new(config);
         let switches = Arc::new(Switches::new(config.adaptive.enabled));
@@ -169,6 +173,7 @@ impl Gateway {
             strategies,
             adopts,
             reloads: reloads.clone(),
+            access: access_sink,
         })?;
         let supervisor = Arc::new(Mutex::new(Supervisor {
             config: config.clone(),
@@ -224,6 +229,7 @@ impl Gateway {
             admin_fd,
             supervisor,
             reloads,
+            access_log,
         })
     }
 
@@ -259,6 +265,14 @@ impl Gateway {
     /// Reload counts and the running configuration's identity.
     pub fn reloads(&self) -> &Arc<ReloadStats> {
         &self.reloads
+    }
+
+    /// Makes the access-log writer reopen its file before its next line (after logrotate
+    /// moved it away). Never waits; a no-op when the log goes to stdout or is off.
+    pub fn reopen_logs(&self) {
+        if let Some(log) = &self.access_log {
+            log.reopen();
+        }
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -314,6 +328,10 @@ impl Gateway {
             .take();
         if let Some(e) = engine {
             e.stop();
+        }
+        // The control thread (the only sender) is gone: the writer ends after the last line.
+        if let Some(log) = self.access_log.take() {
+            log.stop();
         }
     }
 }

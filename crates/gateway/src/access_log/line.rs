@@ -1,0 +1,76 @@
+//! An entry as one JSON line: the fields in a fixed order, names resolved from the
+//! configuration the request was served with, times in RFC 3339 UTC and milliseconds.
+//!
+//! Owns the line's shape (documented in `docs/operations.md`, "Access log"). It must not
+//! write anything.
+
+use rolter_config::Config;
+use serde::Serialize;
+
+use super::entry::Entry;
+
+#[derive(Serialize)]
+struct Line<'a> {
+    time: String,
+    request_id: &'a str,
+    client: String,
+    method: &'a str,
+    path: &'a str,
+    route: Option<&'a str>,
+    strategy: Option<&'a str>,
+    target: Option<&'a str>,
+    model: Option<&'a str>,
+    status: u16,
+    upstream_status: Option<u16>,
+    attempts: u8,
+    flags: String,
+    error: Option<&'a str>,
+    ttft_ms: Option<f64>,
+    duration_ms: f64,
+    bytes_in: u64,
+    bytes_out: u64,
+    prompt_tokens: Option<u32>,
+    completion_tokens: Option<u32>,
+    tokens_estimated: bool,
+    fallback: Option<&'a str>,
+}
+
+/// Milliseconds with microsecond precision.
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
+/// The entry's line, without the trailing newline.
+pub fn format(e: &Entry, config: &Config) -> String {
+    let route = e.route.and_then(|r| config.routes.get(r as usize));
+    let model = e.model.text();
+    let path = e.path.text();
+    let line = Line {
+        time: humantime::format_rfc3339_millis(e.time).to_string(),
+        request_id: e.request_id.as_str(),
+        client: e.client.to_string(),
+        method: e.method,
+        path: &path,
+        route: route.map(|r| r.name.as_str()),
+        strategy: route.map(|r| r.strategy.name()),
+        target: e
+            .target
+            .and_then(|t| config.targets.get(t as usize))
+            .map(|t| t.name.as_str()),
+        model: (!model.is_empty()).then_some(&*model),
+        status: e.status,
+        upstream_status: (e.upstream_status != 0).then_some(e.upstream_status),
+        attempts: e.attempts,
+        flags: e.flags.names(),
+        error: e.error,
+        ttft_ms: e.ttft.map(ms),
+        duration_ms: ms(e.duration),
+        bytes_in: e.bytes_in,
+        bytes_out: e.bytes_out,
+        prompt_tokens: e.prompt_tokens,
+        completion_tokens: e.completion_tokens,
+        tokens_estimated: e.tokens_estimated,
+        fallback: e.fallback,
+    };
+    serde_json::to_string(&line).unwrap_or_default()
+}
