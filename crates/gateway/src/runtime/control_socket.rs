@@ -33,9 +33,13 @@ const UPGRADE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Most listening sockets one handover carries.
 const MAX_FDS: usize = 4097;
 
+/// The shipped unit's `RuntimeDirectory=rolter`.
+const SERVICE_RUNTIME_DIR: &str = "/run/rolter";
+
 /// Where the control socket of a gateway running `config` lives: `server.control_socket`
 /// when set; else `rolter-<port>.sock` in `$RUNTIME_DIRECTORY` (systemd's
-/// `RuntimeDirectory=`), in `$XDG_RUNTIME_DIR`, or in `/tmp/rolter-<uid>` (created 0700).
+/// `RuntimeDirectory=`), in `/run/rolter` when the service made it there (so a shell finds
+/// it), in `$XDG_RUNTIME_DIR`, or in `/tmp/rolter-<uid>` (created 0700).
 pub fn path_for(config: &Config) -> PathBuf {
     path_from(
         config.server.listen.port(),
@@ -49,6 +53,15 @@ pub fn path_from(port: u16, explicit: Option<&Path>) -> PathBuf {
         return p.to_path_buf();
     }
     let name = format!("rolter-{port}.sock");
+    let runtime = std::env::var_os("RUNTIME_DIRECTORY").filter(|d| !d.is_empty());
+    // From a shell (no `$RUNTIME_DIRECTORY`), a socket the systemd service made in its
+    // `RuntimeDirectory=rolter` is the one to talk to.
+    let service = Path::new(SERVICE_RUNTIME_DIR).join(&name);
+    if runtime.is_none()
+        && std::fs::symlink_metadata(&service).is_ok_and(|m| m.file_type().is_socket())
+    {
+        return service;
+    }
     for var in ["RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR"] {
         if let Some(dir) = std::env::var_os(var).filter(|d| !d.is_empty()) {
             // RUNTIME_DIRECTORY may list several directories, separated by colons.
