@@ -70,7 +70,7 @@ fn load(addr: SocketAddr, stream: bool, stop: Arc<AtomicBool>, tally: Arc<Tally>
 fn write_config(path: &Path, driver: &str, mocks: &[MockHandle], targets: &[usize], routes: &str) {
     let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\npin_workers = false\ndriver = \"{driver}\"\n\
-         shutdown_grace = \"5s\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\n"
+         shutdown_grace = \"5s\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\n[log]\naccess = \"off\"\n\n"
     );
     for &t in targets {
         text.push_str(&target(&format!("e{t}"), mocks[t].addr(), ""));
@@ -270,7 +270,7 @@ fn a_reload_that_needs_a_restart_changes_nothing() {
 /// with `x-tenant: side`, with `side`'s strategy).
 fn learning_config(path: &Path, d: &str, mocks: &[MockHandle], options: &str, side: &str) {
     let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\npin_workers = false\ndriver = \"{d}\"\n\n"
+        "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\npin_workers = false\ndriver = \"{d}\"\n\n[log]\naccess = \"off\"\n\n"
     );
     for (i, m) in mocks.iter().enumerate() {
         text.push_str(&target(&format!("e{i}"), m.addr(), ""));

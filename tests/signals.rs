@@ -266,7 +266,9 @@ fn scraped_queue_depth_steers_least_loaded() {
             &[&a, &b],
             &[],
             "strategy = \"least_loaded\"",
-            "[metrics_scrape]\ninterval = \"50ms\"\ntimeout = \"40ms\"\nstale_after = \"300ms\"\n",
+            // Timeouts with room for a loaded machine: a scrape that times out would leave
+            // the queue unknown and the pick to in-flight counts alone.
+            "[metrics_scrape]\ninterval = \"200ms\"\ntimeout = \"150ms\"\nstale_after = \"2s\"\n",
         );
         // Load engine `a` directly: one running, three waiting.
         let direct: Vec<_> = (0..4)

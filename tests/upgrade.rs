@@ -245,7 +245,13 @@ fn sighup_and_rolter_reload_apply_the_file_and_refuse_a_bad_one() {
     let port = free_port();
     let socket = dir.0.join("rolter.sock");
     let path = dir.0.join("rolter.toml");
-    std::fs::write(&path, config(port, &socket, driver, &[a.addr()], "")).unwrap();
+    // The access log goes to a file from the start (where it goes needs a restart).
+    let log = dir.0.join("access.log");
+    let cfg = |targets: &[SocketAddr]| {
+        config(port, &socket, driver, targets, "")
+            + &format!("\n[log]\naccess = \"{}\"\n", log.display())
+    };
+    std::fs::write(&path, cfg(&[a.addr()])).unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut g = spawn(&path, false);
     wait_listening(addr);
@@ -260,7 +266,7 @@ fn sighup_and_rolter_reload_apply_the_file_and_refuse_a_bad_one() {
     assert_eq!(engine(), "e0");
 
     // SIGHUP: the gateway reloads its file (and keeps running).
-    std::fs::write(&path, config(port, &socket, driver, &[b.addr()], "")).unwrap();
+    std::fs::write(&path, cfg(&[b.addr()])).unwrap();
     signal(&g.0, libc::SIGHUP);
     wait_for("e1 serving after SIGHUP", Duration::from_secs(10), || {
         engine() == "e1"
@@ -271,7 +277,7 @@ fn sighup_and_rolter_reload_apply_the_file_and_refuse_a_bad_one() {
     );
 
     // A file with an error: refused with it, exit 1, the running configuration serves on.
-    let bad = config(port, &socket, driver, &[a.addr()], "").replace("workers = 2", "workers = -1");
+    let bad = cfg(&[a.addr()]).replace("workers = 2", "workers = -1");
     std::fs::write(&path, bad).unwrap();
     let (code, out, err) = rolter(&["reload"], &path);
     assert_eq!(code, 1, "{out}{err}");
@@ -280,15 +286,14 @@ fn sighup_and_rolter_reload_apply_the_file_and_refuse_a_bad_one() {
     assert_eq!(engine(), "e1");
 
     // A setting only a restart can change: refused, naming it.
-    let moved =
-        config(port, &socket, driver, &[a.addr()], "").replace("workers = 2", "workers = 3");
+    let moved = cfg(&[a.addr()]).replace("workers = 2", "workers = 3");
     std::fs::write(&path, moved).unwrap();
     let (code, _, err) = rolter(&["reload"], &path);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("server.workers: changed from 2 to 3"), "{err}");
 
     // A good file: applied, exit 0, with what changed.
-    std::fs::write(&path, config(port, &socket, driver, &[a.addr()], "")).unwrap();
+    std::fs::write(&path, cfg(&[a.addr()])).unwrap();
     let (code, out, err) = rolter(&["reload"], &path);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("reloaded: sha256 "), "{out}");
@@ -312,19 +317,8 @@ fn sighup_and_rolter_reload_apply_the_file_and_refuse_a_bad_one() {
     assert!(err.contains("no gateway answers"), "{err}");
 
     // SIGUSR1 reopens the access log (logrotate moved it away).
-    let log = dir.0.join("access.log");
-    let with_log = |targets: &[SocketAddr]| {
-        config(port, &socket, driver, targets, "")
-            + &format!("\n[log]\naccess = \"{}\"\n", log.display())
-    };
-    std::fs::write(&path, with_log(&[a.addr()])).unwrap();
-    signal(&g.0, libc::SIGTERM);
-    assert!(wait_exit(&mut g, Duration::from_secs(10)).success());
-    let mut g = spawn(&path, false);
-    wait_listening(addr);
-    engine();
-    wait_for("the first access-log line", Duration::from_secs(5), || {
-        std::fs::read_to_string(&log).is_ok_and(|t| t.lines().count() == 1)
+    wait_for("access-log lines", Duration::from_secs(5), || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.lines().count() >= 1)
     });
     let rotated = dir.0.join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
