@@ -351,3 +351,71 @@ fn an_unchanged_route_keeps_what_its_strategy_learned_and_a_changed_one_starts_f
     assert_eq!(explained(addr).0.as_deref(), Some("cold"));
     g.shutdown(Duration::from_secs(1));
 }
+
+#[test]
+fn records_of_a_configuration_two_reloads_old_fold_where_their_indices_mean_the_same() {
+    let d = drivers()[0];
+    let driver = driver_name(d);
+    let mocks: Vec<MockHandle> = (0..2)
+        .map(|i| {
+            mock(&format!("e{i}"), |c| {
+                c.itl = Duration::from_millis(20);
+                c.tokens = 60;
+            })
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rolter.toml");
+    write_config(
+        &path,
+        driver,
+        &mocks,
+        &[0, 1],
+        &routes("round_robin", &[0, 1], false),
+    );
+    let g = Gateway::start(rolter::config::load_file(&path).unwrap()).unwrap();
+    let (addr, admin) = (g.local_addr(), g.admin_addr().unwrap());
+    // Streams that outlive both reloads, on the first configuration.
+    let streams: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                call(addr, &post("/v1/chat/completions", &[], &chat_body(true)))
+            })
+        })
+        .collect();
+    wait_for("streams running", Duration::from_secs(5), || {
+        mocks.iter().map(|m| m.stats().running).sum::<u64>() == 4
+    });
+    // Same names and indices: the first configuration's records fold into the second's plane.
+    write_config(
+        &path,
+        driver,
+        &mocks,
+        &[0, 1],
+        &routes("least_loaded", &[0, 1], false),
+    );
+    g.reload().unwrap();
+    // Target e0 goes: index 0 now means e1, and there is one target only.
+    write_config(
+        &path,
+        driver,
+        &mocks,
+        &[1],
+        &routes("round_robin", &[1], false),
+    );
+    g.reload().unwrap();
+    for s in streams {
+        let r = s.join().unwrap();
+        assert_eq!(sse_events(&r.body).last().unwrap().1, "[DONE]");
+    }
+    // The control thread took the first configuration's last records without confusing
+    // their indices: it still answers, and the requests of the third count for e1 alone.
+    std::thread::sleep(Duration::from_millis(100));
+    let m = call(admin, &request("GET", "/metrics", &[], ""));
+    assert_eq!(m.status, 200);
+    let r = call(addr, &post("/v1/chat/completions", &[], &chat_body(false)));
+    assert_eq!(r.header("x-mock-engine"), Some("e1"));
+    let t = call(admin, &request("GET", "/admin/targets", &[], "")).json();
+    assert_eq!(t["targets"].as_array().unwrap().len(), 1, "{t}");
+    g.shutdown(Duration::from_secs(1));
+}

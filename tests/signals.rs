@@ -284,6 +284,9 @@ fn scraped_queue_depth_steers_least_loaded() {
         let v = targets_json(&g);
         assert_eq!(v["targets"][0]["engine"]["scrape"], "fresh", "{v}");
         assert_eq!(v["targets"][0]["engine"]["kind"], "vllm");
+        // The control thread publishes the queue to the workers on its next tick; on a
+        // loaded machine a worker may take a moment to apply it.
+        std::thread::sleep(std::time::Duration::from_millis(100));
         for _ in 0..6 {
             let r = completion(g.local_addr(), &[]);
             assert_eq!(

@@ -171,7 +171,7 @@ fn accept_loop(listener: UnixListener, serving: Serving, stop: &AtomicBool, hand
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
-                if let Err(e) = handle(stream, &serving, handed) {
+                if let Err(e) = handle(stream, &serving, handed, stop) {
                     tracing::warn!("control socket request failed: {e}");
                 }
             }
@@ -193,7 +193,12 @@ fn read_line(stream: &UnixStream, timeout: Duration) -> io::Result<String> {
     Ok(line.trim().to_string())
 }
 
-fn handle(mut stream: UnixStream, serving: &Serving, handed: &AtomicBool) -> io::Result<()> {
+fn handle(
+    mut stream: UnixStream,
+    serving: &Serving,
+    handed: &AtomicBool,
+    stop: &AtomicBool,
+) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     let request = read_line(&stream, REQUEST_TIMEOUT)?;
     match request.as_str() {
@@ -232,7 +237,7 @@ fn handle(mut stream: UnixStream, serving: &Serving, handed: &AtomicBool) -> io:
             )
             .map_err(io::Error::from)?;
             tracing::info!("upgrade: listening sockets sent to the new process; waiting for it");
-            match read_line(&stream, UPGRADE_TIMEOUT) {
+            match wait_ready(&stream, stop) {
                 Ok(l) if l == "ready" => {
                     handed.store(true, Ordering::Relaxed);
                     writeln!(stream, "draining")?;
@@ -253,6 +258,26 @@ fn handle(mut stream: UnixStream, serving: &Serving, handed: &AtomicBool) -> io:
             "error unknown request `{other}`: send reload, upgrade or status"
         ),
     }
+}
+
+/// The new process's answer after the sockets were sent, waited for up to
+/// [`UPGRADE_TIMEOUT`] in short reads, so a stop of this process is not held up by it.
+fn wait_ready(stream: &UnixStream, stop: &AtomicBool) -> io::Result<String> {
+    let deadline = std::time::Instant::now() + UPGRADE_TIMEOUT;
+    while std::time::Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+        match read_line(stream, Duration::from_millis(250)) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            other => return other,
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        "no answer from the new process",
+    ))
 }
 
 /// Asks the gateway at `path` what it is (`None`: nothing answers there).

@@ -127,10 +127,13 @@ async fn run(ctx: ControlContext) {
 
     let mut running = Running::new(flags.clone());
     spawn_loops(&config, &tls, &plane, &running);
-    // Inboxes of replaced configurations, with the plane their records fold into when they
-    // cannot fold into the current one (other routes or targets at their indices): its
-    // access-log lines name the old routes and targets right.
-    let mut retired: Vec<(Receiver<ToControl>, Option<Plane>)> = Vec::new();
+    // Inboxes of replaced configurations whose routes and targets sit at the same indices
+    // as the current plane's, so their records fold into it.
+    let mut folding: Vec<Receiver<ToControl>> = Vec::new();
+    // Inboxes whose records cannot fold into the current plane (a reload moved routes or
+    // targets), each group with the plane of its own indices: its access-log lines name the
+    // old routes and targets right.
+    let mut kept: Vec<(Vec<Receiver<ToControl>>, Plane)> = Vec::new();
 
     let mut watchdog = notify::Watchdog::from_env();
     loop {
@@ -152,7 +155,11 @@ async fn run(ctx: ControlContext) {
             let mut old = std::mem::replace(&mut *plane.borrow_mut(), next);
             plane.borrow_mut().inherit(&mut old);
             let old_links = std::mem::replace(&mut links, a.links);
-            retired.push((old_links.inbox, (!fold).then_some(old)));
+            folding.push(old_links.inbox);
+            if !fold {
+                // Every inbox that folded into the replaced plane still does.
+                kept.push((std::mem::take(&mut folding), old));
+            }
             // Probe loops hold their target's index and settings: a new set runs unless
             // the targets and every probe setting are what they were.
             let same_probes = rolter_config::reload::same_targets(&old_config, &a.config)
@@ -171,9 +178,7 @@ async fn run(ctx: ControlContext) {
         }
         {
             let mut p = plane.borrow_mut();
-            retired.retain_mut(|(inbox, own)| {
-                !own.as_mut().unwrap_or(&mut p).drain_retired(inbox, now)
-            });
+            drain_retired(&mut p, &mut folding, &mut kept, now);
             p.drain(&links.inbox, now);
             p.log_mesh_drops(now);
             if let Some(signals) = p.publishable(now) {
@@ -193,8 +198,23 @@ async fn run(ctx: ControlContext) {
     // What the workers sent last (their final records, the last access-log entries).
     let now = Instant::now();
     let mut p = plane.borrow_mut();
-    retired.retain_mut(|(inbox, own)| !own.as_mut().unwrap_or(&mut p).drain_retired(inbox, now));
+    drain_retired(&mut p, &mut folding, &mut kept, now);
     p.drain(&links.inbox, now);
+}
+
+/// Folds what replaced configurations' requests still report, and forgets an inbox once
+/// every worker has dropped its configuration.
+fn drain_retired(
+    current: &mut Plane,
+    folding: &mut Vec<Receiver<ToControl>>,
+    kept: &mut Vec<(Vec<Receiver<ToControl>>, Plane)>,
+    now: Instant,
+) {
+    folding.retain(|inbox| !current.drain_retired(inbox, now));
+    kept.retain_mut(|(inboxes, plane)| {
+        inboxes.retain(|inbox| !plane.drain_retired(inbox, now));
+        !inboxes.is_empty()
+    });
 }
 
 /// Per target: whether its model list is polled (some route reads LoRA residency).

@@ -96,7 +96,7 @@ pub async fn run(setup: WorkerSetup) {
     let cancel = canceller.handle();
     let accept_worker = worker.clone();
     let accept_lifecycle = lifecycle.clone();
-    monoio::spawn(async move {
+    let mut accept = Some(monoio::spawn(async move {
         loop {
             if accept_lifecycle.draining() {
                 break;
@@ -115,7 +115,7 @@ pub async fn run(setup: WorkerSetup) {
                 }
             }
         }
-    });
+    }));
     let mut canceller = Some(canceller);
     let mut drain_started: Option<std::time::Instant> = None;
     let mut ticks = 0u32;
@@ -151,6 +151,11 @@ pub async fn run(setup: WorkerSetup) {
         if lifecycle.draining() {
             if let Some(c) = canceller.take() {
                 c.cancel();
+                // The accept ends now; a connection it completed with is being served and
+                // counts for the drain from here on.
+                if let Some(task) = accept.take() {
+                    task.await;
+                }
             }
             core.draining.set(true);
             if core.cut_at.get().is_none() {
@@ -165,6 +170,14 @@ pub async fn run(setup: WorkerSetup) {
                 break;
             }
         }
+    }
+    // Stopped without a drain tick (a grace shorter than one): the accept still ends
+    // before the runtime does, so no accept is left in flight.
+    if let Some(c) = canceller.take() {
+        c.cancel();
+    }
+    if let Some(task) = accept.take() {
+        task.await;
     }
     worker.signal_tick();
     worker.current().upstream.pool.clear();
