@@ -5,18 +5,12 @@
 mod common;
 
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rolter");
 
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::process::Kill;
 
 #[test]
 #[cfg(feature = "demo")]
@@ -305,7 +299,7 @@ fn run_serves_and_stops_on_sigterm() {
     );
     assert_eq!(r.status, 200);
     // SIGTERM: drains and exits 0.
-    unsafe { libc_kill(child.0.id() as i32, 15) };
+    common::process::signal(&child.0, libc::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(status) = child.0.try_wait().unwrap() {
@@ -316,9 +310,4 @@ fn run_serves_and_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
 }

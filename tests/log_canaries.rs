@@ -9,9 +9,10 @@ mod common;
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::process::Kill;
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rolter");
@@ -22,14 +23,6 @@ const CANARIES: [&str; 4] = [
     "CANARY-PROMPT-a9c3",
     "CANARY-QUERY-5e06",
 ];
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn free_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -4,36 +4,17 @@
 //! `rolter reload` reports a refused file with its errors (exit 1).
 
 mod common;
+use common::process::{free_port, signal, wait_exit, wait_listening, Kill};
 use common::*;
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rolter");
-
-/// Kills the child if the test fails before it exits.
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-fn signal(child: &Child, sig: i32) {
-    // SAFETY: sending a signal to our own child process.
-    unsafe { libc::kill(child.id() as i32, sig) };
-}
 
 fn config(port: u16, socket: &Path, driver: &str, targets: &[SocketAddr], extra: &str) -> String {
     let mut text = format!(
@@ -59,25 +40,6 @@ fn spawn(path: &Path, upgrade: bool) -> Kill {
             .spawn()
             .unwrap(),
     )
-}
-
-fn wait_listening(addr: SocketAddr) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "the gateway did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_exit(child: &mut Kill, within: Duration) -> ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(s) = child.0.try_wait().unwrap() {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "the process did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Runs `rolter <args>` to its end: (exit code, stdout, stderr).

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod process;
 pub mod scripted;
 pub mod seccomp;
 

@@ -21,76 +21,46 @@ impl std::fmt::Display for RestartNeeded {
     }
 }
 
+/// A setting as a message shows it.
+type Show = fn(&Config) -> String;
+
 /// The settings that differ between `old` and `new` and that only a restart (or a binary
 /// upgrade, `rolter run --upgrade`) can apply: the listening sockets, the worker threads and
 /// their io driver, the control socket, the admin listener's address, and where the access
 /// log goes and the operational log's format (the writer and the subscriber are set up
 /// once; `log.sample` reloads).
 pub fn restart_needed(old: &Config, new: &Config) -> Vec<RestartNeeded> {
-    let mut out = Vec::new();
-    let mut check = |key: &'static str, changed: bool, was: String, now: String| {
-        if changed {
-            out.push(RestartNeeded {
+    // Each setting as shown in the message; a setting changed when its text did.
+    let admin = |c: &Config| {
+        c.admin
+            .as_ref()
+            .map_or("off".into(), |a| a.listen.to_string())
+    };
+    let settings: [(&'static str, Show); 8] = [
+        ("server.listen", |c| c.server.listen.to_string()),
+        ("server.workers", |c| c.server.workers.to_string()),
+        ("server.driver", |c| format!("{:?}", c.server.driver)),
+        ("server.pin_workers", |c| c.server.pin_workers.to_string()),
+        ("server.control_socket", |c| {
+            format!("{:?}", c.server.control_socket)
+        }),
+        ("log.access", |c| format!("{:?}", c.log.access)),
+        ("log.format", |c| format!("{:?}", c.log.format)),
+        ("admin.listen", admin),
+    ];
+    settings
+        .iter()
+        .filter_map(|(key, show)| {
+            let (was, now) = (show(old), show(new));
+            (was != now).then(|| RestartNeeded {
                 key,
                 message: format!(
                     "changed from {was} to {now}; a reload keeps the listening sockets and \
                      worker threads, so this needs a restart or `rolter run --upgrade`"
                 ),
-            });
-        }
-    };
-    let (o, n) = (&old.server, &new.server);
-    check(
-        "server.listen",
-        o.listen != n.listen,
-        o.listen.to_string(),
-        n.listen.to_string(),
-    );
-    check(
-        "server.workers",
-        o.workers != n.workers,
-        o.workers.to_string(),
-        n.workers.to_string(),
-    );
-    check(
-        "server.driver",
-        o.driver != n.driver,
-        format!("{:?}", o.driver),
-        format!("{:?}", n.driver),
-    );
-    check(
-        "server.pin_workers",
-        o.pin_workers != n.pin_workers,
-        o.pin_workers.to_string(),
-        n.pin_workers.to_string(),
-    );
-    check(
-        "server.control_socket",
-        o.control_socket != n.control_socket,
-        format!("{:?}", o.control_socket),
-        format!("{:?}", n.control_socket),
-    );
-    check(
-        "log.access",
-        !same(&old.log.access, &new.log.access),
-        format!("{:?}", old.log.access),
-        format!("{:?}", new.log.access),
-    );
-    check(
-        "log.format",
-        !same(&old.log.format, &new.log.format),
-        format!("{:?}", old.log.format),
-        format!("{:?}", new.log.format),
-    );
-    let admin = |c: &Config| c.admin.as_ref().map(|a| a.listen);
-    let show = |a: Option<std::net::SocketAddr>| a.map_or("off".to_string(), |a| a.to_string());
-    check(
-        "admin.listen",
-        admin(old) != admin(new),
-        show(admin(old)),
-        show(admin(new)),
-    );
-    out
+            })
+        })
+        .collect()
 }
 
 /// Whether two values are the same definition. Values are compared through their `Debug`
