@@ -63,6 +63,15 @@ fn chat(addr: SocketAddr, headers: &[(&str, &str)], body: &str) -> rolter_mock::
 }
 
 /// Traffic of every kind the page describes, then the page once every attempt is in it.
+/// Series the traffic must have produced, so a quiet page cannot pass.
+const REQUIRED: [&str; 5] = [
+    "rolter_requests_total{route=\"dead\",target=\"t2\",code=\"none\"}",
+    "rolter_strategy_fallbacks_total{route=\"fast\",strategy=\"fastest\",reason=\"cold\"}",
+    "rolter_gateway_responses_total{status=\"413\",code=\"body_too_large\"}",
+    "rolter_dns_resolutions_total{target=\"t2\",result=\"failed\"}",
+    "rolter_build_info{",
+];
+
 fn traffic_then_metrics(g: &Gateway) -> String {
     let addr = g.local_addr();
     for _ in 0..4 {
@@ -95,7 +104,8 @@ fn traffic_then_metrics(g: &Gateway) -> String {
             .filter(|l| l.starts_with("rolter_requests_total{"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum();
-        attempts >= 8.0 && text.contains("rolter_gateway_responses_total{")
+        // Records reach the control thread on the workers' next tick: wait for all of them.
+        attempts >= 8.0 && REQUIRED.iter().all(|s| text.contains(s))
     });
     text
 }
@@ -186,13 +196,7 @@ fn promtool_finds_nothing_wrong_and_the_dashboard_uses_only_exported_series() {
             "[{name}] the dashboard uses series /metrics does not export: {missing:?}\n{page}"
         );
         // What this test relies on being there, so a quiet page cannot pass.
-        for series in [
-            "rolter_requests_total{route=\"dead\",target=\"t2\",code=\"none\"}",
-            "rolter_strategy_fallbacks_total{route=\"fast\",strategy=\"fastest\",reason=\"cold\"}",
-            "rolter_gateway_responses_total{status=\"413\",code=\"body_too_large\"}",
-            "rolter_dns_resolutions_total{target=\"t2\",result=\"failed\"}",
-            "rolter_build_info{",
-        ] {
+        for series in REQUIRED {
             assert!(page.contains(series), "[{name}] no {series}\n{page}");
         }
 
