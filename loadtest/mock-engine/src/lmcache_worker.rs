@@ -96,6 +96,8 @@ struct Counters {
     /// Shared with the sender thread.
     sent: Arc<AtomicU64>,
     dropped: Arc<AtomicU64>,
+    /// Admissions and evictions queued for the sender thread and not yet handed to ZMQ.
+    pending: Arc<AtomicU64>,
 }
 
 pub(crate) struct LmcacheWorker {
@@ -161,6 +163,7 @@ impl LmcacheWorker {
             registration,
             sent: counters.sent.clone(),
             dropped: counters.dropped.clone(),
+            pending: counters.pending.clone(),
         };
         let thread = {
             let stop = stop.clone();
@@ -248,9 +251,12 @@ impl LmcacheWorker {
 
     /// Hands a message to the sender thread; drops it when the channel is full.
     fn send(&self, msg: WorkerMsg) {
+        // Counted before it is queued, so a reader never sees it neither pending nor sent.
+        self.counters.pending.fetch_add(1, Relaxed);
         match self.tx.try_send(msg) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.counters.pending.fetch_sub(1, Relaxed);
                 inc(&self.counters.dropped);
             }
         }
@@ -272,6 +278,7 @@ impl LmcacheWorker {
             resident_chunks: self.resident_chunks(),
             sent_messages: c.sent.load(Relaxed),
             dropped_messages: c.dropped.load(Relaxed),
+            pending_messages: c.pending.load(Relaxed),
         }
     }
 
@@ -331,6 +338,7 @@ struct Sender {
     registration: Registration,
     sent: Arc<AtomicU64>,
     dropped: Arc<AtomicU64>,
+    pending: Arc<AtomicU64>,
 }
 
 impl Sender {
@@ -354,6 +362,7 @@ impl Sender {
                         }
                     }
                     self.send(&batch);
+                    self.pending.fetch_sub(batch.len() as u64, Relaxed);
                     batch.clear();
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -371,11 +380,13 @@ impl Sender {
             batch.push(m);
             if batch.len() == BATCH {
                 self.send(&batch);
+                self.pending.fetch_sub(batch.len() as u64, Relaxed);
                 batch.clear();
             }
         }
         if !batch.is_empty() {
             self.send(&batch);
+            self.pending.fetch_sub(batch.len() as u64, Relaxed);
         }
         let r = &self.registration;
         self.send(&[WorkerMsg::DeRegister {

@@ -66,6 +66,8 @@ pub struct LmcacheStats {
     pub sent_messages: u64,
     /// Messages dropped: the sender's queue was full or ZMQ could not take them.
     pub dropped_messages: u64,
+    /// Admissions and evictions queued and not yet handed to ZMQ (or dropped).
+    pub pending_messages: u64,
 }
 
 #[derive(Default)]

@@ -97,14 +97,13 @@ fn lookup(ctl: &Controller, tokens: &[u64]) -> Value {
     j["layout_info"].clone()
 }
 
-/// Waits until the controller has applied every message the engines sent.
+/// Waits until the engines have handed every queued message to ZMQ and the controller has
+/// applied them all.
 fn caught_up(ctl: &Controller, engines: &[&MockHandle]) {
     wait_for("the controller to catch up", WAIT, || {
-        let sent: u64 = engines
-            .iter()
-            .map(|h| h.lmcache_stats().unwrap().sent_messages)
-            .sum();
-        ctl.messages() == sent
+        let stats: Vec<_> = engines.iter().map(|h| h.lmcache_stats().unwrap()).collect();
+        let sent: u64 = stats.iter().map(|s| s.sent_messages).sum();
+        stats.iter().all(|s| s.pending_messages == 0) && ctl.messages() == sent
     });
 }
 
