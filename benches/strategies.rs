@@ -330,6 +330,7 @@ fn bench_lmcache_aware(c: &mut Criterion) {
         let inputs = AsyncInputs {
             token_ids: Some((0..8192u32).collect::<Vec<_>>().into()),
             cached_tokens: Some(held.into()),
+            rotation: None,
         };
         let req = PickRequest {
             model: "m",

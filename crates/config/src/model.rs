@@ -38,6 +38,127 @@ pub struct Config {
     pub kv_events: KvEventsConfig,
     /// `[log]`: the access log and the operational log's format.
     pub log: LogConfig,
+    /// `[state]`: the shared state store the replicas of a fleet share; `None` when the
+    /// section is absent (every replica then routes on what it alone has seen).
+    pub state: Option<StateConfig>,
+}
+
+/// `[state]`: where the shared state store is and how the gateway talks to it.
+#[derive(Clone, PartialEq)]
+pub struct StateConfig {
+    /// `backend` (only `"redis"`, which Valkey speaks too).
+    pub backend: StateBackend,
+    /// `url` or `urls`: `redis://` or `rediss://` (TLS) addresses.
+    pub urls: Vec<String>,
+    pub topology: StateTopology,
+    /// The ACL user and password, read at start from the environment variables named by
+    /// `username_env` and `password_env` (never written in the file).
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// The variable names, for messages.
+    pub username_env: String,
+    pub password_env: String,
+    /// An extra CA certificate (PEM) for `rediss://`.
+    pub tls_ca_file: Option<PathBuf>,
+    pub connect_timeout: Duration,
+    /// How long any one store command may take before it counts as failed.
+    pub command_timeout: Duration,
+    /// How long a pick waits for the store's answer (the `atomic` rotation) before the
+    /// local cursor picks.
+    pub pick_timeout: Duration,
+    /// Every key starts with `{key_prefix}:`, so fleets can share one store.
+    pub key_prefix: String,
+    /// This replica's name in the store; `None`: the host name and the listening port.
+    pub replica: Option<String>,
+    /// How often shared items, fair-catchup books and load are written and read.
+    pub sync_interval: Duration,
+    /// How often a store that is away is tried again.
+    pub retry_interval: Duration,
+    /// Shared items (session pins, prefixes) published per second at most; the rest are
+    /// dropped and counted.
+    pub max_items_per_second: u32,
+    /// Entries the items stream keeps (approximately).
+    pub stream_maxlen: u32,
+    /// Publish this replica's requests in flight per target and read the others'
+    /// (`max_concurrent` then counts the fleet; routes with `fleet_load` rank by it).
+    pub share_load: bool,
+}
+
+impl std::fmt::Debug for StateConfig {
+    /// The password is never shown; the rest is (a reload compares configurations by it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateConfig")
+            .field("backend", &self.backend)
+            .field("urls", &self.urls)
+            .field("topology", &self.topology)
+            .field("username", &self.username)
+            .field(
+                "password",
+                &self.password.as_ref().map(|p| {
+                    use sha2::Digest;
+                    let d = sha2::Sha256::digest(p.as_bytes());
+                    format!(
+                        "<redacted sha256:{:02x}{:02x}{:02x}{:02x}>",
+                        d[0], d[1], d[2], d[3]
+                    )
+                }),
+            )
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("pick_timeout", &self.pick_timeout)
+            .field("key_prefix", &self.key_prefix)
+            .field("replica", &self.replica)
+            .field("sync_interval", &self.sync_interval)
+            .field("retry_interval", &self.retry_interval)
+            .field("max_items_per_second", &self.max_items_per_second)
+            .field("stream_maxlen", &self.stream_maxlen)
+            .field("share_load", &self.share_load)
+            .finish()
+    }
+}
+
+/// `state.backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateBackend {
+    Redis,
+}
+
+/// How the store's addresses are used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateTopology {
+    /// One server (the first reachable of `urls`).
+    Standalone,
+    /// Sentinels that name the master of `sentinel_master`.
+    Sentinel { master: String },
+    /// A Redis Cluster; every key of a fleet shares one hash slot.
+    Cluster,
+}
+
+impl StateConfig {
+    /// The defaults of every optional key, for `url` alone.
+    pub fn with_url(url: &str) -> StateConfig {
+        StateConfig {
+            backend: StateBackend::Redis,
+            urls: vec![url.to_string()],
+            topology: StateTopology::Standalone,
+            username: None,
+            password: None,
+            username_env: "ROLTER_STATE_USERNAME".into(),
+            password_env: "ROLTER_STATE_PASSWORD".into(),
+            tls_ca_file: None,
+            connect_timeout: Duration::from_millis(500),
+            command_timeout: Duration::from_millis(100),
+            pick_timeout: Duration::from_millis(5),
+            key_prefix: "rolter".into(),
+            replica: None,
+            sync_interval: Duration::from_millis(100),
+            retry_interval: Duration::from_secs(1),
+            max_items_per_second: 20_000,
+            stream_maxlen: 100_000,
+            share_load: true,
+        }
+    }
 }
 
 /// `[log]`.

@@ -26,6 +26,29 @@ pub(crate) struct RawConfig {
     pub adaptive: Option<RawAdaptive>,
     pub kv_events: Option<RawKvEvents>,
     pub log: Option<RawLog>,
+    pub state: Option<RawState>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawState {
+    pub backend: Option<String>,
+    pub url: Option<String>,
+    pub urls: Option<Vec<String>>,
+    pub sentinel_master: Option<String>,
+    pub cluster: Option<bool>,
+    pub username_env: Option<String>,
+    pub password_env: Option<String>,
+    pub tls_ca_file: Option<String>,
+    pub connect_timeout: Option<toml::Value>,
+    pub command_timeout: Option<toml::Value>,
+    pub pick_timeout: Option<toml::Value>,
+    pub key_prefix: Option<String>,
+    pub replica: Option<String>,
+    pub sync_interval: Option<toml::Value>,
+    pub retry_interval: Option<toml::Value>,
+    pub max_items_per_second: Option<i64>,
+    pub stream_maxlen: Option<i64>,
+    pub share_load: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -233,6 +256,27 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "adaptive",
     "kv_events",
     "log",
+    "state",
+];
+pub(crate) const STATE_KEYS: &[&str] = &[
+    "backend",
+    "url",
+    "urls",
+    "sentinel_master",
+    "cluster",
+    "username_env",
+    "password_env",
+    "tls_ca_file",
+    "connect_timeout",
+    "command_timeout",
+    "pick_timeout",
+    "key_prefix",
+    "replica",
+    "sync_interval",
+    "retry_interval",
+    "max_items_per_second",
+    "stream_maxlen",
+    "share_load",
 ];
 pub(crate) const LOG_KEYS: &[&str] = &["access", "sample", "format"];
 pub(crate) const SERVER_KEYS: &[&str] = &[
@@ -384,6 +428,7 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["adaptive"] => ("[adaptive]", ADAPTIVE_KEYS),
         ["kv_events"] => ("[kv_events]", KV_EVENTS_KEYS),
         ["log"] => ("[log]", LOG_KEYS),
+        ["state"] => ("[state]", STATE_KEYS),
         ["catalog", _] => ("a [catalog] entry", PRICE_KEYS),
         _ => return None,
     })

@@ -28,7 +28,8 @@ type Show = fn(&Config) -> String;
 /// upgrade, `rolter run --upgrade`) can apply: the listening sockets, the worker threads and
 /// their io driver, the control socket, the admin listener's address, and where the access
 /// log goes and the operational log's format (the writer and the subscriber are set up
-/// once; `log.sample` reloads).
+/// once; `log.sample` reloads), and the shared state store (`[state]`: its thread and
+/// connection are set up once).
 pub fn restart_needed(old: &Config, new: &Config) -> Vec<RestartNeeded> {
     // Each setting as shown in the message; a setting changed when its text did.
     let admin = |c: &Config| {
@@ -36,7 +37,7 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<RestartNeeded> {
             .as_ref()
             .map_or("off".into(), |a| a.listen.to_string())
     };
-    let settings: [(&'static str, Show); 8] = [
+    let settings: [(&'static str, Show); 9] = [
         ("server.listen", |c| c.server.listen.to_string()),
         ("server.workers", |c| c.server.workers.to_string()),
         ("server.driver", |c| format!("{:?}", c.server.driver)),
@@ -47,6 +48,7 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<RestartNeeded> {
         ("log.access", |c| format!("{:?}", c.log.access)),
         ("log.format", |c| format!("{:?}", c.log.format)),
         ("admin.listen", admin),
+        ("state", |c| format!("{:?}", c.state)),
     ];
     settings
         .iter()

@@ -13,6 +13,7 @@
 //! every other crate depends on this one, and it depends on none of them.
 
 mod candidate;
+mod fleet;
 mod kv;
 mod lora;
 mod pick;
@@ -23,6 +24,7 @@ mod share;
 mod switches;
 
 pub use candidate::Candidate;
+pub use fleet::RouteLedger;
 pub use kv::{KvCacheView, KvView};
 pub use lora::{adapter_key, Level, Residency};
 pub use pick::Pick;

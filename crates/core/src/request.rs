@@ -15,6 +15,9 @@ impl Needs {
     pub const TOKEN_IDS: Needs = Needs(1);
     /// A prefix lookup at a cache controller (LMCache).
     pub const CACHE_LOOKUP: Needs = Needs(2);
+    /// The next position of a rotation kept in the shared state store, advanced over the
+    /// candidates of this pick ([`AsyncInputs::rotation`]).
+    pub const SHARED_ROTATION: Needs = Needs(16);
     /// `PickRequest::prompt` in canonical form (whitespace-free JSON), for prefix matching
     /// and conversation keys.
     pub const CANONICAL_PROMPT: Needs = Needs(8);
@@ -40,6 +43,10 @@ pub struct AsyncInputs {
     pub token_ids: Option<Rc<[u32]>>,
     /// Per target: prompt tokens the cache controller reports as held there.
     pub cached_tokens: Option<Rc<[(TargetId, u32)]>>,
+    /// The target the shared rotation gave this pick (one of its candidates), from the
+    /// store or from this core's lease of positions; `None` when the store could not answer
+    /// in time.
+    pub rotation: Option<TargetId>,
 }
 
 /// What a strategy knows about the request being routed.

@@ -1,5 +1,6 @@
 //! What a core's strategies learned from routing, passed to the same route's strategy on
-//! every other core: collected in reused buffers during a signal tick, sent as one batch.
+//! every other core (and, for routes that share through the state store, to the other
+//! gateway replicas): collected in reused buffers during a signal tick, sent as one batch.
 
 use crate::TargetId;
 
@@ -11,12 +12,16 @@ pub enum Shared<'a> {
     Prefix { target: TargetId, data: &'a [u8] },
     /// Session `key` was last served by `target`.
     SessionPin { key: u64, target: TargetId },
+    /// `count` picks of the route landed on `target` (the books of `fair_catchup` with
+    /// `durable = true`).
+    Assigned { target: TargetId, count: u32 },
 }
 
 #[derive(Debug, Clone, Copy)]
 enum SharedKind {
     Prefix,
     SessionPin,
+    Assigned,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +73,17 @@ impl ShareSink {
         });
     }
 
+    pub fn assigned(&mut self, target: TargetId, count: u32) {
+        self.entries.push(SharedEntry {
+            route: self.route,
+            kind: SharedKind::Assigned,
+            target,
+            key: u64::from(count),
+            start: 0,
+            end: 0,
+        });
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -100,6 +116,10 @@ impl ShareBatch {
                 SharedKind::SessionPin => Shared::SessionPin {
                     key: e.key,
                     target: e.target,
+                },
+                SharedKind::Assigned => Shared::Assigned {
+                    target: e.target,
+                    count: e.key as u32,
                 },
             };
             (e.route as usize, item)

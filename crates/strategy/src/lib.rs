@@ -35,11 +35,11 @@ pub use inner::InnerStrategy;
 pub use options::{OptionLine, StrategyOptions};
 pub use registry::{StrategyInfo, StrategySpec, Trait};
 pub use requirements::{
-    AdapterLoading, CacheLookupOptions, PriceUse, Requirements, TokenizerOptions,
+    AdapterLoading, CacheLookupOptions, PriceUse, Requirements, StoreUse, TokenizerOptions,
 };
 pub use rolter_core::{
-    AsyncInputs, Candidate, Needs, Pick, PickRequest, Sample, SessionKey, ShareBatch, ShareSink,
-    Shared, Switches, TargetId, Usage,
+    AsyncInputs, Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, SessionKey, ShareBatch,
+    ShareSink, Shared, Switches, TargetId, Usage,
 };
 pub use strategy::Strategy;
 pub use values::OptionError;

@@ -21,6 +21,8 @@ pub struct Requirements {
     pub cache_lookup: Option<CacheLookupOptions>,
     /// LoRA adapters loaded on the chosen target before forwarding.
     pub adapter_loading: Option<AdapterLoading>,
+    /// What the strategy keeps in, or reads through, the shared state store (`[state]`).
+    pub store: Option<StoreUse>,
 }
 
 impl Requirements {
@@ -30,6 +32,11 @@ impl Requirements {
         if let Some(p) = &mut inner.prices {
             p.by = format!("`{wrapper}` with {option} {}", p.by);
             p.instead = p.instead.take().map(|i| format!("{i} in its {option}"));
+        }
+        if let Some(s) = &mut inner.store {
+            for by in &mut s.by {
+                *by = format!("`{wrapper}` with {option} {by}");
+            }
         }
         inner
     }
@@ -41,7 +48,84 @@ impl Requirements {
             token_ids: self.token_ids.or(other.token_ids),
             cache_lookup: self.cache_lookup.or(other.cache_lookup),
             adapter_loading: self.adapter_loading.or(other.adapter_loading),
+            store: match (self.store, other.store) {
+                (Some(a), Some(b)) => Some(a.and(b)),
+                (a, b) => a.or(b),
+            },
         }
+    }
+}
+
+/// What a route's strategy keeps in, or reads through, the shared state store. The gateway
+/// asks the store only for what some route declares here; `rolter check` refuses a
+/// configuration that declares anything without a `[state]` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreUse {
+    /// One rotation for every replica (`round_robin` with `atomic = true`): the positions
+    /// taken per store call (`lease`, 1 for exact interleaving).
+    pub rotation: Option<u32>,
+    /// The books of `fair_catchup` (`durable = true`): this replica's assignments are added
+    /// to the store's window, the other replicas' are read back.
+    pub ledger: bool,
+    /// Session pins are published to the other replicas and theirs applied here.
+    pub sessions: bool,
+    /// Prefix insertions are published to the other replicas and theirs applied here.
+    pub prefixes: bool,
+    /// Candidate loads include the other replicas' requests in flight.
+    pub fleet_load: bool,
+    /// What asks for the store, one phrase per use, for the error that names it:
+    /// "`round_robin` with atomic = true".
+    pub by: Vec<String>,
+}
+
+impl StoreUse {
+    /// A use of the store asked for by `by`.
+    pub fn by(by: impl Into<String>) -> StoreUse {
+        StoreUse {
+            by: vec![by.into()],
+            ..StoreUse::default()
+        }
+    }
+
+    /// What `strategy`'s `share_sessions` / `share_prefixes` options ask for, if anything.
+    pub fn sharing(strategy: &str, sessions: bool, prefixes: bool) -> Option<StoreUse> {
+        let by = match (sessions, prefixes) {
+            (false, false) => return None,
+            (true, false) => format!("`{strategy}` with share_sessions = true"),
+            (false, true) => format!("`{strategy}` with share_prefixes = true"),
+            (true, true) => {
+                format!("`{strategy}` with share_sessions = true and share_prefixes = true")
+            }
+        };
+        Some(StoreUse {
+            sessions,
+            prefixes,
+            ..StoreUse::by(by)
+        })
+    }
+
+    /// What a load-aware strategy's `fleet_load` option asks for, if anything.
+    pub fn fleet_load(strategy: &str, on: bool) -> Option<StoreUse> {
+        on.then(|| StoreUse {
+            fleet_load: true,
+            ..StoreUse::by(format!("`{strategy}` with fleet_load = true"))
+        })
+    }
+
+    /// Both uses.
+    pub fn and(mut self, other: StoreUse) -> StoreUse {
+        self.rotation = self.rotation.or(other.rotation);
+        self.ledger |= other.ledger;
+        self.sessions |= other.sessions;
+        self.prefixes |= other.prefixes;
+        self.fleet_load |= other.fleet_load;
+        self.by.extend(other.by);
+        self
+    }
+
+    /// Whether the route shares items (pins, prefixes, assignments) with the other replicas.
+    pub fn shares_items(&self) -> bool {
+        self.sessions || self.prefixes || self.ledger
     }
 }
 

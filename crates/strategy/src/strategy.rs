@@ -10,7 +10,9 @@
 
 use std::time::Instant;
 
-use rolter_core::{Candidate, Needs, Pick, PickRequest, Sample, ShareSink, Shared, TargetId};
+use rolter_core::{
+    Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
+};
 
 /// The interface every load-balancing strategy implements.
 pub trait Strategy {
@@ -48,8 +50,13 @@ pub trait Strategy {
     ) {
     }
 
-    /// Applies what another core's instance of this route's strategy shared.
+    /// Applies what another core's instance of this route's strategy shared (or, for the
+    /// kinds the route shares through the state store, another replica's).
     fn apply_shared(&mut self, _item: &Shared<'_>, _now: Instant) {}
+
+    /// Applies the route's books as the shared state store holds them for the other
+    /// replicas (`fair_catchup` with `durable = true`); replaces the previous ledger.
+    fn apply_ledger(&mut self, _ledger: &RouteLedger) {}
 
     /// What the strategy has learned about `target`, as named numbers (a TTFT average,
     /// model coefficients), for the admin API. Never called on the request path.

@@ -39,6 +39,8 @@ fn fake_env(name: &str) -> Option<String> {
         ("EMPTY", ""),
         ("ROLTER_ADMIN_TOKEN", "admin-secret-42"),
         ("SPACEY", "two words"),
+        ("REDIS_USER", "gateway"),
+        ("ROLTER_STATE_PASSWORD", "s3cret"),
     ]
     .into_iter()
     .collect();
@@ -78,5 +80,6 @@ mod prices;
 mod reload;
 mod routes;
 mod sections;
+mod state;
 mod targets;
 mod values;

@@ -110,7 +110,7 @@ fn misspelled_table_is_an_unknown_key() {
 #[test]
 fn known_keys_match_structs() {
     // Every key listed as valid is accepted by the serde types (no unknown-key error).
-    let tables: [(&str, &[&str]); 18] = [
+    let tables: [(&str, &[&str]); 19] = [
         ("", raw::TOP_KEYS),
         ("[server]\n", raw::SERVER_KEYS),
         ("[server.limits]\n", raw::LIMITS_KEYS),
@@ -134,6 +134,7 @@ fn known_keys_match_structs() {
         ("[adaptive]\n", raw::ADAPTIVE_KEYS),
         ("[kv_events]\n", raw::KV_EVENTS_KEYS),
         ("[log]\n", raw::LOG_KEYS),
+        ("[state]\n", raw::STATE_KEYS),
         ("[catalog.m]\n", raw::PRICE_KEYS),
     ];
     for (header, keys) in tables {

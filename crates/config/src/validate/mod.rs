@@ -9,6 +9,7 @@ mod log;
 mod prices;
 mod routes;
 mod server;
+mod state;
 mod targets;
 
 use admin::admin;
@@ -109,6 +110,8 @@ pub(crate) fn validate(
     let catalog = catalog(raw.catalog, errs);
     let kv_events = kv_events(raw.kv_events, errs);
     let log = log(raw.log, errs);
+    let state = state::state(raw.state, host, errs);
+    state::check_store_use(&routes, state.as_ref(), errs);
     let adaptive = AdaptiveConfig {
         enabled: raw
             .adaptive
@@ -136,5 +139,6 @@ pub(crate) fn validate(
         adaptive,
         kv_events: kv_events?,
         log: log?,
+        state: state?,
     })
 }

@@ -82,10 +82,13 @@ fn unknown_name_suggests_the_closest() {
 #[test]
 fn options_are_checked() {
     let mut t = toml::Table::new();
-    t.insert("atomic".into(), toml::Value::Boolean(true));
+    t.insert("lease".into(), toml::Value::Integer(8));
     t.insert("bogus".into(), toml::Value::Integer(1));
     let err = validate_spec("round_robin", &t).unwrap_err();
-    assert_eq!(err.len(), 2);
+    assert_eq!(err.len(), 2, "{err:?}");
+    assert!(err
+        .iter()
+        .any(|e| e.1.contains("only applies with atomic = true")));
     let mut t = toml::Table::new();
     t.insert("atomic".into(), toml::Value::String("no".into()));
     assert!(validate_spec("round_robin", &t).unwrap_err()[0]

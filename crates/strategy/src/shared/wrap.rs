@@ -8,7 +8,9 @@
 
 use std::time::Instant;
 
-use rolter_core::{Candidate, Needs, Pick, PickRequest, Sample, ShareSink, Shared, TargetId};
+use rolter_core::{
+    Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
+};
 
 use crate::Strategy;
 
@@ -35,6 +37,16 @@ pub trait Wrapper {
 
     /// Learns from a routing decision (the inner strategy is told too).
     fn routed(&mut self, _req: &PickRequest<'_>, _target: TargetId, _now: Instant) {}
+
+    /// What the wrapper itself passes on to the other cores after a routing decision.
+    fn share(&mut self, _share: &mut ShareSink) {}
+
+    /// Applies what the wrapper's instance on another core shared (the inner strategy is
+    /// given every item too).
+    fn apply_shared(&mut self, _item: &Shared<'_>, _now: Instant) {}
+
+    /// Applies the other replicas' books from the shared state store.
+    fn apply_ledger(&mut self, _ledger: &RouteLedger) {}
 
     /// What the wrapper itself learned about `target`, for the admin API.
     fn learned(&self, _target: TargetId) -> Vec<(&'static str, f64)> {
@@ -98,11 +110,18 @@ impl<W: Wrapper> Strategy for Wrapped<W> {
         now: Instant,
     ) {
         self.own.routed(req, target, now);
+        self.own.share(share);
         self.inner.routed(req, target, share, now);
     }
 
     fn apply_shared(&mut self, item: &Shared<'_>, now: Instant) {
+        self.own.apply_shared(item, now);
         self.inner.apply_shared(item, now);
+    }
+
+    fn apply_ledger(&mut self, ledger: &RouteLedger) {
+        self.own.apply_ledger(ledger);
+        self.inner.apply_ledger(ledger);
     }
 
     fn learned(&self, target: TargetId) -> Vec<(&'static str, f64)> {

@@ -62,6 +62,10 @@ pub struct Options {
     pub session_ttl: Duration,
     /// Sessions remembered per core.
     pub max_sessions: usize,
+    /// Session pins go to the other gateway replicas through the shared state store.
+    pub share_sessions: bool,
+    /// Prefix insertions go to the other gateway replicas through the shared state store.
+    pub share_prefixes: bool,
 }
 
 impl Default for Options {
@@ -74,6 +78,8 @@ impl Default for Options {
             balance_rel_threshold: guard.rel,
             session_ttl: Duration::from_secs(600),
             max_sessions: 100_000,
+            share_sessions: false,
+            share_prefixes: false,
         }
     }
 }
@@ -101,6 +107,14 @@ impl StrategyOptions for Options {
             "max_sessions",
             "sessions remembered per core (least recently used forgotten first)",
         ),
+        (
+            "share_sessions",
+            "publish session pins to the other gateway replicas, and apply theirs, through the shared state store ([state])",
+        ),
+        (
+            "share_prefixes",
+            "publish prefix insertions to the other gateway replicas, and apply theirs, through the shared state store ([state])",
+        ),
     ];
 
     fn check(&self, errors: &mut Vec<OptionError>) {
@@ -118,6 +132,13 @@ impl StrategyOptions for Options {
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
         Box::new(CacheAware::new(*self, ctx.target_count, ctx.seed))
+    }
+
+    fn requirements(&self) -> crate::Requirements {
+        crate::Requirements {
+            store: crate::StoreUse::sharing(Self::NAME, self.share_sessions, self.share_prefixes),
+            ..crate::Requirements::default()
+        }
     }
 }
 
@@ -272,6 +293,7 @@ impl Strategy for CacheAware {
                 }
             }
             Shared::SessionPin { key, target } => self.sessions.pin(key, target, now),
+            Shared::Assigned { .. } => {}
         }
     }
 

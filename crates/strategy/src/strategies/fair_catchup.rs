@@ -22,8 +22,16 @@
 //! strategy's, passed through unchanged.
 //!
 //! Owns its books (preallocated at build, indexed by route slot) and the base strategy. It
-//! must not allocate, log or read a clock per pick: time comes only from `now`. The books are
-//! per core; a shared, restart-proof ledger needs the shared state store.
+//! must not allocate, log or read a clock per pick: time comes only from `now`.
+//!
+//! The books are per core. With `durable = true` every assignment is also shared: the other
+//! cores add it to their books (so each core keeps the replica's books), and the gateway's
+//! state thread adds it to the route's window in the shared state store. What the store
+//! holds beyond this replica's own assignments (the other replicas', and this replica's
+//! before a restart) arrives as a [`RouteLedger`] and is added to the window sums, so every
+//! replica repays the same fleet-wide deficit under the same catch-up rule. While the store
+//! is away the local books decide alone; the assignments made meanwhile reach the store
+//! when it returns.
 
 use std::time::{Duration, Instant};
 
@@ -32,8 +40,8 @@ use serde::{Deserialize, Serialize};
 use crate::shared::wrap::{Wrapped, Wrapper};
 use crate::traits::Trait;
 use crate::{
-    BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Strategy,
-    StrategyOptions, TargetId,
+    BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements,
+    RouteLedger, ShareSink, Shared, StoreUse, Strategy, StrategyOptions, TargetId,
 };
 
 /// Time buckets in the sliding window.
@@ -50,6 +58,8 @@ pub struct Options {
     pub max_catchup_share: f64,
     /// The strategy that picks when no candidate is owed.
     pub base_strategy: InnerStrategy,
+    /// The books live in the shared state store: shared by every replica, kept over restarts.
+    pub durable: bool,
 }
 
 impl Default for Options {
@@ -58,6 +68,7 @@ impl Default for Options {
             window: Duration::from_secs(60),
             max_catchup_share: 0.5,
             base_strategy: InnerStrategy::named("round_robin"),
+            durable: false,
         }
     }
 }
@@ -80,6 +91,10 @@ impl StrategyOptions for Options {
             "base_strategy",
             "the strategy that picks when no candidate is owed (any name or alias but fair_catchup, or a table with name and its options)",
         ),
+        (
+            "durable",
+            "keep the books in the shared state store ([state]): every replica repays the same deficits, and they survive a restart",
+        ),
     ];
 
     fn check(&self, errors: &mut Vec<OptionError>) {
@@ -96,16 +111,25 @@ impl StrategyOptions for Options {
     }
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
-        Box::new(FairCatchup::from_context(
+        let mut f = FairCatchup::from_context(
             self.base_strategy.0.build(ctx),
             ctx,
             self.window,
             self.max_catchup_share,
-        ))
+        );
+        f.own.durable = self.durable;
+        Box::new(f)
     }
 
     fn requirements(&self) -> Requirements {
-        self.base_strategy.requirements(Self::NAME, "base_strategy")
+        let own = Requirements {
+            store: self.durable.then(|| StoreUse {
+                ledger: true,
+                ..StoreUse::by(format!("`{}` with durable = true", Self::NAME))
+            }),
+            ..Requirements::default()
+        };
+        own.and(self.base_strategy.requirements(Self::NAME, "base_strategy"))
     }
 }
 
@@ -139,6 +163,13 @@ pub struct FairCatchup {
     max_share: f64,
     /// Catch-up credit in picks, in [0, 1].
     credit: f64,
+    /// Assignments are shared with the other cores and the store (`durable`).
+    durable: bool,
+    /// The target of the last pick, until it is shared.
+    unshared: Option<TargetId>,
+    /// The other replicas' window from the store: picks, and received per slot.
+    ext_picks: u64,
+    ext_received: Vec<u64>,
 }
 
 impl FairCatchup {
@@ -194,6 +225,10 @@ impl FairCatchup {
             current: 0,
             max_share,
             credit: 0.0,
+            durable: false,
+            unshared: None,
+            ext_picks: 0,
+            ext_received: vec![0; slots],
         };
         Wrapped::new(own, base)
     }
@@ -234,7 +269,20 @@ impl FairCatchup {
     }
 
     fn slot_deficit(&self, s: usize) -> f64 {
-        self.window_picks as f64 * self.share[s] - self.window_received[s] as f64
+        (self.window_picks + self.ext_picks) as f64 * self.share[s]
+            - (self.window_received[s] + self.ext_received[s]) as f64
+    }
+
+    /// Records `count` assignments to `target` in the current bucket.
+    fn record(&mut self, target: TargetId, count: u64) {
+        if let Some(s) = self.slot_of(target) {
+            let slots = self.weight.len();
+            let b = (self.current % BUCKETS as u64) as usize;
+            self.bucket_picks[b] += count;
+            self.window_picks += count;
+            self.received[b * slots + s] += count;
+            self.window_received[s] += count;
+        }
     }
 
     /// Moves the ring to the bucket of `now`, emptying the buckets it passes.
@@ -331,17 +379,36 @@ impl Wrapper for FairCatchup {
             None => base.pick(req, candidates, now)?,
         };
         // Record the assignment: one more route pick, received by the chosen target.
-        if let Some(s) = candidates
-            .get(pick.index)
-            .and_then(|c| self.slot_of(c.target))
-        {
-            let slots = self.weight.len();
-            self.bucket_picks[b] += 1;
-            self.window_picks += 1;
-            self.received[b * slots + s] += 1;
-            self.window_received[s] += 1;
+        if let Some(c) = candidates.get(pick.index) {
+            self.record(c.target, 1);
+            if self.durable {
+                self.unshared = Some(c.target);
+            }
         }
         Some(pick)
+    }
+
+    fn share(&mut self, share: &mut ShareSink) {
+        if let Some(t) = self.unshared.take() {
+            share.assigned(t, 1);
+        }
+    }
+
+    fn apply_shared(&mut self, item: &Shared<'_>, now: Instant) {
+        if let (true, Shared::Assigned { target, count }) = (self.durable, *item) {
+            self.advance(now);
+            self.record(target, u64::from(count));
+        }
+    }
+
+    fn apply_ledger(&mut self, ledger: &RouteLedger) {
+        self.ext_picks = ledger.picks;
+        self.ext_received.iter_mut().for_each(|r| *r = 0);
+        for &(t, n) in &ledger.received {
+            if let Some(s) = self.slot_of(t) {
+                self.ext_received[s] = n;
+            }
+        }
     }
 }
 
@@ -741,5 +808,65 @@ mod tests {
                 Ok("fair_catchup")
             );
         }
+    }
+
+    #[test]
+    fn durable_books_add_the_store_ledger_and_share_every_assignment() {
+        let mut a = fair(&[1.0, 1.0], 0.5);
+        a.own.durable = true;
+        let mut b = fair(&[1.0, 1.0], 0.5);
+        b.own.durable = true;
+        let c = weighted(&[1.0, 1.0]);
+        let now = Instant::now();
+        // The store says: over the window the other replicas made 100 picks, all on target 0
+        // (target 1 was away for them): target 1 is owed 50.
+        let ledger = RouteLedger {
+            picks: 100,
+            received: vec![(0, 100)],
+        };
+        a.apply_ledger(&ledger);
+        assert_eq!(a.own.deficit(1), Some(50.0));
+        assert_eq!(a.own.deficit(0), Some(-50.0));
+        let mut sink = ShareSink::default();
+        let mut to_one = 0;
+        for _ in 0..40 {
+            let p = a.pick(&req(), &c, now).unwrap();
+            let t = c[p.index].target;
+            to_one += usize::from(t == 1);
+            a.routed(&req(), t, sink.for_route(0), now);
+        }
+        // Catch-up at the bounded rate: at most half of the picks beyond the base's half.
+        assert!(to_one > 20 && to_one <= 30, "{to_one} of 40 to target 1");
+        // Every assignment was shared; another core applying them keeps the same books.
+        let batch = sink.take_batch();
+        assert_eq!(batch.len(), 40);
+        b.apply_ledger(&ledger);
+        for (_, item) in batch.iter() {
+            b.apply_shared(&item, now);
+        }
+        assert_eq!(b.own.deficit(1), a.own.deficit(1));
+        // Without durable nothing is shared and other cores' items are ignored.
+        let mut plain = fair(&[1.0, 1.0], 0.5);
+        let mut sink = ShareSink::default();
+        let p = plain.pick(&req(), &c, now).unwrap();
+        plain.routed(&req(), c[p.index].target, sink.for_route(0), now);
+        assert!(sink.is_empty());
+        let before = plain.own.deficit(1);
+        plain.apply_shared(
+            &Shared::Assigned {
+                target: 1,
+                count: 9,
+            },
+            now,
+        );
+        assert_eq!(plain.own.deficit(1), before);
+        // The option asks for the store, through any wrapper that names it.
+        let o = Options {
+            durable: true,
+            ..Options::default()
+        };
+        let store = o.requirements().store.unwrap();
+        assert!(store.ledger);
+        assert_eq!(store.by, ["`fair_catchup` with durable = true"]);
     }
 }

@@ -19,16 +19,21 @@ pub struct Options {
     /// A cap on every target's load for this route; unset, no cap.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<u64>,
+    /// Loads include the other gateway replicas' requests in flight (shared state store).
+    pub fleet_load: bool,
 }
 
 impl StrategyOptions for Options {
     const NAME: &'static str = "least_loaded";
     const SUMMARY: &'static str = "The lowest load among the candidates; ties at random";
     const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::SingleWinner];
-    const HELP: &'static [(&'static str, &'static str)] = &[(
-        "max_concurrent",
-        "cap on every target's load for this route (a full target is skipped; all full: 503 with Retry-After)",
-    )];
+    const HELP: &'static [(&'static str, &'static str)] = &[
+        (
+            "max_concurrent",
+            "cap on every target's load for this route (a full target is skipped; all full: 503 with Retry-After)",
+        ),
+        FLEET_LOAD_HELP,
+    ];
 
     fn check(&self, errors: &mut Vec<OptionError>) {
         if let Some(n) = self.max_concurrent {
@@ -39,7 +44,20 @@ impl StrategyOptions for Options {
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
         Box::new(LeastLoaded::new(ctx.seed, self.max_concurrent))
     }
+
+    fn requirements(&self) -> crate::Requirements {
+        crate::Requirements {
+            store: crate::StoreUse::fleet_load(Self::NAME, self.fleet_load),
+            ..crate::Requirements::default()
+        }
+    }
 }
+
+/// The help line of `fleet_load`.
+pub const FLEET_LOAD_HELP: (&str, &str) = (
+    "fleet_load",
+    "loads include the other gateway replicas' requests in flight, through the shared state store ([state]; as fresh as its sync_interval)",
+);
 
 pub struct LeastLoaded {
     rng: fastrand::Rng,

@@ -313,6 +313,7 @@ mod tests {
         let inputs = AsyncInputs {
             token_ids: Some(Rc::from(ids)),
             cached_tokens: held.map(Rc::from),
+            rotation: None,
         };
         let r = PickRequest {
             inputs: &inputs,

@@ -203,6 +203,8 @@ pub struct Options {
     #[serde(with = "crate::values::duration")]
     pub session_ttl: Duration,
     pub max_sessions: usize,
+    /// Session pins go to the other gateway replicas through the shared state store.
+    pub share_sessions: bool,
     /// Prompt bytes the prefix index keeps per target (16 MiB by default).
     pub max_bytes_per_target: usize,
     /// Half-life of the TTFT average of the latency scorer.
@@ -226,6 +228,7 @@ impl Default for Options {
             max_queue: None,
             session_ttl: Duration::from_secs(600),
             max_sessions: 100_000,
+            share_sessions: false,
             max_bytes_per_target: 16 << 20,
             half_life: Duration::from_secs(10),
             default_output_tokens: 256,
@@ -320,6 +323,10 @@ impl StrategyOptions for Options {
             "sessions remembered per core (least recently used forgotten first)",
         ),
         (
+            "share_sessions",
+            "publish session pins to the other gateway replicas, and apply theirs, through the shared state store ([state])",
+        ),
+        (
             "max_bytes_per_target",
             "prompt bytes the prefix index keeps per target (least recently used evicted)",
         ),
@@ -366,6 +373,13 @@ impl StrategyOptions for Options {
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
         Box::new(Pipeline::new(*self, ctx))
+    }
+
+    fn requirements(&self) -> crate::Requirements {
+        crate::Requirements {
+            store: crate::StoreUse::sharing(Self::NAME, self.share_sessions, false),
+            ..crate::Requirements::default()
+        }
     }
 }
 

@@ -10,20 +10,30 @@ use serde::{Deserialize, Serialize};
 use crate::traits::Trait;
 use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
 
-/// `power_of_two` takes no options.
+/// The options of `power_of_two`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct Options {}
+pub struct Options {
+    /// Loads include the other gateway replicas' requests in flight (shared state store).
+    pub fleet_load: bool,
+}
 
 impl StrategyOptions for Options {
     const NAME: &'static str = "power_of_two";
     const ALIASES: &'static [&'static str] = &["p2c"];
     const SUMMARY: &'static str = "The less loaded of two candidates sampled at random";
     const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::SingleWinner];
-    const HELP: &'static [(&'static str, &'static str)] = &[];
+    const HELP: &'static [(&'static str, &'static str)] = &[super::least_loaded::FLEET_LOAD_HELP];
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
         Box::new(PowerOfTwo::new(ctx.seed))
+    }
+
+    fn requirements(&self) -> crate::Requirements {
+        crate::Requirements {
+            store: crate::StoreUse::fleet_load(Self::NAME, self.fleet_load),
+            ..crate::Requirements::default()
+        }
     }
 }
 

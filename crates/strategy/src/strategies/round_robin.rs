@@ -2,21 +2,47 @@
 //!
 //! Every pick adds each candidate's weight to its current weight, picks the largest and
 //! subtracts the total, so weights 5:1:1 give `a a b a c a a` and equal weights give plain
-//! rotation in candidate order. The cursor is per core. Owns only its current weights.
+//! rotation in candidate order. The cursor is per core; with `atomic = true` it lives in the
+//! shared state store and every replica advances the same one: the gateway advances it over
+//! the pick's candidates before the pick ([`Needs::SHARED_ROTATION`]) and the answer comes
+//! in as [`AsyncInputs::rotation`](crate::AsyncInputs); when the store could not answer in
+//! time the per-core cursor picks, and the pick says so (`store_unavailable`).
+//! Owns only its current weights.
 
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::traits::Trait;
-use crate::{BuildContext, Candidate, OptionError, Pick, PickRequest, Strategy, StrategyOptions};
+use crate::{
+    BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Requirements, StoreUse,
+    Strategy, StrategyOptions,
+};
+
+/// The fallback reason of a pick made by the per-core cursor because the store did not
+/// answer in time.
+pub const STORE_UNAVAILABLE: &str = "store_unavailable";
+
+/// Largest `lease`.
+pub const MAX_LEASE: u32 = 1000;
 
 /// The options of `round_robin`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// One cursor for every gateway replica in the shared state store.
     pub atomic: bool,
+    /// With `atomic`: consecutive positions a core takes from the store at once.
+    pub lease: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            atomic: false,
+            lease: 1,
+        }
+    }
 }
 
 impl StrategyOptions for Options {
@@ -29,23 +55,46 @@ impl StrategyOptions for Options {
     const SUMMARY: &'static str =
         "Rotation through the candidates; smooth weighted round-robin when weights differ";
     const TRAITS: &'static [Trait] = &[Trait::Weighted, Trait::Stateful, Trait::SingleWinner];
-    const HELP: &'static [(&'static str, &'static str)] = &[(
-        "atomic",
-        "keep one cursor for every gateway replica in the shared state store",
-    )];
+    const HELP: &'static [(&'static str, &'static str)] = &[
+        (
+            "atomic",
+            "keep one cursor for every gateway replica in the shared state store ([state]); each pick advances it there",
+        ),
+        (
+            "lease",
+            "with atomic: consecutive positions a core takes per store call (1 = exact interleaving across replicas; N saves N-1 round trips and interleaves in blocks of up to N)",
+        ),
+    ];
 
     fn check(&self, errors: &mut Vec<OptionError>) {
-        if self.atomic {
-            errors.push(OptionError::new(
-                "atomic",
-                "`atomic = true` needs the shared state store, which this version does not \
-                 provide; remove the option or set it to false (each core then keeps its own cursor)",
-            ));
-        }
+        crate::values::require(
+            errors,
+            (1..=MAX_LEASE).contains(&self.lease),
+            "lease",
+            "must be a whole number from 1 to 1000 (default 1)",
+        );
+        crate::values::require(
+            errors,
+            self.atomic || self.lease == 1,
+            "lease",
+            "only applies with atomic = true; remove it or set atomic = true",
+        );
     }
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
-        Box::new(RoundRobin::with_offset(ctx.target_count, ctx.seed))
+        let mut rr = RoundRobin::with_offset(ctx.target_count, ctx.seed);
+        rr.atomic = self.atomic;
+        Box::new(rr)
+    }
+
+    fn requirements(&self) -> Requirements {
+        Requirements {
+            store: self.atomic.then(|| StoreUse {
+                rotation: Some(self.lease),
+                ..StoreUse::by(format!("`{}` with atomic = true", Self::NAME))
+            }),
+            ..Requirements::default()
+        }
     }
 }
 
@@ -55,6 +104,8 @@ pub struct RoundRobin {
     /// Picks to skip before the first one, so that the cores of one gateway do not all
     /// start their rotations on the same target.
     offset: u64,
+    /// The rotation lives in the shared state store; this cursor only stands in for it.
+    atomic: bool,
 }
 
 impl RoundRobin {
@@ -68,6 +119,7 @@ impl RoundRobin {
         RoundRobin {
             current: vec![0.0; target_count],
             offset,
+            atomic: false,
         }
     }
 
@@ -97,9 +149,17 @@ impl Strategy for RoundRobin {
         "round_robin"
     }
 
+    fn needs(&self) -> Needs {
+        if self.atomic {
+            Needs::SHARED_ROTATION
+        } else {
+            Needs::NONE
+        }
+    }
+
     fn pick(
         &mut self,
-        _req: &PickRequest<'_>,
+        req: &PickRequest<'_>,
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
@@ -107,6 +167,16 @@ impl Strategy for RoundRobin {
             0 => return None,
             1 => return Some(Pick::at(0)),
             _ => {}
+        }
+        if self.atomic {
+            let shared = req
+                .inputs
+                .rotation
+                .and_then(|t| candidates.iter().position(|c| c.target == t));
+            return Some(match shared {
+                Some(i) => Pick::at(i),
+                None => Pick::fallback(self.advance(candidates), STORE_UNAVAILABLE),
+            });
         }
         if self.offset > 0 {
             for _ in 0..self.offset % candidates.len() as u64 {
@@ -172,6 +242,75 @@ mod tests {
         let s = sequence(&mut RoundRobin::new(2), &c, 400);
         assert_eq!(s.matches('a').count(), 300);
         assert!(!s.contains("aaaa"));
+    }
+
+    #[test]
+    fn atomic_follows_the_store_and_falls_back_to_its_own_cursor() {
+        use crate::testing::context;
+        let opts = Options {
+            atomic: true,
+            lease: 1,
+        };
+        let mut errors = Vec::new();
+        opts.check(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        let store = opts.requirements().store.expect("atomic uses the store");
+        assert_eq!(store.rotation, Some(1));
+        assert_eq!(store.by, ["`round_robin` with atomic = true"]);
+        let ctx = context(&[1.0; 3], &[None, None, None]);
+        let mut rr = opts.build(&ctx);
+        assert!(rr.needs().contains(Needs::SHARED_ROTATION));
+        let c = cands(&[1.0, 1.0, 1.0]);
+        let now = Instant::now();
+        // The store's answer wins, whatever the local cursor would say.
+        for t in [2, 2, 0] {
+            let inputs = crate::AsyncInputs {
+                rotation: Some(t),
+                ..Default::default()
+            };
+            let r = PickRequest {
+                inputs: &inputs,
+                ..req()
+            };
+            let p = rr.pick(&r, &c, now).unwrap();
+            assert_eq!((c[p.index].target, p.fallback), (t, None));
+        }
+        // No answer (or one that is no longer a candidate): the local rotation, said so.
+        let gone = crate::AsyncInputs {
+            rotation: Some(7),
+            ..Default::default()
+        };
+        let r = PickRequest {
+            inputs: &gone,
+            ..req()
+        };
+        let picks: Vec<_> = (0..3).map(|_| rr.pick(&r, &c, now).unwrap()).collect();
+        assert!(picks.iter().all(|p| p.fallback == Some(STORE_UNAVAILABLE)));
+        let mut seen: Vec<usize> = picks.iter().map(|p| c[p.index].target).collect();
+        seen.sort();
+        assert_eq!(seen, [0, 1, 2], "the local cursor still rotates");
+        // Without atomic nothing is asked of the store.
+        assert!(Options::default().requirements().store.is_none());
+        let plain = Options::default().build(&ctx);
+        assert!(!plain.needs().contains(Needs::SHARED_ROTATION));
+    }
+
+    #[test]
+    fn lease_is_checked() {
+        for (atomic, lease, ok) in [
+            (true, 0, false),
+            (true, 1001, false),
+            (false, 4, false),
+            (true, 64, true),
+        ] {
+            let mut errors = Vec::new();
+            Options { atomic, lease }.check(&mut errors);
+            assert_eq!(
+                errors.is_empty(),
+                ok,
+                "atomic {atomic} lease {lease}: {errors:?}"
+            );
+        }
     }
 
     #[test]
