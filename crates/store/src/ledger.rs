@@ -10,8 +10,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::ConnectionLike;
+use redis::{ConnectionLike, Value};
 
+use crate::batch;
 use crate::error::StoreError;
 use crate::keys::Keys;
 
@@ -56,8 +57,7 @@ pub(crate) fn add(
             pipe.cmd("HINCRBY")
                 .arg(&key)
                 .arg(PICKS_FIELD)
-                .arg(signed(row.picks)?)
-                .ignore();
+                .arg(signed(row.picks)?);
             wrote = true;
         }
         for (target, n) in row.received {
@@ -68,22 +68,16 @@ pub(crate) fn add(
                 )));
             }
             if *n > 0 {
-                pipe.cmd("HINCRBY")
-                    .arg(&key)
-                    .arg(*target)
-                    .arg(signed(*n)?)
-                    .ignore();
+                pipe.cmd("HINCRBY").arg(&key).arg(*target).arg(signed(*n)?);
                 wrote = true;
             }
         }
         if wrote {
-            pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms).ignore();
+            pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms);
         }
     }
-    if pipe.is_empty() {
-        return Ok(());
-    }
-    Ok(pipe.exec(link)?)
+    batch::send_all::<Value>(link, &pipe)?;
+    Ok(())
 }
 
 /// The buckets `first..=last` of `route` the store holds, in bucket order (a bucket nobody
@@ -108,7 +102,7 @@ pub(crate) fn read(
     for bucket in first..=last {
         pipe.cmd("HGETALL").arg(keys.ledger(route, bucket));
     }
-    let hashes: Vec<HashMap<String, u64>> = pipe.query(link)?;
+    let hashes: Vec<HashMap<String, u64>> = batch::send_all(link, &pipe)?;
     Ok((first..=last)
         .zip(hashes)
         .filter(|(_, h)| !h.is_empty())

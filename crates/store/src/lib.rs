@@ -7,6 +7,7 @@
 //! - [`settings`]: URLs, topology (standalone, Sentinel, Cluster), credentials, TLS CA,
 //!   timeouts, key prefix.
 //! - `connect`: one connection per topology, timeouts applied.
+//! - `batch`: several commands in one round trip, on a server or a cluster.
 //! - `keys`: the key layout, every key `{<prefix>}:…` (one hash tag, one cluster slot).
 //! - [`error`]: [`StoreError`], and whether a connection must be replaced.
 //! - [`rotation`]: the shared smooth weighted round-robin, one script call per lease, and
@@ -17,6 +18,7 @@
 //! - `store`: [`Store`], the connection and its calls.
 //! - `testing` (feature `testing`): a real `redis-server` on a loopback port.
 
+mod batch;
 mod connect;
 pub mod error;
 pub mod items;

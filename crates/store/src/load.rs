@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{ConnectionLike, Script};
+use redis::{ConnectionLike, Script, Value};
 
+use crate::batch;
 use crate::error::StoreError;
 use crate::keys::Keys;
 
@@ -61,23 +62,15 @@ pub(crate) fn publish(
         .arg(keys.load(replica))
         .arg(blob)
         .arg("PX")
-        .arg(ttl.as_millis().max(1) as u64)
-        .ignore()
-        .cmd("ZADD")
-        .arg(&set)
-        .arg(now)
-        .arg(replica)
-        .ignore()
-        .cmd("ZREMRANGEBYSCORE")
+        .arg(ttl.as_millis().max(1) as u64);
+    pipe.cmd("ZADD").arg(&set).arg(now).arg(replica);
+    pipe.cmd("ZREMRANGEBYSCORE")
         .arg(&set)
         .arg("-inf")
-        .arg(now.saturating_sub(SET_TTL_MS))
-        .ignore()
-        .cmd("PEXPIRE")
-        .arg(&set)
-        .arg(SET_TTL_MS)
-        .ignore();
-    Ok(pipe.exec(link)?)
+        .arg(now.saturating_sub(SET_TTL_MS));
+    pipe.cmd("PEXPIRE").arg(&set).arg(SET_TTL_MS);
+    batch::send_all::<Value>(link, &pipe)?;
+    Ok(())
 }
 
 /// The other live replicas' in-flight counts, summed per target name (sorted by name).

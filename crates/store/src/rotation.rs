@@ -17,6 +17,7 @@ use std::sync::LazyLock;
 
 use redis::{ConnectionLike, Script};
 
+use crate::batch;
 use crate::error::StoreError;
 use crate::keys::Keys;
 
@@ -134,22 +135,14 @@ pub(crate) fn rotate_many(
             break;
         }
         let mut pipe = redis::pipe();
-        pipe.ignore_errors();
         for &i in &pending {
             pipe.add_command(call(keys, &asks[i]));
         }
-        let replies: Vec<redis::RedisResult<Vec<u16>>> = pipe.query(link)?;
-        if replies.len() != pending.len() {
-            return Err(StoreError::Decode(format!(
-                "{} replies to {} rotations",
-                replies.len(),
-                pending.len()
-            )));
-        }
+        let replies = batch::send(link, &pipe)?;
         let mut again = Vec::new();
         for (&i, reply) in pending.iter().zip(replies) {
             match reply {
-                Ok(picks) => out[i] = picks,
+                Ok(picks) => out[i] = batch::parse(picks)?,
                 Err(e)
                     if attempt == 0
                         && e.kind()
