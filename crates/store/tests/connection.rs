@@ -249,3 +249,81 @@ fn cluster_keeps_a_fleet_in_one_slot() {
         assert!(keys > 0, "node {} holds no fleet", n.port());
     }
 }
+
+#[test]
+fn tls_with_the_operators_ca() {
+    // A CA and a server certificate for 127.0.0.1 it signed.
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "rolter store test CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let leaf_params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    let dir = std::env::temp_dir().join(format!("rolter-store-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca, cert, key) = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    std::fs::write(&ca, ca_cert.pem()).unwrap();
+    std::fs::write(&cert, leaf.pem()).unwrap();
+    std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
+
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let (ca_s, cert_s, key_s) = (path(&ca), path(&cert), path(&key));
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert_s,
+        "--tls-key-file",
+        &key_s,
+        "--tls-ca-cert-file",
+        &ca_s,
+        "--tls-auth-clients",
+        "no",
+        "--requirepass",
+        "tls-pw",
+    ]);
+    let mut settings = StoreSettings::standalone(format!("rediss://127.0.0.1:{tls_port}"));
+    settings.password = Some("tls-pw".into());
+    // Without the CA, the built-in web roots do not trust the server.
+    let err = Store::connect(&settings)
+        .err()
+        .expect("trusted an unknown CA");
+    assert!(matches!(err, StoreError::Connect(_)), "{err:?}");
+    settings.tls_ca_file = Some(ca.clone());
+    let mut store = Store::connect(&settings).unwrap();
+    assert_eq!(
+        store.rotate("r", &[("a", 1.0), ("b", 1.0)], 2).unwrap(),
+        [0, 1]
+    );
+    // The rotation is the one the plain port sees.
+    let mut plain = raw(&format!("redis://:tls-pw@127.0.0.1:{}", server.port()));
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("{rolter}:rr:r")
+        .query(&mut plain)
+        .unwrap();
+    assert!(exists);
+    settings.tls_ca_file = Some(dir.join("missing.pem"));
+    let err = Store::connect(&settings)
+        .err()
+        .expect("a missing CA file was accepted");
+    assert!(err.to_string().contains("missing.pem"), "{err}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
