@@ -10,7 +10,7 @@ use redis::cluster::{ClusterClientBuilder, ClusterConnection};
 use redis::{Client, Connection, ConnectionLike, IntoConnectionInfo, TlsCertificates, Value};
 
 use crate::error::StoreError;
-use crate::settings::{StoreSettings, Topology};
+use crate::settings::{redact_url as redact, StoreSettings, Topology};
 
 /// A connection to a single server (standalone or the sentinel's master) or to a cluster.
 pub(crate) enum Conn {
@@ -185,31 +185,5 @@ fn connect_error(url: &str, e: redis::RedisError) -> StoreError {
             StoreError::Connect(format!("{}: {m}", redact(url)))
         }
         other => other,
-    }
-}
-
-/// `url` without the password it may carry (`redis://user:secret@host` → `redis://user:…@host`).
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    match rest.rsplit_once('@') {
-        Some((cred, host)) => match cred.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:…@{host}"),
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_stay_out_of_messages() {
-        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:…@h:1/0");
-        assert_eq!(redact("rediss://:pw@h:1"), "rediss://:…@h:1");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
     }
 }

@@ -9,6 +9,14 @@
 //! removed by a reload) keep their stored weight untouched, so they rejoin where they left.
 //! [`swrr_reference`] is the same rule in Rust, the reference the tests compare against.
 //!
+//! A lease of N hands one replica N consecutive positions of the one fleet-wide sequence
+//! in one round trip (the cost of a call barely grows with N). The positions the fleet
+//! takes are still exactly the smooth weighted sequence; what a lease gives up is the
+//! interleaving of the requests that use them: a replica serves its N positions in its
+//! own time, so the order in which targets see requests can be out by up to N positions
+//! per replica, and positions leased but never used (a replica stops, the members change)
+//! are skipped, which shifts the shares of what was served by at most those positions.
+//!
 //! Owns the script, its arguments and its reply; it must not decide when to fall back to
 //! the local cursor (the caller does, on any error).
 

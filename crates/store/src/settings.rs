@@ -20,8 +20,8 @@ pub enum Topology {
     Cluster,
 }
 
-/// Where the shared state lives and how to talk to it.
-#[derive(Debug, Clone, PartialEq)]
+/// Where the shared state lives and how to talk to it. Its `Debug` leaves the password out.
+#[derive(Clone, PartialEq)]
 pub struct StoreSettings {
     /// `redis://host:port[/db]` or `rediss://host:port` (TLS); several for Sentinel or Cluster.
     pub urls: Vec<String>,
@@ -41,6 +41,36 @@ pub struct StoreSettings {
     /// cluster slot (scripts and pipelines stay on one node) and several fleets can share
     /// one store under different prefixes.
     pub key_prefix: String,
+}
+
+impl std::fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact_url(u)).collect();
+        f.debug_struct("StoreSettings")
+            .field("urls", &urls)
+            .field("topology", &self.topology)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
+/// `url` without the password it may carry (`redis://user:secret@host` → `redis://user:…@host`).
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.rsplit_once('@') {
+        Some((cred, host)) => match cred.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:…@{host}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
 }
 
 impl StoreSettings {
@@ -103,6 +133,20 @@ impl StoreSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_stay_out_of_debug_and_messages() {
+        assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://u:…@h:1/0");
+        assert_eq!(redact_url("rediss://:pw@h:1"), "rediss://:…@h:1");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        let mut s = StoreSettings::standalone("redis://:in-url@h:1");
+        s.password = Some("in-field".into());
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("in-url") && !shown.contains("in-field"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn problems_are_named() {

@@ -137,7 +137,10 @@ impl Store {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        let out = f(self.conn.link(), &self.keys);
+        let out = f(self.conn.link(), &self.keys).map_err(|e| match e {
+            StoreError::Connect(m) => StoreError::Connect(format!("connection lost: {m}")),
+            e => e,
+        });
         if let Err(e) = &out {
             if e.is_connection() {
                 self.broken = Some(e.clone());

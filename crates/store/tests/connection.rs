@@ -90,6 +90,7 @@ fn a_killed_server_fails_the_call_and_a_restarted_one_takes_a_new_connection() {
         (store, err)
     });
     assert!(err.is_connection(), "{err:?}");
+    assert!(err.to_string().contains("connection lost"), "{err}");
     let mut store = store;
     // The broken connection answers every later call with the same error, at once.
     assert_eq!(store.ping().unwrap_err(), err);
