@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh machine when it is missing —
 # system packages with apt-get (curl, python3 with pip, g++, Python's ZMQ and msgpack
-# bindings, and Prometheus's promtool where the distribution ships it), the OpenAI Python
-# SDK with pip, the pinned Rust toolchain with rustup — saying what it installs, then runs
-# formatting, lints, the module-import check and the whole test suite: the default build,
-# then the lean build (`--no-default-features`: no ZMQ, no local tokenizer, no demo),
-# whose dependency tree is checked to hold none of them.
+# bindings, redis-server, and Prometheus's promtool where the distribution ships it), the
+# OpenAI Python SDK with pip, the pinned Rust toolchain with rustup — saying what it
+# installs, then runs formatting, lints, the module-import check and the whole test suite:
+# the default build, then the lean build (`--no-default-features`: no ZMQ, no local
+# tokenizer, no demo), whose dependency tree is checked to hold none of them.
 #
 #   ./tests/run.sh
 set -euo pipefail
@@ -20,7 +20,8 @@ log() { printf '==> %s\n' "$*"; }
 # ship it in the `prometheus` package; where no package has it, that test says it skips
 # promtool's check), systemd for systemd-analyze (tests/systemd.rs verifies and scores
 # config/rolter.service with it) and util-linux for setpriv (the same test reads the
-# installed configuration as an unprivileged uid).
+# installed configuration as an unprivileged uid), redis-server for the shared-state tests
+# of crates/store (with redis-tools' redis-cli, which builds their three-node cluster).
 missing=()
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
@@ -28,6 +29,8 @@ command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 py_kv() { "$1" -c 'import zmq, msgpack' >/dev/null 2>&1; }
 py_kv python3 || py_kv /usr/bin/python3 || missing+=(python3 python3-zmq python3-msgpack)
 want_promtool=false
