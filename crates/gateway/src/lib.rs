@@ -17,6 +17,8 @@
 //!
 //! - [`mesh`]: the per-core load view and the lock-free channels between cores and the
 //!   control thread (snapshots with a heartbeat, samples, shared routing state, records).
+//! - [`fleet`]: what this replica shares with the others through the shared state store
+//!   (`[state]`): the state thread, its link from the workers, its news for the control thread.
 //! - [`control`]: the control plane: health book, scrapes, LoRA book, DNS book, merged
 //!   metrics, the signals and address tables it publishes to the workers; [`admin`] is its listener, [`metrics`] its
 //!   Prometheus text.
@@ -33,6 +35,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod control;
+pub mod fleet;
 pub mod lifecycle;
 pub mod mesh;
 pub mod metrics;

@@ -64,9 +64,9 @@ pub struct StoreUse {
     /// One rotation for every replica (`round_robin` with `atomic = true`): the positions
     /// taken per store call (`lease`, 1 for exact interleaving).
     pub rotation: Option<u32>,
-    /// The books of `fair_catchup` (`durable = true`): this replica's assignments are added
-    /// to the store's window, the other replicas' are read back.
-    pub ledger: bool,
+    /// The books of `fair_catchup` (`durable = true`) over this window: this replica's
+    /// assignments are added to the store's window, the other replicas' are read back.
+    pub ledger: Option<Duration>,
     /// Session pins are published to the other replicas and theirs applied here.
     pub sessions: bool,
     /// Prefix insertions are published to the other replicas and theirs applied here.
@@ -115,7 +115,7 @@ impl StoreUse {
     /// Both uses.
     pub fn and(mut self, other: StoreUse) -> StoreUse {
         self.rotation = self.rotation.or(other.rotation);
-        self.ledger |= other.ledger;
+        self.ledger = self.ledger.or(other.ledger);
         self.sessions |= other.sessions;
         self.prefixes |= other.prefixes;
         self.fleet_load |= other.fleet_load;
@@ -125,7 +125,7 @@ impl StoreUse {
 
     /// Whether the route shares items (pins, prefixes, assignments) with the other replicas.
     pub fn shares_items(&self) -> bool {
-        self.sessions || self.prefixes || self.ledger
+        self.sessions || self.prefixes || self.ledger.is_some()
     }
 }
 

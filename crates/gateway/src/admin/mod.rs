@@ -2,7 +2,9 @@
 //! `GET /admin/targets` (health, load, queue depth, TTFT average and engine state per
 //! target, as JSON), `GET|POST /admin/adaptive` (the adaptive kill switch), `GET
 //! /admin/config` (the running configuration's file, SHA-256 and reload counts), `POST
-//! /admin/reload` (reload the configuration file, answered when applied or refused), `GET /healthz`
+//! /admin/reload` (reload the configuration file, answered when applied or refused), `GET
+//! /admin/state` (the shared state store: reachable or not, the last error, what each route
+//! keeps there, the counters), `GET /healthz`
 //! (the process is up) and `GET /readyz` (every route has an eligible target and the gateway
 //! is not draining).
 //!
@@ -377,9 +379,25 @@ fn respond(
             };
             write_head_and_body(out, status, "text/plain", &[], body, true)
         }
-        "/metrics" | "/admin/targets" | "/admin/config" | "/healthz" | "/readyz" => {
-            allowed(out, "GET")
+        "/admin/state" if method == "GET" => {
+            let p = plane.borrow();
+            let doc = match &p.fleet {
+                Some(f) => {
+                    let f = f.borrow();
+                    let mut doc = f.stats.json();
+                    doc["configured"] = true.into();
+                    doc["routes"] = f.routes_json();
+                    doc
+                }
+                None => serde_json::json!({
+                    "configured": false,
+                    "message": "no [state] section: every replica routes on its own state",
+                }),
+            };
+            json(out, 200, &doc)
         }
+        "/metrics" | "/admin/targets" | "/admin/config" | "/admin/state" | "/healthz"
+        | "/readyz" => allowed(out, "GET"),
         "/admin/adaptive" => allowed(out, "GET, POST"),
         _ => GatewayError::client(
             404,

@@ -79,6 +79,9 @@ pub struct Plane {
     pub dns: DnsBook,
     /// Where finished requests' access-log lines go (`None`: `log.access = "off"`).
     pub access: Option<AccessSink>,
+    /// The fleet plane's control end (`None` without `[state]`), for `/metrics` and
+    /// `/admin/state`.
+    pub fleet: Option<std::rc::Rc<std::cell::RefCell<crate::fleet::news::FleetControl>>>,
     /// Rate-limited log book of failed attempts, per (target, cause).
     upstream_failures: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
 }
@@ -169,6 +172,7 @@ impl Plane {
             drops_logged: 0,
             last_drop_log: None,
             access: None,
+            fleet: None,
             upstream_failures: Default::default(),
             config,
         }
@@ -726,6 +730,9 @@ impl Plane {
         );
         if let Some(stats) = &self.reloads {
             crate::metrics::render_reloads(stats, out);
+        }
+        if let Some(f) = &self.fleet {
+            f.borrow().stats.render(out);
         }
         let names: Vec<String> = self.config.targets.iter().map(|t| t.name.clone()).collect();
         crate::metrics::dns::render(&names, &self.dns.counts(), out);

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use rolter_core::{Sample, ShareBatch};
+use rolter_core::{RouteLedger, Sample, ShareBatch};
 
 use super::load::LoadView;
 use super::messages::{Record, ToControl, ToWorker};
@@ -193,11 +193,10 @@ impl WorkerLinks {
     }
 
     /// Sends this core's shared routing state of the tick to every other core.
-    pub fn share(&self, batch: ShareBatch) {
-        if batch.is_empty() || !self.peers.iter().any(Option::is_some) {
+    pub fn share(&self, batch: &Arc<ShareBatch>) {
+        if batch.is_empty() {
             return;
         }
-        let batch = Arc::new(batch);
         for p in self.peers.iter().flatten() {
             send(
                 p,
@@ -210,13 +209,15 @@ impl WorkerLinks {
 
     /// Applies everything waiting in the inbox: peers' snapshots and the control thread's
     /// target view go into `view`; peers' samples go to `learn`, their shared routing state
-    /// to `apply`, the control thread's address table to `addrs`.
+    /// to `apply`, the control thread's address table to `addrs` and the store's books to
+    /// `books`.
     pub fn drain(
         &self,
         view: &LoadView,
         mut learn: impl FnMut(&Sample),
         mut apply: impl FnMut(&ShareBatch),
         mut addrs: impl FnMut(&[SocketAddr]),
+        mut books: impl FnMut(&[(usize, RouteLedger)]),
     ) {
         while let Ok(msg) = self.inbox.try_recv() {
             match msg {
@@ -226,6 +227,8 @@ impl WorkerLinks {
                 ToWorker::Targets(targets) => view.apply_targets(&targets),
                 ToWorker::Lora(table) => view.lora.apply(table),
                 ToWorker::Addrs(table) => addrs(&table),
+                ToWorker::Ledger(ledgers) => books(&ledgers),
+                ToWorker::FleetLoad(counts) => view.apply_fleet(&counts),
             }
         }
     }

@@ -25,6 +25,9 @@ pub struct LoadView {
     kv: Box<[Cell<f32>]>,
     /// Healthy and not ejected.
     eligible: Box<[Cell<bool>]>,
+    /// The other gateway replicas' requests in flight, per target, from the shared state
+    /// store (as fresh as its `sync_interval`; zero without a store).
+    fleet: Box<[Cell<u32>]>,
     /// The local counts changed since the last snapshot was published.
     dirty: Cell<bool>,
     /// LoRA adapter residency per target, as the control thread last published it.
@@ -41,6 +44,7 @@ impl LoadView {
             queue: cells(0),
             kv: (0..targets).map(|_| Cell::new(f32::NAN)).collect(),
             eligible: (0..targets).map(|_| Cell::new(true)).collect(),
+            fleet: cells(0),
             dirty: Cell::new(false),
             lora: Default::default(),
         }
@@ -57,6 +61,19 @@ impl LoadView {
     #[inline]
     pub fn local_in_flight(&self, t: TargetId) -> u64 {
         u64::from(self.local[t].get())
+    }
+
+    /// Requests to `t` in flight on the other gateway replicas, as the store last said.
+    #[inline]
+    pub fn fleet_in_flight(&self, t: TargetId) -> u64 {
+        u64::from(self.fleet[t].get())
+    }
+
+    /// Applies the other replicas' counts from the store.
+    pub fn apply_fleet(&self, counts: &[u32]) {
+        for (cell, &n) in self.fleet.iter().zip(counts) {
+            cell.set(n);
+        }
     }
 
     /// What a strategy sees: in flight everywhere plus the engine's waiting queue.

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rolter_core::{Sample, ShareBatch, Verdict};
+use rolter_core::{RouteLedger, Sample, ShareBatch, Verdict};
 use rolter_engine::lora::LoraTable;
 
 use super::load::TargetSignal;
@@ -17,8 +17,13 @@ pub enum ToWorker {
     Load { from: usize, snapshot: Arc<[u32]> },
     /// Attempts that finished on another core.
     Samples(Arc<[Sample]>),
-    /// What another core's strategies learned from their routing (prefixes, sessions).
+    /// What another core's strategies learned from their routing (prefixes, sessions), or
+    /// (from the control thread) what the other replicas shared through the state store.
     Shared(Arc<ShareBatch>),
+    /// Routes' books beyond this replica's own, from the state store (by route index).
+    Ledger(Arc<[(usize, RouteLedger)]>),
+    /// The other replicas' requests in flight per target, from the state store.
+    FleetLoad(Arc<[u32]>),
     /// The control thread's eligibility and queue depth per target.
     Targets(Arc<[TargetSignal]>),
     /// LoRA adapter residency per target (only while some route reads it).

@@ -81,7 +81,7 @@ pub async fn until_answered(
     loop {
         // One clock read serves the pick and the routing record.
         let now = Instant::now();
-        let picked = match pick::pick(state, routed, preq, &tried[..attempts], now) {
+        let picked = match pick::pick(state, routed, preq, &tried[..attempts], now).await {
             Ok(p) => p,
             Err(e) => {
                 if last_err.is_none() {

@@ -1,17 +1,24 @@
 //! Stage 4 of the request path: the candidates and the strategy's choice among them.
 //!
 //! The candidates are the route's targets that serve the model, are eligible (healthy, not
-//! ejected), are under `max_concurrent` (counted over every core) and have not failed this
-//! request already, each with its weight, load, tier, engine queue, KV-cache use and (for
-//! strategies that read it) LoRA adapter residency. Strategies only ever see candidates.
+//! ejected), are under `max_concurrent` (counted over every core, and over the other
+//! replicas too with `state.share_load`) and have not failed this request already, each with
+//! its weight, load (with the other replicas' for routes with `fleet_load`), tier, engine
+//! queue, KV-cache use and (for strategies that read it) LoRA adapter residency. Strategies
+//! only ever see candidates.
+//!
+//! A route with a shared rotation (`atomic` round-robin) advances it in the state store over
+//! the candidates first, waiting at most `state.pick_timeout`; the candidates are built
+//! again after the wait (other requests ran meanwhile) and the strategy is given the answer.
 //!
 //! Owns the candidate filter, in a scratch list reused by every pick. It must not allocate
-//! per request, and it applies what the other cores sent before it reads the load view.
+//! per request (the rotation's ask to the store carries its own copy of the member set),
+//! and it applies what the other cores sent before it reads the load view.
 
 use std::time::Instant;
 
 use rolter_codec::GatewayError;
-use rolter_core::{Candidate, Needs, Pick, PickRequest, Residency, TargetId};
+use rolter_core::{AsyncInputs, Candidate, Needs, Pick, PickRequest, Residency, TargetId};
 
 use super::route::Routed;
 use crate::mesh::Record;
@@ -33,14 +40,53 @@ pub struct Picked {
 
 /// Builds the candidate set and asks the route's strategy; the 503 to answer when no
 /// candidate is left or the strategy finds none acceptable.
-pub fn pick(
+pub async fn pick(
     state: &WorkerState,
     routed: &Routed<'_>,
     preq: &PickRequest<'_>,
     tried: &[TargetId],
     now: Instant,
 ) -> Result<Picked, GatewayError> {
+    let rs = &state.routes[routed.index];
+    if let (Some(rotation), Some(link)) = (&rs.rotation, &state.core.store) {
+        let members: Vec<(u16, f64)> = {
+            fill(state, routed, preq, tried, now)?;
+            let cands = state.candidates.borrow();
+            if cands.len() < 2 {
+                return choose(state, routed.index, preq, now);
+            }
+            cands.iter().map(|c| (c.target as u16, c.weight)).collect()
+        };
+        let next = rotation
+            .next(link, &state.config, routed.index, members)
+            .await;
+        let inputs = AsyncInputs {
+            rotation: next,
+            ..preq.inputs.clone()
+        };
+        let preq = PickRequest {
+            inputs: &inputs,
+            ..*preq
+        };
+        // Other requests on this core used the scratch list while this one waited.
+        let now = Instant::now();
+        fill(state, routed, &preq, tried, now)?;
+        return choose(state, routed.index, &preq, now);
+    }
+    fill(state, routed, preq, tried, now)?;
+    choose(state, routed.index, preq, now)
+}
+
+/// Fills the worker's scratch candidate list; the 503 when no target is left.
+fn fill(
+    state: &WorkerState,
+    routed: &Routed<'_>,
+    preq: &PickRequest<'_>,
+    tried: &[TargetId],
+    now: Instant,
+) -> Result<(), GatewayError> {
     let (route_idx, route) = (routed.index, routed.route);
+    let fleet_load = state.routes[route_idx].fleet_load;
     state.drain_signals();
     let mut cands = state.candidates.borrow_mut();
     cands.clear();
@@ -66,14 +112,19 @@ pub fn pick(
             out += 1;
             continue;
         }
+        let fleet = state.load.fleet_in_flight(t);
+        let mut in_flight = state.load.in_flight(t);
+        if state.fleet_caps {
+            in_flight += fleet;
+        }
         if target
             .max_concurrent
-            .is_some_and(|m| state.load.in_flight(t) >= u64::from(m))
+            .is_some_and(|m| in_flight >= u64::from(m))
         {
             full += 1;
             continue;
         }
-        let load = state.load.load(t);
+        let load = state.load.load(t) + if fleet_load { fleet } else { 0 };
         cands.push(Candidate {
             target: t,
             weight: target.weight,
@@ -103,6 +154,17 @@ pub fn pick(
         };
         return Err(GatewayError::internal(503, "no_available_target", msg).with_retry_after(1));
     }
+    Ok(())
+}
+
+/// Asks the route's strategy to choose among the filled candidates.
+fn choose(
+    state: &WorkerState,
+    route_idx: usize,
+    preq: &PickRequest<'_>,
+    now: Instant,
+) -> Result<Picked, GatewayError> {
+    let cands = state.candidates.borrow();
     let pick = state.routes[route_idx]
         .strategy
         .borrow_mut()

@@ -16,6 +16,7 @@ use rolter_config::Config;
 use rolter_core::{Candidate, Needs, Sample, ShareSink, Verdict};
 use rolter_strategy::Strategy;
 
+use crate::fleet::StoreLink;
 use crate::mesh::load::LoadView;
 use crate::mesh::messages::AttemptNotes;
 use crate::mesh::{Record, WorkerLinks};
@@ -23,6 +24,7 @@ use crate::path::models;
 use crate::path::request::IoBufs;
 use crate::route_inputs::adapters::AdapterLoader;
 use crate::route_inputs::cache_lookup::CacheLookup;
+use crate::route_inputs::rotation::Rotation;
 use crate::route_inputs::tokens::TokenSource;
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
@@ -40,6 +42,10 @@ pub struct RouteState {
     pub lookup: Option<CacheLookup>,
     /// The route's LoRA adapter loader, when its strategy loads adapters (`load_from`).
     pub adapters: Option<AdapterLoader>,
+    /// The route's shared rotation (`atomic` round-robin), with this core's lease.
+    pub rotation: Option<Rotation>,
+    /// Candidate loads include the other replicas' requests in flight (`fleet_load`).
+    pub fleet_load: bool,
 }
 
 /// What one core keeps for its whole life, whatever configuration it serves: its counts
@@ -58,11 +64,14 @@ pub struct WorkerCore {
     /// Buffer sets not in use: a connection holds one only while it serves a request, so
     /// an idle keep-alive connection costs almost nothing.
     spare_bufs: RefCell<Vec<IoBufs>>,
+    /// The state thread, when `[state]` is configured (it lives as long as the process).
+    pub store: Option<StoreLink>,
 }
 
 impl WorkerCore {
-    pub fn new(id: usize) -> Self {
+    pub fn new(id: usize, store: Option<StoreLink>) -> Self {
         WorkerCore {
+            store,
             id,
             draining: Cell::new(false),
             cut_at: Cell::new(None),
@@ -102,6 +111,10 @@ pub struct WorkerState {
     pub head_limits: HeadLimits,
     /// Scratch candidate list, reused by every pick.
     pub candidates: RefCell<Vec<Candidate>>,
+    /// Some route shares items with the other replicas through the state store.
+    pub shares_with_fleet: bool,
+    /// `max_concurrent` counts the other replicas' requests too (`state.share_load`).
+    pub fleet_caps: bool,
 }
 
 /// Most spare buffer sets a worker keeps.
@@ -185,6 +198,13 @@ impl WorkerState {
                             .filter(|_| needs.contains(Needs::CACHE_LOOKUP)),
                     ),
                     adapters: AdapterLoader::for_route(req.adapter_loading.as_ref()),
+                    rotation: req
+                        .store
+                        .as_ref()
+                        .and_then(|s| s.rotation)
+                        .filter(|_| needs.contains(Needs::SHARED_ROTATION))
+                        .map(Rotation::new),
+                    fleet_load: req.store.as_ref().is_some_and(|s| s.fleet_load),
                     needs,
                     strategy: RefCell::new(strategy),
                 })
@@ -215,6 +235,13 @@ impl WorkerState {
                 max_uri_bytes: limits.max_uri_bytes,
             },
             candidates: RefCell::new(Vec::with_capacity(config.targets.len())),
+            shares_with_fleet: config.routes.iter().any(|r| {
+                r.strategy
+                    .requirements()
+                    .store
+                    .is_some_and(|s| s.shares_items())
+            }),
+            fleet_caps: config.state.as_ref().is_some_and(|s| s.share_load),
             config,
         }
     }
@@ -246,6 +273,13 @@ impl WorkerState {
                     }
                 },
                 |addrs| self.upstream.addrs.apply(addrs),
+                |books| {
+                    for (route, ledger) in books {
+                        if let Some(r) = self.routes.get(*route) {
+                            r.strategy.borrow_mut().apply_ledger(ledger);
+                        }
+                    }
+                },
             );
         }
     }
@@ -286,7 +320,13 @@ impl WorkerState {
         {
             let mut share = self.share.borrow_mut();
             if !share.is_empty() {
-                self.links.share(share.take_batch());
+                let batch = Arc::new(share.take_batch());
+                self.links.share(&batch);
+                if self.shares_with_fleet {
+                    if let Some(store) = &self.core.store {
+                        store.share(&self.config, &batch);
+                    }
+                }
             }
         }
         self.drain_signals();

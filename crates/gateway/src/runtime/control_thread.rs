@@ -57,6 +57,8 @@ pub struct ControlContext {
     pub reloads: Arc<crate::reload::ReloadStats>,
     /// The access-log writer's input (`None` when the access log is off).
     pub access: Option<AccessSink>,
+    /// The fleet plane's control end, when `[state]` is configured.
+    pub fleet: Option<crate::fleet::news::FleetControl>,
 }
 
 /// A reloaded configuration for the control thread: its plane is built from these, and the
@@ -97,6 +99,7 @@ async fn run(ctx: ControlContext) {
         adopts,
         reloads,
         access,
+        fleet,
         ..
     } = ctx;
     let plane = Rc::new(RefCell::new(Plane::new(
@@ -109,6 +112,8 @@ async fn run(ctx: ControlContext) {
     plane.borrow_mut().kv_reports = kv_reports;
     plane.borrow_mut().reloads = Some(reloads.clone());
     plane.borrow_mut().access = access;
+    let fleet = fleet.map(|f| Rc::new(RefCell::new(f)));
+    plane.borrow_mut().fleet = fleet.clone();
 
     if let Some(listener) = admin {
         match monoio::net::TcpListener::from_std(listener) {
@@ -151,6 +156,10 @@ async fn run(ctx: ControlContext) {
             next.kv_reports = a.kv_reports;
             next.reloads = Some(reloads.clone());
             next.access = plane.borrow().access.clone();
+            next.fleet = fleet.clone();
+            if let Some(f) = &fleet {
+                f.borrow_mut().adopt(&a.config);
+            }
             let fold = next.same_indices(&old_config);
             let mut old = std::mem::replace(&mut *plane.borrow_mut(), next);
             plane.borrow_mut().inherit(&mut old);
@@ -189,6 +198,9 @@ async fn run(ctx: ControlContext) {
             }
             if let Some(addrs) = p.dns.tick(now) {
                 links.broadcast(Kind::Targets, || ToWorker::Addrs(addrs.clone()));
+            }
+            if let Some(f) = &fleet {
+                f.borrow_mut().tick(now, |t| p.in_flight(t), &links);
             }
         }
         if flags.stopped() {

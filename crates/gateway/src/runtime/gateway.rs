@@ -104,6 +104,37 @@ impl Gateway {
             config.source.display().to_string(),
             config.digest.clone(),
         ));
+        // The state thread, when a [state] store is configured: the workers reach it through
+        // their links, the control thread sends it the load and receives its news.
+        let fleet = match &config.state {
+            None => None,
+            Some(state) => {
+                let replica = crate::fleet::thread::replica_name(state, addr.port());
+                let stats = Arc::new(crate::fleet::StoreStats::new(
+                    "redis",
+                    match &state.topology {
+                        rolter_config::StateTopology::Standalone => "standalone",
+                        rolter_config::StateTopology::Sentinel { .. } => "sentinel",
+                        rolter_config::StateTopology::Cluster => "cluster",
+                    },
+                    state.urls.clone(),
+                    &state.key_prefix,
+                    &replica,
+                ));
+                let (tx, rx) = crossbeam_channel::bounded(crate::fleet::link::QUEUE);
+                let (news_tx, news_rx) = crossbeam_channel::bounded(256);
+                crate::fleet::thread::spawn(
+                    state.clone(),
+                    replica,
+                    config.clone(),
+                    rx,
+                    news_tx,
+                    stats.clone(),
+                )?;
+                let link = crate::fleet::StoreLink::new(tx, state.pick_timeout, stats.clone());
+                Some((link, news_rx, stats))
+            }
+        };
         let (adopt_tx, adopts) = crossbeam_channel::unbounded();
         let mut handoff_txs = Vec::with_capacity(count);
         // Local tokenizers run off the workers' event loops, on one pool the workers share.
@@ -131,6 +162,7 @@ impl Gateway {
             handoff_txs.push(handoff_tx);
             let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
             let ready = ready_tx.clone();
+            let store = fleet.as_ref().map(|(link, _, _)| link.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("rolter-w{id}"))
                 .spawn(move || {
@@ -150,6 +182,7 @@ impl Gateway {
                             links,
                             workers: count,
                             handoffs,
+                            store,
                         })
                         .await;
                     });
@@ -174,6 +207,9 @@ impl Gateway {
             adopts,
             reloads: reloads.clone(),
             access: access_sink,
+            fleet: fleet.map(|(link, news, stats)| {
+                crate::fleet::news::FleetControl::new(link, news, stats, &config)
+            }),
         })?;
         let supervisor = Arc::new(Mutex::new(Supervisor {
             config: config.clone(),

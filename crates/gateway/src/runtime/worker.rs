@@ -44,6 +44,8 @@ pub struct WorkerSetup {
     pub workers: usize,
     /// Reloaded configurations, taken on the tick.
     pub handoffs: Receiver<Handoff>,
+    /// The state thread, when `[state]` is configured.
+    pub store: Option<crate::fleet::StoreLink>,
 }
 
 /// A reloaded configuration for one worker: everything its new state is built from, and
@@ -77,8 +79,9 @@ pub async fn run(setup: WorkerSetup) {
         links,
         workers,
         handoffs,
+        store,
     } = setup;
-    let core = Rc::new(WorkerCore::new(id));
+    let core = Rc::new(WorkerCore::new(id, store));
     let first = WorkerState::new(core.clone(), config, tls, &strategies, links, workers, None);
     let worker = Rc::new(Generations::new(first));
     let listener = match TcpListener::from_std(listener) {

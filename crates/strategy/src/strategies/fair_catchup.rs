@@ -124,7 +124,7 @@ impl StrategyOptions for Options {
     fn requirements(&self) -> Requirements {
         let own = Requirements {
             store: self.durable.then(|| StoreUse {
-                ledger: true,
+                ledger: Some(self.window),
                 ..StoreUse::by(format!("`{}` with durable = true", Self::NAME))
             }),
             ..Requirements::default()
@@ -866,7 +866,7 @@ mod tests {
             ..Options::default()
         };
         let store = o.requirements().store.unwrap();
-        assert!(store.ledger);
+        assert_eq!(store.ledger, Some(WINDOW));
         assert_eq!(store.by, ["`fair_catchup` with durable = true"]);
     }
 }

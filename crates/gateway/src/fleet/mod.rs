@@ -1,0 +1,30 @@
+//! The fleet plane: what this replica shares with the other replicas of its fleet through the
+//! shared state store (`[state]`, Redis or Valkey), beside the mesh that does the same between
+//! the cores of one replica.
+//!
+//! - [`link`]: the workers' end: a bounded channel to the state thread, never waited on
+//!   except by a pick that needs the store's answer (the `atomic` rotation), for at most
+//!   `pick_timeout`.
+//! - [`messages`]: what goes to the state thread (rotation asks, shared items, load, the
+//!   running configuration) and what comes back to the control thread (the other replicas'
+//!   items, books and load, by name).
+//! - [`thread`]: the state thread, the only place that talks to the store: one connection
+//!   (`rolter_store::Store`), rotation asks answered as they come (pipelined), everything
+//!   else once per `sync_interval`, reconnecting every `retry_interval` while the store is
+//!   away.
+//! - [`stats`]: its counters and status, for `/metrics` (`rolter_state_*`) and `/admin/state`.
+//! - [`news`]: the control thread's side: the store's news mapped onto this configuration's
+//!   route and target indices, for the workers.
+//!
+//! The store's client blocks on its socket, so it runs on its own thread, never on a
+//! worker or the control thread's event loop.
+
+pub mod link;
+pub mod messages;
+pub mod news;
+pub mod stats;
+pub mod thread;
+
+pub use link::StoreLink;
+pub use messages::{StoreNews, ToState};
+pub use stats::StoreStats;

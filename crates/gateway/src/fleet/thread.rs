@@ -1,0 +1,618 @@
+//! The state thread: the one place that talks to the shared state store.
+//!
+//! - Rotation asks are answered as they arrive: every ask waiting at that moment goes out in
+//!   one pipeline (one round trip), each one script call that advances the route's smooth
+//!   weighted cursor in the store. An ask whose picker stopped waiting is skipped, so it
+//!   takes no position.
+//! - Once per `sync_interval`: the shared items collected since the last exchange are
+//!   appended to the store's stream (one entry) and the other replicas' new entries read;
+//!   the fair-catchup assignments are added to the store's books and each durable route's
+//!   window read back (less what this process wrote itself); this replica's requests in
+//!   flight are published and the other replicas' read.
+//! - While the store is away nothing waits on it: rotation asks fail at once (the picks use
+//!   their local cursors), items beyond the rate limit are dropped and counted, assignments
+//!   are kept and written when it returns (so the books reconcile), and a connection is
+//!   tried every `retry_interval`. The transitions are logged once each; every failure is
+//!   counted in [`StoreStats`].
+//!
+//! Owns the store connection and what is waiting for it. It must not touch a worker's
+//! state: what it learns goes to the control thread as [`StoreNews`].
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use rolter_config::{Config, StateConfig, StateTopology};
+use rolter_core::Shared;
+use rolter_store::{Item, LedgerRow, RotateAsk, Store, StoreError, StoreSettings, Topology};
+use rolter_strategy::StoreUse;
+
+use super::messages::{LedgerNews, StoreNews, ToState};
+use super::stats::StoreStats;
+
+/// Buckets of a fair-catchup window (the strategy's own ring has as many).
+const BUCKETS: u64 = rolter_strategy::strategies::fair_catchup::BUCKETS as u64;
+/// Most rotation asks sent in one pipeline.
+const MAX_ASKS: usize = 256;
+/// Most stream entries read per exchange (the rest follow at the next one).
+const READ_ENTRIES: usize = 256;
+/// Items kept for publishing while the store is away, in seconds of the rate limit.
+const BACKLOG_SECONDS: f64 = 10.0;
+
+/// The store client's settings for `[state]` (valkey:// is redis:// to the client).
+pub fn settings(c: &StateConfig) -> StoreSettings {
+    let urls = c
+        .urls
+        .iter()
+        .map(|u| {
+            if let Some(rest) = u.strip_prefix("valkeys://") {
+                format!("rediss://{rest}")
+            } else if let Some(rest) = u.strip_prefix("valkey://") {
+                format!("redis://{rest}")
+            } else {
+                u.clone()
+            }
+        })
+        .collect();
+    StoreSettings {
+        urls,
+        topology: match &c.topology {
+            StateTopology::Standalone => Topology::Standalone,
+            StateTopology::Sentinel { master } => Topology::Sentinel {
+                master: master.clone(),
+            },
+            StateTopology::Cluster => Topology::Cluster,
+        },
+        username: c.username.clone(),
+        password: c.password.clone(),
+        tls_ca_file: c.tls_ca_file.clone(),
+        connect_timeout: c.connect_timeout,
+        command_timeout: c.command_timeout,
+        key_prefix: c.key_prefix.clone(),
+    }
+}
+
+/// This replica's name in the store: `replica`, else the host name and the listening port.
+pub fn replica_name(c: &StateConfig, port: u16) -> String {
+    c.replica.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "rolter".into());
+        format!("{host}:{port}")
+    })
+}
+
+/// Starts the state thread. It ends once every sender of `rx` is gone.
+pub fn spawn(
+    cfg: StateConfig,
+    replica: String,
+    config: Arc<Config>,
+    rx: Receiver<ToState>,
+    news: Sender<StoreNews>,
+    stats: Arc<StoreStats>,
+) -> io::Result<JoinHandle<()>> {
+    let t = StateThread::new(cfg, replica, config, news, stats);
+    std::thread::Builder::new()
+        .name("rolter-state".into())
+        .spawn(move || t.run(rx))
+}
+
+/// A rotation ask by name: the route, its members with their weights, the lease.
+type NamedAsk = (String, Vec<(String, f64)>, u32);
+
+/// Picks and assignments of one route in one wall-clock bucket.
+#[derive(Debug, Default, Clone)]
+struct Tally {
+    picks: u64,
+    received: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn add(&mut self, target: &str, n: u64) {
+        self.picks += n;
+        *self.received.entry(target.to_string()).or_default() += n;
+    }
+}
+
+struct StateThread {
+    cfg: StateConfig,
+    settings: StoreSettings,
+    replica: String,
+    /// Names this process's stream entries (the replica name and the process id), so a
+    /// restarted replica reads what its earlier run shared.
+    origin: String,
+    config: Arc<Config>,
+    /// Each route's use of the store in `config`.
+    uses: Vec<Option<StoreUse>>,
+    store: Option<Store>,
+    next_retry: Instant,
+    /// The last stream entry read; `None` until the first read (which replays the stream).
+    last_id: Option<String>,
+    items: Vec<Item>,
+    tokens: f64,
+    refilled: Instant,
+    /// Assignments not yet in the store, and those this process wrote, by (route, bucket).
+    pending: BTreeMap<(String, u64), Tally>,
+    own: BTreeMap<(String, u64), Tally>,
+    /// This replica's requests in flight per target, as last reported.
+    load: Option<Vec<(String, u32)>>,
+    news: Sender<StoreNews>,
+    stats: Arc<StoreStats>,
+    last_command_error: Option<Instant>,
+}
+
+fn uses(config: &Config) -> Vec<Option<StoreUse>> {
+    config
+        .routes
+        .iter()
+        .map(|r| r.strategy.requirements().store)
+        .collect()
+}
+
+fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The wall-clock bucket of `window` that `unix_ms` falls in, and the bucket's length.
+fn bucket_of(window: Duration, unix_ms: u64) -> (u64, u64) {
+    let len = (window.as_millis() as u64 / BUCKETS).max(1);
+    (unix_ms / len, len)
+}
+
+impl StateThread {
+    fn new(
+        cfg: StateConfig,
+        replica: String,
+        config: Arc<Config>,
+        news: Sender<StoreNews>,
+        stats: Arc<StoreStats>,
+    ) -> Self {
+        let origin = format!("{replica}#{}", std::process::id());
+        StateThread {
+            settings: settings(&cfg),
+            tokens: f64::from(cfg.max_items_per_second),
+            cfg,
+            replica,
+            origin,
+            uses: uses(&config),
+            config,
+            store: None,
+            next_retry: Instant::now(),
+            last_id: None,
+            items: Vec::new(),
+            refilled: Instant::now(),
+            pending: BTreeMap::new(),
+            own: BTreeMap::new(),
+            load: None,
+            news,
+            stats,
+            last_command_error: None,
+        }
+    }
+
+    fn run(mut self, rx: Receiver<ToState>) {
+        self.connect();
+        let mut next_sync = Instant::now();
+        let mut asks = Vec::new();
+        loop {
+            let wait = next_sync.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(m) => {
+                    self.take(m, &mut asks);
+                    while asks.len() < MAX_ASKS {
+                        match rx.try_recv() {
+                            Ok(m) => self.take(m, &mut asks),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if !asks.is_empty() {
+                self.rotate(&mut asks);
+            }
+            let now = Instant::now();
+            if now >= next_sync {
+                self.sync(now);
+                next_sync = Instant::now() + self.cfg.sync_interval;
+            }
+        }
+        // What is still waiting goes out once if the store answers.
+        let now = Instant::now();
+        if self.store.is_some() {
+            self.sync(now);
+        }
+    }
+
+    fn take(&mut self, m: ToState, asks: &mut Vec<ToState>) {
+        match m {
+            ToState::Rotate { .. } => asks.push(m),
+            ToState::Share { config, batch } => {
+                let fresh;
+                let uses = if Arc::ptr_eq(&config, &self.config) {
+                    &self.uses
+                } else {
+                    fresh = uses(&config);
+                    &fresh
+                };
+                let mut published = Vec::new();
+                let mut assigned = Vec::new();
+                for (r, item) in batch.iter() {
+                    let (Some(route), Some(Some(use_))) = (config.routes.get(r), uses.get(r))
+                    else {
+                        continue;
+                    };
+                    let name = |t: usize| config.targets.get(t).map(|t| t.name.clone());
+                    match item {
+                        Shared::SessionPin { key, target } if use_.sessions => {
+                            if let Some(target) = name(target) {
+                                published.push(Item::SessionPin {
+                                    route: route.name.clone(),
+                                    key,
+                                    target,
+                                });
+                            }
+                        }
+                        Shared::Prefix { target, data } if use_.prefixes => {
+                            if let Some(target) = name(target) {
+                                published.push(Item::Prefix {
+                                    route: route.name.clone(),
+                                    target,
+                                    data: data.to_vec(),
+                                });
+                            }
+                        }
+                        Shared::Assigned { target, count } => {
+                            if let (Some(window), Some(target)) = (use_.ledger, name(target)) {
+                                assigned.push((route.name.clone(), window, target, count));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                for item in published {
+                    self.publish(item);
+                }
+                let now = unix_millis();
+                for (route, window, target, count) in assigned {
+                    let (bucket, _) = bucket_of(window, now);
+                    self.pending
+                        .entry((route, bucket))
+                        .or_default()
+                        .add(&target, u64::from(count));
+                }
+            }
+            ToState::Load { config, in_flight } => {
+                self.load = Some(
+                    config
+                        .targets
+                        .iter()
+                        .zip(in_flight)
+                        .map(|(t, n)| (t.name.clone(), n))
+                        .collect(),
+                );
+            }
+            ToState::Config(c) => {
+                self.uses = uses(&c);
+                self.config = c;
+            }
+        }
+    }
+
+    /// Queues an item for the next exchange, within the rate limit and the backlog bound.
+    fn publish(&mut self, item: Item) {
+        let rate = f64::from(self.cfg.max_items_per_second);
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.tokens = (self.tokens + elapsed * rate).min(rate);
+        if self.tokens < 1.0 || self.items.len() as f64 >= rate * BACKLOG_SECONDS {
+            self.stats.dropped(1);
+            return;
+        }
+        self.tokens -= 1.0;
+        self.items.push(item);
+    }
+
+    fn connect(&mut self) {
+        self.next_retry = Instant::now() + self.cfg.retry_interval;
+        match Store::connect(&self.settings).and_then(|mut s| s.ping().map(|rtt| (s, rtt))) {
+            Ok((store, rtt)) => {
+                let again = self.stats.last_error().is_some();
+                self.stats.connected(rtt.as_micros() as u64);
+                if again {
+                    tracing::warn!(
+                        replica = %self.replica,
+                        "the shared state store answers again: shared routing state resumes"
+                    );
+                } else {
+                    tracing::info!(
+                        urls = ?self.cfg.urls,
+                        replica = %self.replica,
+                        round_trip_us = rtt.as_micros() as u64,
+                        "connected to the shared state store"
+                    );
+                }
+                self.store = Some(store);
+            }
+            Err(e) => {
+                let first = self.stats.last_error().is_none() || self.stats.is_up();
+                self.stats.connect_failed(e.to_string());
+                if first {
+                    tracing::warn!(
+                        urls = ?self.cfg.urls,
+                        error = %e,
+                        "the shared state store is unreachable: routes that use it fall back to this replica's own state until it answers (tried every {})",
+                        humantime::format_duration(self.cfg.retry_interval)
+                    );
+                }
+            }
+        }
+    }
+
+    /// A failed command: a broken connection is dropped (and retried later); any other
+    /// error is counted and logged at most every ten seconds.
+    fn failed(&mut self, e: StoreError) {
+        if e.is_connection() {
+            self.store = None;
+            self.next_retry = Instant::now() + self.cfg.retry_interval;
+            if self.stats.is_up() {
+                tracing::warn!(
+                    error = %e,
+                    "the shared state store stopped answering: routes that use it fall back to this replica's own state until it answers"
+                );
+            }
+            self.stats.disconnected(e.to_string());
+        } else {
+            let now = Instant::now();
+            let quiet = self
+                .last_command_error
+                .is_some_and(|t| now.duration_since(t) < Duration::from_secs(10));
+            if !quiet {
+                tracing::warn!(error = %e, "a shared state store command failed");
+                self.last_command_error = Some(now);
+            }
+            self.stats.disconnected_soft(e.to_string());
+        }
+    }
+
+    fn rotate(&mut self, asks: &mut Vec<ToState>) {
+        // Picks that stopped waiting take no position.
+        asks.retain(|a| matches!(a, ToState::Rotate { reply, .. } if !reply.is_canceled()));
+        if asks.is_empty() {
+            return;
+        }
+        let n = asks.len() as u64;
+        if self.store.is_none() {
+            self.stats.rotation_failed(n);
+            asks.clear();
+            return;
+        }
+        let mut owned: Vec<NamedAsk> = Vec::with_capacity(asks.len());
+        for a in asks.iter() {
+            if let ToState::Rotate {
+                config,
+                route,
+                members,
+                lease,
+                ..
+            } = a
+            {
+                let route = config
+                    .routes
+                    .get(usize::from(*route))
+                    .map_or_else(String::new, |r| r.name.clone());
+                let members = members
+                    .iter()
+                    .map(|&(t, w)| {
+                        let name = config
+                            .targets
+                            .get(usize::from(t))
+                            .map_or_else(String::new, |t| t.name.clone());
+                        (name, w)
+                    })
+                    .collect();
+                owned.push((route, members, *lease));
+            }
+        }
+        let member_refs: Vec<Vec<(&str, f64)>> = owned
+            .iter()
+            .map(|(_, m, _)| m.iter().map(|(n, w)| (n.as_str(), *w)).collect())
+            .collect();
+        let requests: Vec<RotateAsk<'_>> = owned
+            .iter()
+            .zip(&member_refs)
+            .map(|((route, _, lease), members)| RotateAsk {
+                route,
+                members,
+                lease: *lease,
+            })
+            .collect();
+        let started = Instant::now();
+        let result = self.store.as_mut().map(|s| s.rotate_many(&requests));
+        let micros = started.elapsed().as_micros() as u64;
+        match result {
+            Some(Ok(answers)) => {
+                let mut positions = 0;
+                for (a, picked) in asks.drain(..).zip(answers) {
+                    if let ToState::Rotate { members, reply, .. } = a {
+                        positions += picked.len() as u64;
+                        let targets: Vec<u16> = picked
+                            .iter()
+                            .filter_map(|&i| members.get(usize::from(i)).map(|m| m.0))
+                            .collect();
+                        let _ = reply.send(targets);
+                    }
+                }
+                self.stats.rotated(n, positions, micros);
+            }
+            Some(Err(e)) => {
+                self.stats.rotation_failed(n);
+                asks.clear();
+                self.failed(e);
+            }
+            None => asks.clear(),
+        }
+    }
+
+    /// The periodic exchange: items, books, load. Connects first when the store is away and
+    /// its retry is due.
+    fn sync(&mut self, now: Instant) {
+        if self.store.is_none() && now >= self.next_retry {
+            self.connect();
+        }
+        let unix = unix_millis();
+        if self.store.is_none() {
+            self.forget_old(unix);
+            return;
+        }
+        let started = Instant::now();
+        let ok = self.exchange(unix).is_ok();
+        self.stats.synced(ok, started.elapsed().as_micros() as u64);
+        self.forget_old(unix);
+    }
+
+    fn exchange(&mut self, unix: u64) -> Result<(), ()> {
+        let r = self.exchange_items();
+        self.check(r)?;
+        let r = self.exchange_books(unix);
+        self.check(r)?;
+        let r = self.exchange_load();
+        self.check(r)
+    }
+
+    fn check(&mut self, r: Result<(), StoreError>) -> Result<(), ()> {
+        r.map_err(|e| self.failed(e))
+    }
+
+    fn exchange_items(&mut self) -> Result<(), StoreError> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        if !self.items.is_empty() {
+            store.append_items(&self.origin, &self.items, self.cfg.stream_maxlen as usize)?;
+            self.stats.published(self.items.len() as u64);
+            self.items.clear();
+        }
+        let from = self.last_id.clone().unwrap_or_else(|| "0".into());
+        let (last, items) = store.read_items(&self.origin, &from, READ_ENTRIES)?;
+        self.last_id = Some(last);
+        if !items.is_empty() {
+            self.stats.received(items.len() as u64);
+            let _ = self.news.try_send(StoreNews::Items(items));
+        }
+        Ok(())
+    }
+
+    fn exchange_books(&mut self, unix: u64) -> Result<(), StoreError> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        if !self.pending.is_empty() {
+            let received: Vec<Vec<(&str, u64)>> = self
+                .pending
+                .values()
+                .map(|t| t.received.iter().map(|(k, v)| (k.as_str(), *v)).collect())
+                .collect();
+            let rows: Vec<LedgerRow<'_>> = self
+                .pending
+                .iter()
+                .zip(&received)
+                .map(|(((route, bucket), tally), received)| LedgerRow {
+                    route,
+                    bucket: *bucket,
+                    picks: tally.picks,
+                    received,
+                })
+                .collect();
+            let longest = self
+                .uses
+                .iter()
+                .flatten()
+                .filter_map(|u| u.ledger)
+                .max()
+                .unwrap_or(Duration::from_secs(60));
+            store.add_ledger(&rows, longest + longest / BUCKETS as u32)?;
+            let written: u64 = self.pending.values().map(|t| t.picks).sum();
+            self.stats.assignments(written);
+            for (key, tally) in std::mem::take(&mut self.pending) {
+                let own = self.own.entry(key).or_default();
+                own.picks += tally.picks;
+                for (t, n) in tally.received {
+                    *own.received.entry(t).or_default() += n;
+                }
+            }
+        }
+        let mut ledgers = Vec::new();
+        for (route, use_) in self.config.routes.iter().zip(&self.uses) {
+            let Some(window) = use_.as_ref().and_then(|u| u.ledger) else {
+                continue;
+            };
+            let (current, _) = bucket_of(window, unix);
+            let first = current.saturating_sub(BUCKETS - 1);
+            let buckets = store.read_ledger(&route.name, first, current)?;
+            let mut news = LedgerNews {
+                route: route.name.clone(),
+                picks: 0,
+                received: Vec::new(),
+            };
+            let mut received: BTreeMap<String, u64> = BTreeMap::new();
+            for b in buckets {
+                let own = self.own.get(&(route.name.clone(), b.bucket));
+                news.picks += b.picks.saturating_sub(own.map_or(0, |o| o.picks));
+                for (t, n) in b.received {
+                    let mine = own.and_then(|o| o.received.get(&t)).copied().unwrap_or(0);
+                    *received.entry(t).or_default() += n.saturating_sub(mine);
+                }
+            }
+            news.received = received.into_iter().collect();
+            ledgers.push(news);
+        }
+        if !ledgers.is_empty() {
+            let _ = self.news.try_send(StoreNews::Ledgers(ledgers));
+        }
+        Ok(())
+    }
+
+    fn exchange_load(&mut self) -> Result<(), StoreError> {
+        let (Some(store), true) = (self.store.as_mut(), self.cfg.share_load) else {
+            return Ok(());
+        };
+        if let Some(load) = &self.load {
+            let counts: Vec<(&str, u32)> = load.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+            let ttl = (self.cfg.sync_interval * 3).max(Duration::from_millis(300));
+            store.publish_load(&self.replica, &counts, ttl)?;
+        }
+        let fleet = store.read_load(&self.replica)?;
+        let _ = self.news.try_send(StoreNews::FleetLoad(fleet));
+        Ok(())
+    }
+
+    /// Drops books older than every durable route's window (written or not: a window the
+    /// store was away for all of is gone for the strategy too).
+    fn forget_old(&mut self, unix: u64) {
+        let windows: BTreeMap<String, Duration> = self
+            .config
+            .routes
+            .iter()
+            .zip(&self.uses)
+            .filter_map(|(r, u)| Some((r.name.clone(), u.as_ref()?.ledger?)))
+            .collect();
+        let keep = |(route, bucket): &(String, u64)| {
+            windows.get(route).is_some_and(|w| {
+                let (current, _) = bucket_of(*w, unix);
+                *bucket + BUCKETS > current
+            })
+        };
+        self.pending.retain(|k, _| keep(k));
+        self.own.retain(|k, _| keep(k));
+    }
+}
