@@ -1,7 +1,8 @@
 //! Gateway replicas sharing state through a real `redis-server` on loopback (`[state]`):
 //! one rotation for the whole fleet (`round_robin` with `atomic = true`), fair-catchup books
 //! shared by the replicas and kept over a restart, session and prefix sharing of
-//! `cache_aware`, and the store killed and restarted under load.
+//! `cache_aware`, and the store killed and restarted under load. `tests/run.sh` installs
+//! `redis-server`; without it these tests fail.
 
 mod common;
 use std::net::SocketAddr;
@@ -43,10 +44,15 @@ fn replica(
         ));
         names.push(format!("\"t{i}\""));
     }
+    // Without a store the replica has no name to give.
+    let replica = if state.is_empty() {
+        String::new()
+    } else {
+        format!("replica = \"{name}\"\n")
+    };
     rest.push_str(&format!(
-        "[[routes]]\nname = \"r\"\ntargets = [{}]\nstrategy = {strategy}\n[admin]\nlisten = \"127.0.0.1:0\"\n{}replica = \"{name}\"\n",
+        "[[routes]]\nname = \"r\"\ntargets = [{}]\nstrategy = {strategy}\n[admin]\nlisten = \"127.0.0.1:0\"\n{state}{replica}",
         names.join(", "),
-        state
     ));
     gateway_with(d, 2, &rest)
 }
@@ -69,23 +75,8 @@ fn store_up(g: &Gateway) -> bool {
     admin_series(g, "rolter_state_up") == Some(1.0)
 }
 
-fn skip_without_redis() -> bool {
-    if RedisServer::available() {
-        return false;
-    }
-    assert!(
-        std::env::var_os("ROLTER_TEST_REQUIRE_REDIS").is_none(),
-        "redis-server is missing but ROLTER_TEST_REQUIRE_REDIS is set"
-    );
-    eprintln!("warning: redis-server is not installed; the shared-state tests are skipped");
-    true
-}
-
 #[test]
 fn atomic_rotation_is_one_rotation_across_three_replicas() {
-    if skip_without_redis() {
-        return;
-    }
     let redis = RedisServer::start();
     for d in drivers() {
         let mocks: Vec<_> = (0..3).map(|i| mock(&format!("m{i}"), |_| {})).collect();
@@ -142,9 +133,6 @@ fn atomic_rotation_is_one_rotation_across_three_replicas() {
 
 #[test]
 fn a_lease_takes_blocks_of_positions_and_keeps_the_shares() {
-    if skip_without_redis() {
-        return;
-    }
     let redis = RedisServer::start();
     let d = drivers()[0];
     let mocks: Vec<_> = (0..3).map(|i| mock(&format!("m{i}"), |_| {})).collect();
@@ -188,9 +176,6 @@ fn a_lease_takes_blocks_of_positions_and_keeps_the_shares() {
 
 #[test]
 fn store_killed_and_restarted_under_load_loses_no_request() {
-    if skip_without_redis() {
-        return;
-    }
     let mut redis = RedisServer::start();
     let d = drivers()[0];
     let mocks: Vec<_> = (0..3).map(|i| mock(&format!("m{i}"), |_| {})).collect();
@@ -281,4 +266,213 @@ fn store_killed_and_restarted_under_load_loses_no_request() {
         s.sort();
         assert_eq!(s, ["t0", "t1", "t2"], "{seq:?}");
     }
+}
+
+/// `n` chat requests to `g`; how many the target `t1` served.
+fn served_by_t1(g: &Gateway, n: usize) -> usize {
+    (0..n)
+        .filter(|_| routed(g.local_addr(), &chat_body(false)).0 == "t1")
+        .count()
+}
+
+fn counter(g: &Gateway, series: &str) -> f64 {
+    admin_series(g, series).unwrap_or(0.0)
+}
+
+/// Waits until `g` has exchanged with the store `n` more times (so it read what is there).
+fn synced(g: &Gateway, n: f64) {
+    let start = counter(g, "rolter_state_syncs_total{result=\"ok\"}");
+    wait_until("store exchanges", Duration::from_secs(5), || {
+        counter(g, "rolter_state_syncs_total{result=\"ok\"}") >= start + n
+    });
+}
+
+#[test]
+fn durable_fair_catchup_repays_an_outage_across_replicas_and_after_a_restart() {
+    let redis = RedisServer::start();
+    let d = drivers()[0];
+    let mocks: Vec<_> = (0..2).map(|i| mock(&format!("m{i}"), |_| {})).collect();
+    let refs: Vec<&MockHandle> = mocks.iter().collect();
+    let state = state_section(&redis, "fair", "");
+    let strategy = "{ name = \"fair_catchup\", durable = true }";
+    // Replica A runs with t1 drained (weight 0): all its picks land on t0, and the fleet's
+    // books record them.
+    let a = replica(d, "gwA", &refs, &[1.0, 0.0], strategy, &state);
+    let b = replica(d, "gwB", &refs, &[1.0, 1.0], strategy, &state);
+    wait_until("the store", Duration::from_secs(5), || {
+        store_up(&a) && store_up(&b)
+    });
+    assert_eq!(served_by_t1(&a, 20), 0);
+    wait_until("A's books in the store", Duration::from_secs(5), || {
+        counter(&a, "rolter_state_ledger_assignments_total") >= 20.0
+    });
+    synced(&b, 2.0);
+    // B sees the fleet's books: t1 is owed half of the fleet's picks, and B repays it at
+    // the bounded rate (every other pick) on top of its own rotation.
+    let first = served_by_t1(&b, 20);
+    assert!(
+        first >= 13,
+        "t1 served {first} of B's first 20 (10 without shared books)"
+    );
+    wait_until("B's books in the store", Duration::from_secs(5), || {
+        counter(&b, "rolter_state_ledger_assignments_total") >= 20.0
+    });
+    // B restarts: its new process reads the books (A's and its earlier run's) and keeps
+    // repaying what is still owed.
+    drop(b);
+    let b = replica(d, "gwB", &refs, &[1.0, 1.0], strategy, &state);
+    wait_until("the store", Duration::from_secs(5), || store_up(&b));
+    synced(&b, 2.0);
+    let after = served_by_t1(&b, 20);
+    assert!(
+        after >= 12,
+        "t1 served {after} of the restarted B's first 20 (10 with books lost at the restart)"
+    );
+    drop(a);
+}
+
+#[test]
+fn fleet_load_and_fleet_wide_max_concurrent_see_the_other_replicas_requests() {
+    let redis = RedisServer::start();
+    let d = drivers()[0];
+    // t0 answers after 3 s, t1 at once.
+    let slow = mock("slow", |c| c.ttft = Duration::from_secs(3));
+    let fast = mock("fast", |_| {});
+    let refs = [&slow, &fast];
+    let state = state_section(&redis, "load", "");
+    // Replica A sends only to t0 and keeps four requests in flight there.
+    let mut rest = target("t0", slow.addr(), "");
+    rest.push_str(&format!(
+        "[[routes]]\nname = \"r\"\ntargets = [\"t0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n{state}replica = \"gwA\"\n"
+    ));
+    let a = gateway_with(d, 2, &rest);
+    let b = replica(
+        d,
+        "gwB",
+        &refs,
+        &[1.0, 1.0],
+        "{ name = \"least_loaded\", fleet_load = true }",
+        &state,
+    );
+    let mut capped = String::new();
+    capped.push_str(&target("t0", slow.addr(), "max_concurrent = 4"));
+    capped.push_str(&target("t1", fast.addr(), ""));
+    capped.push_str(&format!(
+        "[[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"round_robin\"\n[admin]\nlisten = \"127.0.0.1:0\"\n{state}replica = \"gwC\"\n"
+    ));
+    let c = gateway_with(d, 2, &capped);
+    for g in [&a, &b, &c] {
+        wait_until("the store", Duration::from_secs(5), || store_up(g));
+    }
+    let addr = a.local_addr();
+    let held: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                call(addr, &post("/v1/chat/completions", &[], &chat_body(false))).status
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(400));
+    // B ranks by the fleet's load: t0 carries A's four requests, so t1 wins every time
+    // (with this replica's load alone the two tie and half would go to t0).
+    assert_eq!(served_by_t1(&b, 6), 6);
+    // C's t0 allows four requests at once across the fleet: A holds all four.
+    assert_eq!(served_by_t1(&c, 6), 6);
+    for h in held {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+    // Once A's requests are done, t0 is a candidate again (these ask the mock for no delay).
+    std::thread::sleep(Duration::from_millis(200));
+    let to_t0 = (0..4)
+        .filter(|_| {
+            let r = call(
+                c.local_addr(),
+                &post(
+                    "/v1/chat/completions",
+                    &[("x-rolter-explain", "1"), ("x-mock-ttft-ms", "0")],
+                    &chat_body(false),
+                ),
+            );
+            r.header("x-rolter-target") == Some("t0")
+        })
+        .count();
+    assert!(to_t0 > 0, "round_robin uses t0 again");
+}
+
+/// The mock engines' prefix-cache hit rate (cached prompt tokens over prompt tokens) for a
+/// multi-turn workload: `convs` conversations of `turns` turns, each turn's prompt the
+/// previous one plus an answer and a new question, every request sent to a replica picked at
+/// random (as an L4 balancer spreads connections).
+fn multi_turn_hit_rate(d: DriverChoice, replicas: usize, strategy: &str, state: &str) -> f64 {
+    let mocks: Vec<_> = (0..3)
+        .map(|i| {
+            mock(&format!("m{i}"), |c| {
+                c.prefix_cache = Some(rolter_mock::PrefixCacheConfig {
+                    prefill_us_per_token: 0,
+                    ..Default::default()
+                })
+            })
+        })
+        .collect();
+    let refs: Vec<&MockHandle> = mocks.iter().collect();
+    let gws: Vec<Gateway> = (0..replicas)
+        .map(|i| replica(d, &format!("gw{i}"), &refs, &[1.0; 3], strategy, state))
+        .collect();
+    if !state.is_empty() {
+        for g in &gws {
+            wait_until("the store", Duration::from_secs(5), || store_up(g));
+        }
+    }
+    let (convs, turns) = (12, 5);
+    let mut history: Vec<Vec<serde_json::Value>> = (0..convs)
+        .map(|c| {
+            vec![serde_json::json!({
+                "role": "system",
+                "content": format!("Conversation {c}. {}", "You answer questions about the fleet's GPUs with care. ".repeat(12)),
+            })]
+        })
+        .collect();
+    let mut rng = fastrand::Rng::with_seed(42);
+    for turn in 0..turns {
+        for (c, h) in history.iter_mut().enumerate() {
+            h.push(serde_json::json!({"role": "user", "content": format!("Question {turn} of conversation {c}: how warm is the cache on engine {}?", turn * 7 + c)}));
+            let body =
+                serde_json::json!({"model": "m", "max_tokens": 4, "messages": h}).to_string();
+            let g = &gws[rng.usize(..replicas)];
+            let r = call(g.local_addr(), &post("/v1/chat/completions", &[], &body));
+            assert_eq!(r.status, 200, "{}", r.text());
+            h.push(serde_json::json!({"role": "assistant", "content": format!("Answer {turn}: warm enough, {}.", "thanks for asking ".repeat(3))}));
+        }
+        // Longer than a few exchanges with the store, so what one replica routed is known
+        // to the others before the conversation's next turn.
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let (hits, queries) = mocks
+        .iter()
+        .map(|m| m.prefix_cache_stats().unwrap())
+        .fold((0, 0), |(h, q), s| (h + s.hits, q + s.queries));
+    hits as f64 / queries as f64
+}
+
+#[test]
+fn cache_aware_with_shared_prefixes_keeps_one_replicas_hit_rate_on_three() {
+    let redis = RedisServer::start();
+    let d = drivers()[0];
+    let plain = "\"cache_aware\"";
+    let shared = "{ name = \"cache_aware\", share_prefixes = true, share_sessions = true }";
+    let one = multi_turn_hit_rate(d, 1, plain, "");
+    let three_alone = multi_turn_hit_rate(d, 3, plain, "");
+    let state = state_section(&redis, "prefixes", "");
+    let three_shared = multi_turn_hit_rate(d, 3, shared, &state);
+    eprintln!(
+        "multi-turn hit rate: 1 replica {one:.3}, 3 replicas without sharing {three_alone:.3}, 3 replicas sharing {three_shared:.3}"
+    );
+    assert!(
+        three_shared >= one - 0.03,
+        "sharing {three_shared:.3} vs one replica {one:.3}"
+    );
+    assert!(
+        three_shared >= three_alone + 0.10,
+        "sharing {three_shared:.3} vs not sharing {three_alone:.3}"
+    );
 }
