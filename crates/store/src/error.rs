@@ -65,6 +65,15 @@ impl From<RedisError> for StoreError {
             _ if e.code() == Some("NOAUTH") || e.code() == Some("WRONGPASS") => {
                 StoreError::Auth(text)
             }
+            // The server is no longer the writable master (a failover demoted it, the
+            // cluster lost a slot, it is loading its data set): a new connection finds the
+            // one that is.
+            ErrorKind::Server(
+                ServerErrorKind::ReadOnly
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::BusyLoading,
+            ) => StoreError::Connect(text),
             ErrorKind::InvalidClientConfig => StoreError::Invalid(text),
             ErrorKind::UnexpectedReturnType | ErrorKind::Parse => StoreError::Decode(text),
             _ if e.is_io_error()
@@ -94,6 +103,18 @@ mod tests {
         assert_eq!(slow, StoreError::Timeout);
         assert!(slow.is_connection());
         assert!(!StoreError::Command("WRONGTYPE".into()).is_connection());
+        let demoted: StoreError = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ReadOnly),
+            "You can't write against a read only replica.",
+        ))
+        .into();
+        assert!(demoted.is_connection(), "{demoted:?}");
+        let wrong: StoreError = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "WRONGTYPE",
+        ))
+        .into();
+        assert!(matches!(wrong, StoreError::Command(_)), "{wrong:?}");
         assert_eq!(StoreError::Timeout.to_string(), "store timed out");
     }
 }
