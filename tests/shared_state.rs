@@ -17,9 +17,12 @@ use rolter_store::testing::RedisServer;
 /// How often the replicas exchange items, books and load in these tests.
 const SYNC: &str = "20ms";
 
+// `pick_timeout` is long here: these tests assert what the shared rotation decides, and a
+// loaded test machine must not turn a slow answer into a fallback.
+
 fn state_section(redis: &RedisServer, prefix: &str, extra: &str) -> String {
     format!(
-        "[state]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\nsync_interval = \"{SYNC}\"\nretry_interval = \"100ms\"\npick_timeout = \"50ms\"\ncommand_timeout = \"200ms\"\n{extra}\n",
+        "[state]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\nsync_interval = \"{SYNC}\"\nretry_interval = \"100ms\"\npick_timeout = \"500ms\"\ncommand_timeout = \"200ms\"\n{extra}\n",
         redis.url()
     )
 }

@@ -441,10 +441,12 @@ impl StateThread {
         let micros = started.elapsed().as_micros() as u64;
         match result {
             Some(Ok(answers)) => {
-                let mut positions = 0;
+                // Counted before the answers go out, so whoever reads the counters after
+                // an answer sees it counted.
+                let positions = answers.iter().map(|p| p.len() as u64).sum();
+                self.stats.rotated(n, positions, micros);
                 for (a, picked) in asks.drain(..).zip(answers) {
                     if let ToState::Rotate { members, reply, .. } = a {
-                        positions += picked.len() as u64;
                         let targets: Vec<u16> = picked
                             .iter()
                             .filter_map(|&i| members.get(usize::from(i)).map(|m| m.0))
@@ -452,7 +454,6 @@ impl StateThread {
                         let _ = reply.send(targets);
                     }
                 }
-                self.stats.rotated(n, positions, micros);
             }
             Some(Err(e)) => {
                 self.stats.rotation_failed(n);
