@@ -1,7 +1,8 @@
 //! Gateway replicas sharing routing state through the simulated store: on the multi-turn
 //! workload, with requests spread at random over three replicas, `cache_aware`'s engine
 //! prefix-cache hit rate stays near one replica's when the replicas share their session
-//! pins and prefix insertions, and falls clearly below it when they share nothing.
+//! pins and prefix insertions, and falls clearly below it when they share nothing; on RAG,
+//! `pipeline` needs the replicas' load shared as well.
 //!
 //! Every figure is a simulated count (hit tokens ÷ prompt tokens) for fixed seeds; nothing
 //! here reads the wall clock.
@@ -121,4 +122,47 @@ fn with_no_delay_replicas_sharing_everything_route_like_one_gateway_of_their_cor
         one.hit_rate,
         three.hit_rate
     );
+}
+
+#[test]
+fn pipeline_on_rag_needs_the_fleets_load_as_well() {
+    // `pipeline` scores load relative to the largest load among the candidates: a replica
+    // that sees only its own third of the requests in flight finds large relative
+    // differences in small counts, and load outweighs the shared prefixes. With every
+    // replica's load shared too, it routes as one gateway does.
+    for seed in [1, 2] {
+        let w = generate(
+            Kind::Rag,
+            &Sizes {
+                scale: 0.5,
+                ..Sizes::full()
+            },
+            seed,
+        );
+        let fleet = fleet_for(&w, &FleetDefaults::default());
+        let pipeline = policy("pipeline");
+        let cfg = |replicas, share| SimConfig {
+            replicas,
+            share,
+            store_delay: Duration::from_millis(5),
+            seed,
+            ..SimConfig::default()
+        };
+        let one = run(&w, &fleet, &pipeline, &cfg(1, Share::NONE));
+        let items = Share::parse("sessions,prefixes").unwrap();
+        let without_load = run(&w, &fleet, &pipeline, &cfg(3, items));
+        let with_load = run(&w, &fleet, &pipeline, &cfg(3, Share::ALL));
+        assert!(
+            with_load.hit_rate >= one.hit_rate - 0.05,
+            "seed {seed}: sharing load {:.3} vs 1 replica {:.3}",
+            with_load.hit_rate,
+            one.hit_rate
+        );
+        assert!(
+            with_load.hit_rate >= without_load.hit_rate + 0.2,
+            "seed {seed}: sharing load {:.3} vs prefixes only {:.3}",
+            with_load.hit_rate,
+            without_load.hit_rate
+        );
+    }
 }
