@@ -8,7 +8,9 @@
 //! - [`workload`]: multi-turn chat, RAG, few-shot, mixed long/short, heterogeneous fleet,
 //!   many LoRA adapters.
 //! - [`fleet`]: the fleet's configuration, parsed by the gateway's loader.
-//! - [`sim`]: the event loop, N gateway cores with the cross-core exchange, the oracle.
+//! - [`sim`]: the event loop, R gateway replicas of N cores with the cross-core exchange,
+//!   the oracle.
+//! - [`store`]: the store the replicas share state through, with its delay.
 //! - [`lora_feed`]: the gateway's LoRA residency signal (scraped, published, looked up).
 //! - [`report`]: Markdown and JSON.
 
@@ -18,6 +20,7 @@ pub mod fleet;
 pub mod lora_feed;
 pub mod report;
 pub mod sim;
+pub mod store;
 pub mod workload;
 
 use std::time::Duration;

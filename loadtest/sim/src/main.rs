@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rolter_sim::sim::{strategy_policy, CoreAssign, LoadView, Policy, SimConfig};
+use rolter_sim::store::Share;
 use rolter_sim::workload::{Kind, Sizes};
 use rolter_sim::FleetDefaults;
 
@@ -42,7 +43,19 @@ struct Args {
     /// Leave out the oracle.
     #[arg(long)]
     no_oracle: bool,
-    /// Simulated gateway cores, each with its own strategy instance.
+    /// Gateway replicas behind an L4 balancer (each request to one at random), each with
+    /// `--cores` cores of its own strategy instances.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// What replicas share through the simulated store: `none`, `all`, or a list of
+    /// `sessions`, `prefixes`, `load`.
+    #[arg(long, default_value = "none")]
+    share: Share,
+    /// How long the store takes to bring a replica's publication to the others,
+    /// milliseconds (then applied at their next exchange tick).
+    #[arg(long, default_value_t = 0.0)]
+    store_delay_ms: f64,
+    /// Simulated gateway cores (per replica), each with its own strategy instance.
     #[arg(long, default_value_t = 2)]
     cores: usize,
     /// How requests are spread over the cores.
@@ -197,7 +210,16 @@ fn run(args: Args) -> Result<(), String> {
         max_loras: args.max_loras.max(1),
         lora_load_delay: ms(args.lora_load_ms),
     };
+    if args.replicas == 0 {
+        return Err("--replicas must be at least 1".into());
+    }
+    if args.replicas == 1 && args.share != Share::NONE {
+        eprintln!("warning: --share has no effect with one replica (set --replicas)");
+    }
     let cfg = SimConfig {
+        replicas: args.replicas,
+        share: args.share,
+        store_delay: ms(args.store_delay_ms),
         cores: args.cores.max(1),
         core_assign: args.core_assign,
         exchange: ms(args.exchange_ms),

@@ -47,8 +47,18 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "# Fleet simulation\n\nseed {}, {} gateway cores ({} assignment), exchange every {} ms, {} load view, scale {}\n",
+            "# Fleet simulation\n\nseed {}, {}{} gateway cores ({} assignment), exchange every {} ms, {} load view, scale {}\n",
             self.seed,
+            if self.sim.replicas > 1 {
+                format!(
+                    "{} replicas (a random one per request) sharing {} through a store with {} ms delay, each with ",
+                    self.sim.replicas,
+                    self.sim.share.label(),
+                    self.sim.store_delay.as_secs_f64() * 1e3
+                )
+            } else {
+                String::new()
+            },
             self.sim.cores,
             match self.sim.core_assign {
                 crate::sim::CoreAssign::RoundRobin => "round-robin",

@@ -1,7 +1,8 @@
-//! The discrete-event simulation: a virtual clock, one [`Engine`] per target, N gateway
-//! cores each holding its own instance of the strategy, the gateway's cross-core exchange
-//! (shared routing items and samples every exchange period), the engines' signals the
-//! strategies read (KV events, LoRA residency), and the metrics of one run.
+//! The discrete-event simulation: a virtual clock, one [`Engine`] per target, R gateway
+//! replicas of N cores each holding its own instance of the strategy, the gateway's
+//! cross-core exchange (shared routing items and samples every exchange period), the
+//! replicas' shared store ([`crate::store`]), the engines' signals the strategies read (KV
+//! events, LoRA residency), and the metrics of one run.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -21,6 +22,7 @@ use crate::adapters::{AdapterSlots, LoraParams};
 use crate::engine::{block_hashes, Engine, EngineParams};
 use crate::fleet::fleet_targets;
 use crate::lora_feed::LoraFeed;
+use crate::store::{Payload, Share, Store};
 use crate::workload::{Workload, BASE_MODEL};
 use rolter::engine::kv::events::{BlockRemoved, BlockStored, EventBatch, Medium};
 use rolter::engine::kv::index::{KvIndex, KvIndexConfig};
@@ -82,7 +84,9 @@ pub enum CoreAssign {
     Random,
 }
 
-/// The load a core sees on each candidate.
+/// The load a core sees on each candidate. With several replicas, "every request" is every
+/// request of the core's own replica; other replicas' requests in flight are added only when
+/// they share `load` through the store (as of the store delay).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum LoadView {
@@ -98,6 +102,16 @@ pub enum LoadView {
 /// Gateway-side settings of a run.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct SimConfig {
+    /// Gateway replicas behind an L4 balancer: each request goes to one at random.
+    pub replicas: usize,
+    /// What the replicas share through the store (nothing reaches another replica
+    /// otherwise).
+    pub share: Share,
+    /// How long a replica's publication takes to reach the other replicas (then applied
+    /// at their next exchange tick).
+    #[serde(serialize_with = "ser_ms")]
+    pub store_delay: Duration,
+    /// Cores per replica, each with its own strategy instance.
     pub cores: usize,
     pub core_assign: CoreAssign,
     /// The gateway's signal exchange period between cores.
@@ -118,6 +132,9 @@ fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
+            replicas: 1,
+            share: Share::NONE,
+            store_delay: Duration::ZERO,
             cores: 2,
             core_assign: CoreAssign::RoundRobin,
             exchange: Duration::from_millis(2),
@@ -162,6 +179,10 @@ pub struct RunResult {
     /// Adapter loads per 1000 completed requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adapter_loads_per_1k: Option<f64>,
+    /// Strategy items (session pins, prefixes) the store delivered from one replica to the
+    /// others, counted once per item (several replicas only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_items: Option<u64>,
 }
 
 /// What a pick ran against: a strategy instance per core, or the oracle.
@@ -310,14 +331,17 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
     // reads token ids gets them, synthesised as one id per 4 prompt bytes, like the blocks).
     let mut kv = KvFeed::new(n);
     let kv_view: Arc<dyn KvCacheView> = Arc::new(kv.view.clone());
+    // Instance `i` is core `i % cores` of replica `i / cores`.
     let cores = cfg.cores.max(1);
+    let replicas = cfg.replicas.max(1);
+    let instances_n = replicas * cores;
     let mut router = match policy {
         Policy::Oracle => Router::Oracle {
             owner: HashMap::new(),
             groups: vec![0; n],
         },
         Policy::Strategy(spec) => Router::Cores(
-            (0..cores)
+            (0..instances_n)
                 .map(|c| {
                     spec.build(&BuildContext {
                         target_count: n,
@@ -333,7 +357,12 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                 .collect(),
         ),
     };
-    let mut sinks: Vec<ShareSink> = (0..cores).map(|_| ShareSink::default()).collect();
+    let mut sinks: Vec<ShareSink> = (0..instances_n).map(|_| ShareSink::default()).collect();
+    // The replicas' store, and per replica what it last received of every other replica's
+    // requests in flight per target (`Share::load`).
+    let mut store = (replicas > 1).then(|| Store::new(cfg.store_delay, cfg.exchange));
+    let mut remote_load = vec![vec![vec![0u64; n]; replicas]; replicas];
+    let mut store_items = 0u64;
     let mut pending_samples: Vec<(usize, Sample)> = Vec::new();
     let mut engines: Vec<Engine> = (0..n)
         .map(|t| {
@@ -365,14 +394,15 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
             e.cache.enable_log();
         }
     }
-    let mut in_flight = vec![0u64; n];
-    // Per core: its own requests in flight per target, and (LoadView::PerCore) the other
-    // cores' as of the last exchange.
-    let mut own_in_flight = vec![vec![0u64; n]; cores];
-    let mut others_seen = vec![vec![0u64; n]; cores];
+    // Per replica: its requests in flight per target. Per core: its own, and
+    // (LoadView::PerCore) the other cores' of its replica as of the last exchange.
+    let mut replica_in_flight = vec![vec![0u64; n]; replicas];
+    let mut own_in_flight = vec![vec![0u64; n]; instances_n];
+    let mut others_seen = vec![vec![0u64; n]; instances_n];
     let mut per_target = vec![0u64; n];
     let mut core_rng = fastrand::Rng::with_seed(cfg.seed ^ 0xc0de);
-    let mut next_core = 0usize;
+    let mut replica_rng = fastrand::Rng::with_seed(cfg.seed ^ 0x5e1ec7);
+    let mut next_core = vec![0usize; replicas];
 
     let base = Instant::now();
     let inputs = AsyncInputs::default();
@@ -412,16 +442,58 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
         if t_ns >= next_tick {
             let tick_at = base + Duration::from_nanos(next_tick);
             if let Router::Cores(instances) = &mut router {
-                exchange(instances, &mut sinks, &mut pending_samples, tick_at);
+                let publish = store
+                    .as_mut()
+                    .filter(|_| cfg.share.any_items())
+                    .map(|s| (s, next_tick));
+                exchange(
+                    instances,
+                    cores,
+                    &mut sinks,
+                    &mut pending_samples,
+                    publish,
+                    tick_at,
+                );
             }
             if cfg.load_view == LoadView::PerCore {
                 for (c, seen) in others_seen.iter_mut().enumerate() {
                     for (t, v) in seen.iter_mut().enumerate() {
-                        *v = in_flight[t] - own_in_flight[c][t];
+                        *v = replica_in_flight[c / cores][t] - own_in_flight[c][t];
                     }
                 }
             }
+            if let Some(store) = store.as_mut().filter(|_| cfg.share.load) {
+                for (r, load) in replica_in_flight.iter().enumerate() {
+                    store.publish(r, next_tick, Payload::Load(load.clone()));
+                }
+            }
             next_tick = (t_ns / period + 1) * period;
+        }
+        // What the store delivers by now reaches every other replica's instances.
+        if let Some(store) = &mut store {
+            while let Some(m) = store.pop_due(t_ns) {
+                match (&m.payload, &mut router) {
+                    (Payload::Items(batch), Router::Cores(instances)) => {
+                        let at = base + Duration::from_nanos(m.at_ns);
+                        for (_, item) in batch.iter().filter(|(_, i)| cfg.share.carries(i)) {
+                            store_items += 1;
+                            for (i, inst) in instances.iter_mut().enumerate() {
+                                if i / cores != m.from {
+                                    inst.apply_shared(&item, at);
+                                }
+                            }
+                        }
+                    }
+                    (Payload::Items(_), Router::Oracle { .. }) => {}
+                    (Payload::Load(load), _) => {
+                        for (r, seen) in remote_load.iter_mut().enumerate() {
+                            if r != m.from {
+                                seen[m.from].clone_from(load);
+                            }
+                        }
+                    }
+                }
+            }
         }
         if let Some(feed) = &mut lora {
             feed.scrape_due(t_ns, &engines, base);
@@ -431,13 +503,20 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
             Event::Arrive { session, turn } => {
                 let s = &sessions[session as usize];
                 let tr = &s.turns[turn as usize];
-                let core = match cfg.core_assign {
-                    CoreAssign::RoundRobin => {
-                        next_core = (next_core + 1) % cores;
-                        next_core
-                    }
-                    CoreAssign::Random => core_rng.usize(..cores),
+                let replica = if replicas > 1 {
+                    replica_rng.usize(..replicas)
+                } else {
+                    0
                 };
+                let core = replica * cores
+                    + match cfg.core_assign {
+                        CoreAssign::RoundRobin => {
+                            let next = &mut next_core[replica];
+                            *next = (*next + 1) % cores;
+                            *next
+                        }
+                        CoreAssign::Random => core_rng.usize(..cores),
+                    };
                 let model = match tr.adapter {
                     Some(a) if fleet.lora.is_some() => adapter_names[a as usize].as_str(),
                     _ => BASE_MODEL,
@@ -449,10 +528,13 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     .map(|t| Candidate {
                         target: t,
                         weight: targets[t].weight,
-                        load: match cfg.load_view {
-                            LoadView::Global => in_flight[t] + engines[t].queue_depth() as u64,
-                            LoadView::PerCore => own_in_flight[core][t] + others_seen[core][t],
-                        },
+                        load: remote_load[replica].iter().map(|l| l[t]).sum::<u64>()
+                            + match cfg.load_view {
+                                LoadView::Global => {
+                                    replica_in_flight[replica][t] + engines[t].queue_depth() as u64
+                                }
+                                LoadView::PerCore => own_in_flight[core][t] + others_seen[core][t],
+                            },
                         tier: 0,
                         queue_depth: engines[t].queue_depth() as u64,
                         kv_usage: Some(engines[t].kv_usage()),
@@ -513,7 +595,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     _ => {}
                 }
                 track.routed += 1;
-                in_flight[target] += 1;
+                replica_in_flight[replica][target] += 1;
                 own_in_flight[core][target] += 1;
                 let id = reqs.len();
                 reqs.push(InFlight {
@@ -580,7 +662,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                 let (session, turn) = (r.session, r.turn);
                 let held = r.blocks.len();
                 let adapter = r.adapter;
-                in_flight[target] -= 1;
+                replica_in_flight[core / cores][target] -= 1;
                 own_in_flight[core][target] -= 1;
                 if let Some(next) = engines[target].release(held) {
                     let fin = admit(&mut engines[target], &mut reqs[next], sessions, now);
@@ -606,7 +688,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                 reqs[req as usize].blocks = Vec::new();
                 if let Router::Cores(instances) = &mut router {
                     instances[core].observe(&sample);
-                    if instances.len() > 1 {
+                    if cores > 1 {
                         pending_samples.push((core, sample));
                     }
                 }
@@ -644,6 +726,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
         tracks,
         sim: last_finish.saturating_sub(first_start),
         adapter_loads,
+        store_items: (replicas > 1).then_some(store_items),
     })
 }
 
@@ -685,29 +768,36 @@ fn admit(
 }
 
 /// One exchange tick: every core's shared items and finished samples reach every other
-/// core's instance.
+/// core of its replica (instances `i` with the same `i / cores`); with `publish`, each
+/// core's shared items then go to the store at that tick (in ns).
 fn exchange(
     instances: &mut [Box<dyn Strategy>],
+    cores: usize,
     sinks: &mut [ShareSink],
     samples: &mut Vec<(usize, Sample)>,
+    mut publish: Option<(&mut Store, u64)>,
     now: Instant,
 ) {
+    let same_replica = |a: usize, b: usize| a != b && a / cores == b / cores;
     for (from, sink) in sinks.iter_mut().enumerate() {
         if sink.is_empty() {
             continue;
         }
         let batch = sink.take_batch();
         for (to, inst) in instances.iter_mut().enumerate() {
-            if to != from {
+            if same_replica(from, to) {
                 for (_, item) in batch.iter() {
                     inst.apply_shared(&item, now);
                 }
             }
         }
+        if let Some((store, tick_ns)) = publish.as_mut() {
+            store.publish(from / cores, *tick_ns, Payload::Items(batch));
+        }
     }
     for (from, sample) in samples.drain(..) {
         for (to, inst) in instances.iter_mut().enumerate() {
-            if to != from {
+            if same_replica(from, to) {
                 inst.observe(&sample);
             }
         }
@@ -748,6 +838,7 @@ struct Summary {
     tracks: Vec<SessionTrack>,
     sim: Duration,
     adapter_loads: Option<Vec<u64>>,
+    store_items: Option<u64>,
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -801,6 +892,7 @@ fn summarize(s: Summary) -> RunResult {
         adapter_loads_per_1k: adapter_loads.map(|l| l as f64 * 1000.0 / requests.max(1) as f64),
         adapter_loads,
         adapter_loads_per_target: s.adapter_loads,
+        store_items: s.store_items,
     }
 }
 
