@@ -148,8 +148,7 @@ strategy = "fastestt"
 fn check_accepts_the_shipped_examples() {
     // config/managed-api.toml needs its provider's host name to resolve, which a sandbox
     // without DNS cannot do; the config unit tests load it with a fake resolver.
-    {
-        let example = "config/vllm-fleet.toml";
+    for example in ["config/vllm-fleet.toml", "config/replicas.toml"] {
         let out = Command::new(BIN)
             .args(["check", "--config", example])
             .output()
@@ -160,6 +159,53 @@ fn check_accepts_the_shipped_examples() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// A strategy option that keeps state in the shared store is refused without `[state]`,
+/// with the section to add; with it, the file checks.
+#[test]
+fn check_refuses_atomic_without_a_state_store_and_says_how_to_add_one() {
+    let dir = std::env::temp_dir().join(format!("rolter-check-atomic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("atomic.toml");
+    let text = r#"
+[[targets]]
+name = "a"
+url = "http://127.0.0.1:9"
+
+[[routes]]
+name = "r"
+targets = ["a"]
+strategy = { name = "round_robin", atomic = true }
+"#;
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "routes[0].strategy",
+        "`round_robin` with atomic = true",
+        "no [state] is configured",
+        "backend = \"redis\"",
+    ] {
+        assert!(err.contains(needle), "missing {needle} in:\n{err}");
+    }
+    std::fs::write(
+        &path,
+        format!("{text}\n[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n"),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -205,6 +205,10 @@ pub struct Options {
     pub max_sessions: usize,
     /// Session pins go to the other gateway replicas through the shared state store.
     pub share_sessions: bool,
+    /// Prefix insertions go to the other gateway replicas through the shared state store.
+    pub share_prefixes: bool,
+    /// The load scorer counts the other gateway replicas' requests in flight too.
+    pub fleet_load: bool,
     /// Prompt bytes the prefix index keeps per target (16 MiB by default).
     pub max_bytes_per_target: usize,
     /// Half-life of the TTFT average of the latency scorer.
@@ -229,6 +233,8 @@ impl Default for Options {
             session_ttl: Duration::from_secs(600),
             max_sessions: 100_000,
             share_sessions: false,
+            share_prefixes: false,
+            fleet_load: false,
             max_bytes_per_target: 16 << 20,
             half_life: Duration::from_secs(10),
             default_output_tokens: 256,
@@ -327,6 +333,11 @@ impl StrategyOptions for Options {
             "publish session pins to the other gateway replicas, and apply theirs, through the shared state store ([state])",
         ),
         (
+            "share_prefixes",
+            "publish prefix insertions to the other gateway replicas, and apply theirs, through the shared state store ([state])",
+        ),
+        super::least_loaded::FLEET_LOAD_HELP,
+        (
             "max_bytes_per_target",
             "prompt bytes the prefix index keeps per target (least recently used evicted)",
         ),
@@ -377,7 +388,13 @@ impl StrategyOptions for Options {
 
     fn requirements(&self) -> crate::Requirements {
         crate::Requirements {
-            store: crate::StoreUse::sharing(Self::NAME, self.share_sessions, false),
+            store: match (
+                crate::StoreUse::sharing(Self::NAME, self.share_sessions, self.share_prefixes),
+                crate::StoreUse::fleet_load(Self::NAME, self.fleet_load),
+            ) {
+                (Some(a), Some(b)) => Some(a.and(b)),
+                (a, b) => a.or(b),
+            },
             ..crate::Requirements::default()
         }
     }
