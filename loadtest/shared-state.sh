@@ -86,7 +86,7 @@ TOML
       http://127.0.0.1:19510/v1/chat/completions >"$OUT/wrk-$round-$mode.txt"
     M=$(curl -s http://127.0.0.1:19511/metrics)
     asks=$(echo "$M" | awk '/^rolter_state_rotations_total\{result="ok"\}/ {print $2}')
-    wait=$(echo "$M" | awk '/^rolter_state_rotation_wait_microseconds_total/ {print $2}')
+    wait=$(echo "$M" | awk '/^rolter_state_rotation_wait_seconds_total/ {printf "%.1f", $2 * 1e6}')
     fb=$(echo "$M" | awk '/^rolter_strategy_fallbacks_total/ {s+=$2} END {print s+0}')
     kill "$RP"; wait "$RP" 2>/dev/null || true
     rps=$(awk '/Requests\/sec/ {print $2}' "$OUT/wrk-$round-$mode.txt")

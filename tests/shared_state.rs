@@ -479,3 +479,74 @@ fn cache_aware_with_shared_prefixes_keeps_one_replicas_hit_rate_on_three() {
         "sharing {three_shared:.3} vs not sharing {three_alone:.3}"
     );
 }
+
+#[test]
+fn books_kept_while_the_store_is_away_reach_it_when_it_answers_again() {
+    let redis = RedisServer::start();
+    let d = drivers()[0];
+    let mocks: Vec<_> = (0..2).map(|i| mock(&format!("m{i}"), |_| {})).collect();
+    let refs: Vec<&MockHandle> = mocks.iter().collect();
+    let state = state_section(&redis, "reconcile", "");
+    let strategy = "{ name = \"fair_catchup\", durable = true }";
+    let a = replica(d, "gwA", &refs, &[1.0, 0.0], strategy, &state);
+    let b = replica(d, "gwB", &refs, &[1.0, 1.0], strategy, &state);
+    wait_until("the store", Duration::from_secs(5), || {
+        store_up(&a) && store_up(&b)
+    });
+    // The store stops answering (SIGSTOP: connections stay open, commands time out).
+    redis.pause();
+    wait_until("A to see the store gone", Duration::from_secs(5), || {
+        !store_up(&a)
+    });
+    // A routes on its local books meanwhile: every request is served.
+    assert_eq!(served_by_t1(&a, 20), 0);
+    assert_eq!(counter(&a, "rolter_state_ledger_assignments_total"), 0.0);
+    redis.resume();
+    // A reconnects and writes the outage's assignments; B reads them and repays t1.
+    wait_until("A's books in the store", Duration::from_secs(10), || {
+        counter(&a, "rolter_state_ledger_assignments_total") >= 20.0
+    });
+    wait_until("B back", Duration::from_secs(10), || store_up(&b));
+    synced(&b, 2.0);
+    let repaid = served_by_t1(&b, 20);
+    assert!(
+        repaid >= 13,
+        "t1 served {repaid} of B's 20 (10 without A's books)"
+    );
+    // The state series pass promtool where it is installed.
+    let page = call(
+        a.admin_addr().unwrap(),
+        &request("GET", "/metrics", &[], ""),
+    )
+    .text();
+    for series in [
+        "rolter_state_up 1",
+        "rolter_state_disconnects_total 1",
+        "rolter_state_ledger_assignments_total 20",
+        "rolter_state_syncs_total{result=\"failed\"}",
+    ] {
+        assert!(page.contains(series), "no {series} in\n{page}");
+    }
+    if let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(page.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "promtool: {said}"
+        );
+    }
+}

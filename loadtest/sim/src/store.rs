@@ -65,6 +65,8 @@ impl Share {
         match item {
             Shared::SessionPin { .. } => self.sessions,
             Shared::Prefix { .. } => self.prefixes,
+            // fair_catchup's durable books are not simulated.
+            Shared::Assigned { .. } => false,
         }
     }
 

@@ -216,12 +216,12 @@ impl StoreStats {
             "Rotation positions taken from the store (asks times lease)",
             positions,
         );
-        let micros = Counter::<u64>::default();
-        micros.inc_by(self.rotation_micros.load(Relaxed));
+        let wait = Counter::<f64, AtomicU64>::default();
+        wait.inc_by(self.rotation_micros.load(Relaxed) as f64 / 1e6);
         r.register(
-            "rolter_state_rotation_wait_microseconds",
+            "rolter_state_rotation_wait_seconds",
             "Store round trips of answered rotation asks, summed (divide by rolter_state_rotations_total{result=\"ok\"})",
-            micros,
+            wait,
         );
         let items = Family::<Direction, Counter>::default();
         for (direction, n) in [
@@ -262,10 +262,10 @@ impl StoreStats {
             "Messages for the state thread dropped because its queue was full",
             full,
         );
-        let rtt = IntGauge::default();
-        rtt.set(self.last_round_trip_micros.load(Relaxed));
+        let rtt = Gauge::<f64, AtomicU64>::default();
+        rtt.set(self.last_round_trip_micros.load(Relaxed) as f64 / 1e6);
         r.register(
-            "rolter_state_round_trip_microseconds",
+            "rolter_state_round_trip_seconds",
             "The last store round trip",
             rtt,
         );
