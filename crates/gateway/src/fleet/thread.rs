@@ -37,8 +37,10 @@ use super::stats::StoreStats;
 const BUCKETS: u64 = rolter_strategy::strategies::fair_catchup::BUCKETS as u64;
 /// Most rotation asks sent in one pipeline.
 const MAX_ASKS: usize = 256;
-/// Most stream entries read per exchange (the rest follow at the next one).
+/// Stream entries read per page, and pages per exchange at most (the rest follow at the
+/// next one).
 const READ_ENTRIES: usize = 256;
+const READ_PAGES: usize = 16;
 /// Items kept for publishing while the store is away, in seconds of the rate limit.
 const BACKLOG_SECONDS: f64 = 10.0;
 
@@ -503,12 +505,20 @@ impl StateThread {
             self.stats.published(self.items.len() as u64);
             self.items.clear();
         }
-        let from = self.last_id.clone().unwrap_or_else(|| "0".into());
-        let (last, items) = store.read_items(&self.origin, &from, READ_ENTRIES)?;
-        self.last_id = Some(last);
-        if !items.is_empty() {
-            self.stats.received(items.len() as u64);
-            let _ = self.news.try_send(StoreNews::Items(items));
+        // A replica that starts late or reconnects reads what it missed a few pages per
+        // exchange, so a long backlog never stalls the rotation asks behind it.
+        for _ in 0..READ_PAGES {
+            let from = self.last_id.clone().unwrap_or_else(|| "0".into());
+            let (last, items) = store.read_items(&self.origin, &from, READ_ENTRIES)?;
+            let moved = self.last_id.as_deref() != Some(last.as_str());
+            self.last_id = Some(last);
+            if !items.is_empty() {
+                self.stats.received(items.len() as u64);
+                let _ = self.news.try_send(StoreNews::Items(items));
+            }
+            if !moved {
+                break;
+            }
         }
         Ok(())
     }
