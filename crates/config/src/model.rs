@@ -155,7 +155,7 @@ impl StateConfig {
             sync_interval: Duration::from_millis(100),
             retry_interval: Duration::from_secs(1),
             max_items_per_second: 20_000,
-            stream_maxlen: 100_000,
+            stream_maxlen: 10_000,
             share_load: true,
         }
     }
