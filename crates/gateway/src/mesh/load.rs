@@ -25,6 +25,8 @@ pub struct LoadView {
     kv: Box<[Cell<f32>]>,
     /// Healthy and not ejected.
     eligible: Box<[Cell<bool>]>,
+    /// Slow start's share factor (1 outside a ramp).
+    ramp: Box<[Cell<f32>]>,
     /// The other gateway replicas' requests in flight, per target, from the shared state
     /// store (as fresh as its `sync_interval`; zero without a store).
     fleet: Box<[Cell<u32>]>,
@@ -44,6 +46,7 @@ impl LoadView {
             queue: cells(0),
             kv: (0..targets).map(|_| Cell::new(f32::NAN)).collect(),
             eligible: (0..targets).map(|_| Cell::new(true)).collect(),
+            ramp: (0..targets).map(|_| Cell::new(1.0)).collect(),
             fleet: cells(0),
             dirty: Cell::new(false),
             lora: Default::default(),
@@ -137,7 +140,14 @@ impl LoadView {
             self.queue[t].set(s.queue_depth);
             self.kv[t].set(s.kv_usage.unwrap_or(f32::NAN));
             self.eligible[t].set(s.eligible);
+            self.ramp[t].set(s.ramp);
         }
+    }
+
+    /// Slow start's share factor for `t`, in (0, 1].
+    #[inline]
+    pub fn ramp(&self, t: TargetId) -> f32 {
+        self.ramp[t].get()
     }
 }
 
@@ -150,6 +160,9 @@ pub struct TargetSignal {
     pub queue_depth: u32,
     /// The engine's KV-cache use in [0, 1] from a fresh scrape.
     pub kv_usage: Option<f32>,
+    /// Slow start: the share factor of a target that joined recently, in (0, 1]; 1 outside
+    /// a ramp.
+    pub ramp: f32,
 }
 
 /// Decrements a target's in-flight count when dropped.
@@ -216,11 +229,13 @@ mod tests {
                 eligible: true,
                 queue_depth: 7,
                 kv_usage: Some(0.5),
+                ramp: 1.0,
             },
             TargetSignal {
                 eligible: false,
                 queue_depth: 0,
                 kv_usage: None,
+                ramp: 0.5,
             },
         ]);
         assert_eq!(v.load(0), 8);

@@ -142,6 +142,7 @@ fn fill(
         });
     }
     drop(lora);
+    slow_start(state, &mut cands);
     if cands.is_empty() {
         let msg = if full > 0 {
             ALL_FULL
@@ -155,6 +156,29 @@ fn fill(
         return Err(GatewayError::internal(503, "no_available_target", msg).with_retry_after(1));
     }
     Ok(())
+}
+
+/// Slow start, for every strategy: a candidate whose share is ramping up (it joined
+/// recently, `health.slow_start_window`) stays a candidate with probability `ramp`, so its
+/// share of the picks is about `ramp` times what it would be. The last candidates are never
+/// all ramped out.
+fn slow_start(state: &WorkerState, cands: &mut Vec<Candidate>) {
+    if cands.len() < 2 || cands.iter().all(|c| state.load.ramp(c.target) >= 1.0) {
+        return;
+    }
+    let mut out = state.ramped_out.borrow_mut();
+    out.clear();
+    cands.retain(|c| {
+        let ramp = state.load.ramp(c.target);
+        let keep = ramp >= 1.0 || fastrand::f32() < ramp;
+        if !keep {
+            out.push(*c);
+        }
+        keep
+    });
+    if cands.is_empty() {
+        cands.extend(out.drain(..));
+    }
 }
 
 /// Asks the route's strategy to choose among the filled candidates.
