@@ -20,8 +20,11 @@
 //! `[identity, b"", ff×8, b""]`.
 //!
 //! Test hooks: messages can be dropped (the seq still advances, and the message stays in
-//! the replay buffer, as at a real PUB's high-water mark) and publishing can be paused
-//! (batches are held, without a seq, and sent in order on resume).
+//! the replay buffer, as at a real PUB's high-water mark), publishing can be paused
+//! (batches are held, without a seq, and sent in order on resume), and the PUB socket can
+//! go down and come back on the same endpoint ([`KvPublisher::set_down`]: subscribers
+//! are disconnected, batches meanwhile take their seqs and stay in the replay buffer, as
+//! when an engine's publisher is unreachable for a while).
 
 use std::collections::VecDeque;
 use std::io;
@@ -176,6 +179,7 @@ impl State {
 
 /// The PUB socket, the replay ROUTER (on its own thread) and the replay buffer.
 pub(crate) struct KvPublisher {
+    ctx: zmq::Context,
     state: Arc<Mutex<State>>,
     topic: Vec<u8>,
     endpoint: String,
@@ -186,6 +190,16 @@ pub(crate) struct KvPublisher {
 
 fn io_err(what: &str, e: zmq::Error) -> io::Error {
     io::Error::other(format!("kv events: {what}: {e}"))
+}
+
+/// A PUB socket as the publisher uses it (no linger, a high-water mark of 100 000).
+fn pub_socket(ctx: &zmq::Context) -> io::Result<zmq::Socket> {
+    let socket = ctx.socket(zmq::PUB).map_err(|e| io_err("socket", e))?;
+    socket.set_linger(0).map_err(|e| io_err("linger", e))?;
+    socket
+        .set_sndhwm(100_000)
+        .map_err(|e| io_err("sndhwm", e))?;
+    Ok(socket)
 }
 
 /// Binds a socket and returns the endpoint it got (with the real port for port 0).
@@ -203,11 +217,7 @@ impl KvPublisher {
     /// Binds the PUB socket (and the ROUTER, when configured) and starts the replay thread.
     pub fn start(cfg: &KvEventsConfig, name: &str) -> io::Result<Arc<KvPublisher>> {
         let ctx = zmq::Context::new();
-        let socket = ctx.socket(zmq::PUB).map_err(|e| io_err("socket", e))?;
-        socket.set_linger(0).map_err(|e| io_err("linger", e))?;
-        socket
-            .set_sndhwm(100_000)
-            .map_err(|e| io_err("sndhwm", e))?;
+        let socket = pub_socket(&ctx)?;
         let endpoint = bind(&socket, &cfg.endpoint)?;
         let state = Arc::new(Mutex::new(State {
             socket: Some(socket),
@@ -235,6 +245,7 @@ impl KvPublisher {
             None => (None, None),
         };
         Ok(Arc::new(KvPublisher {
+            ctx,
             state,
             topic: cfg.topic.clone().into_bytes(),
             endpoint,
@@ -293,6 +304,34 @@ impl KvPublisher {
     /// connection and nothing more is published.
     pub fn stop_publishing(&self) {
         self.state.lock().unwrap().socket = None;
+    }
+
+    /// Takes the PUB socket down (`true`: subscribers lose the connection; batches keep
+    /// their seqs and the replay buffer) or brings it back on the same endpoint (`false`;
+    /// the bind is retried for up to a second while the old listener closes).
+    pub fn set_down(&self, down: bool) -> io::Result<()> {
+        let mut st = self.state.lock().unwrap();
+        if down {
+            st.socket = None;
+            return Ok(());
+        }
+        if st.socket.is_some() {
+            return Ok(());
+        }
+        let socket = pub_socket(&self.ctx)?;
+        let mut tries = 0;
+        loop {
+            match socket.bind(&self.endpoint) {
+                Ok(()) => break,
+                Err(zmq::Error::EADDRINUSE) if tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => return Err(io_err(&format!("cannot bind {}", self.endpoint), e)),
+            }
+        }
+        st.socket = Some(socket);
+        Ok(())
     }
 
     /// Stops the replay thread.

@@ -263,6 +263,17 @@ impl MockHandle {
         }
     }
 
+    /// Takes the KV-event PUB socket down (`true`) or brings it back on the same endpoint
+    /// (`false`), as when an engine's publisher is unreachable for a while: subscribers
+    /// are disconnected, and batches published meanwhile take their seqs and stay in the
+    /// replay buffer, so only a replay brings them.
+    pub fn set_kv_events_down(&self, down: bool) -> std::io::Result<()> {
+        match &self.shared.kv {
+            Some(kv) => kv.set_down(down),
+            None => Ok(()),
+        }
+    }
+
     /// While paused, KV-event batches are held (without a seq); on resume they are
     /// sent in order.
     pub fn pause_kv_events(&self, paused: bool) {
