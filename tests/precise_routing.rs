@@ -4,7 +4,7 @@
 //! (`BlockRemoved`) it no longer does; with the publisher stopped, routing falls back to
 //! load and the fallback counter says so. A publisher away for longer than `stale_after`
 //! is repaired from its replay endpoint when it returns, so the blocks its engine stored
-//! meanwhile attract requests.
+//! meanwhile attract requests; a template every prompt shares leaves no engine idle.
 
 mod common;
 use std::net::SocketAddr;
@@ -245,5 +245,72 @@ fn blocks_stored_while_the_publisher_was_away_route_after_the_replay() {
         }
         assert_eq!(series(&g, "rolter_kv_events_live", "t1"), 1.0, "{ctx}");
         g.shutdown(Duration::from_secs(1));
+    }
+}
+
+/// A system prompt with which every canonical prompt (`[{"content":"<system>","role":
+/// "system"},{"content":"question <i>: ...`) shares its first 64-byte block (16 tokens of
+/// 4 bytes) and no more: the common part is 81 bytes.
+const ONE_BLOCK: &str = "You are a helpful assistant.";
+/// The same for two blocks: 136 bytes in common.
+const TWO_BLOCKS: &str =
+    "You are a helpful assistant. Answer briefly, in plain words, and cite your sources.";
+
+/// Sends `n` chat requests, one at a time, whose prompts share the blocks that `system`
+/// fills and differ from the next block on; returns how many each of the four engines
+/// served.
+fn spread_of_a_shared_template(
+    d: rolter::config::DriverChoice,
+    strategy_extra: &str,
+    system: &str,
+    n: usize,
+) -> Vec<u64> {
+    let mocks: Vec<MockHandle> = (0..4).map(|i| kv_mock(&format!("m{i}"), 4096)).collect();
+    let refs: Vec<&MockHandle> = mocks.iter().collect();
+    let g = gateway_precise_with(d, &refs, strategy_extra);
+    wait_for("the subscriptions", Duration::from_secs(5), || {
+        (0..4).all(|i| series(&g, "rolter_kv_events_connected", &format!("t{i}")) == 1.0)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    for i in 0..n {
+        let body = format!(
+            r#"{{"model":"m","max_tokens":2,"messages":[{{"role":"system","content":"{system}"}},{{"role":"user","content":"question {i}: what do you know about the number {i} and its neighbours?"}}]}}"#
+        );
+        let _ = routed(g.local_addr(), &body);
+        if i == 0 {
+            // Let the first engine's events arrive, as they would under steady traffic.
+            wait_for("the first events", Duration::from_secs(5), || {
+                (0..4).any(|t| series(&g, "rolter_kv_index_blocks", &format!("t{t}")) > 0.0)
+            });
+        }
+    }
+    g.shutdown(Duration::from_secs(1));
+    mocks.iter().map(|m| m.stats().requests).collect()
+}
+
+#[test]
+fn a_template_every_prompt_shares_leaves_no_engine_idle() {
+    for d in drivers() {
+        let spread = spread_of_a_shared_template(d, "", ONE_BLOCK, 80);
+        assert_eq!(spread.iter().sum::<u64>(), 80);
+        assert!(
+            spread.iter().all(|&n| n >= 4),
+            "{spread:?} under {}",
+            driver_name(d)
+        );
+    }
+}
+
+/// The figures in docs/strategies.md (`min_blocks`): `cargo test --test precise_routing
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_min_blocks_over_a_shared_template() {
+    for (blocks, system) in [(1, ONE_BLOCK), (2, TWO_BLOCKS)] {
+        for min in [0, 1, 2] {
+            let extra = format!("min_blocks = {min}");
+            let spread = spread_of_a_shared_template(drivers()[0], &extra, system, 300);
+            eprintln!("{blocks} shared block(s), min_blocks = {min}: {spread:?}");
+        }
     }
 }
