@@ -248,6 +248,51 @@ fn blocks_stored_while_the_publisher_was_away_route_after_the_replay() {
     }
 }
 
+#[test]
+fn a_publisher_back_without_replay_is_trusted_again_only_once_its_cache_is_cleared() {
+    for d in drivers() {
+        let a = kv_mock("a", 4096);
+        let g = gateway_precise(d, &[&a]);
+        let ctx = driver_name(d);
+        wait_for("the subscription", Duration::from_secs(5), || {
+            series(&g, "rolter_kv_events_connected", "t0") == 1.0
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        warm(
+            &a,
+            &chat("the quick brown fox jumps over the lazy dog", 2000, "q"),
+        );
+        wait_for("the stored blocks", Duration::from_secs(5), || {
+            series(&g, "rolter_kv_index_blocks", "t0") > 0.0
+                && series(&g, "rolter_kv_events_live", "t0") == 1.0
+        });
+        a.set_kv_events_down(true).unwrap();
+        wait_for("t0 to be stale", Duration::from_secs(5), || {
+            series(&g, "rolter_kv_events_live", "t0") == 0.0
+        });
+        a.set_kv_events_down(false).unwrap();
+        wait_for("the reconnection", Duration::from_secs(10), || {
+            series(&g, "rolter_kv_events_connected", "t0") == 1.0
+        });
+        // What it published while away cannot be known: entries dropped, not trusted.
+        wait_for("the entries to be dropped", Duration::from_secs(5), || {
+            series(&g, "rolter_kv_index_blocks", "t0") == 0.0
+        });
+        warm(&a, &chat("another text after the outage", 2000, "q"));
+        wait_for("the new blocks", Duration::from_secs(5), || {
+            series(&g, "rolter_kv_index_blocks", "t0") > 0.0
+        });
+        assert_eq!(series(&g, "rolter_kv_events_live", "t0"), 0.0, "{ctx}");
+        // The engine clears its cache (AllBlocksCleared): consistent again.
+        a.publish_clear();
+        wait_for("t0 to be trusted again", Duration::from_secs(5), || {
+            series(&g, "rolter_kv_events_live", "t0") == 1.0
+        });
+        assert_eq!(series(&g, "rolter_kv_index_blocks", "t0"), 0.0, "{ctx}");
+        g.shutdown(Duration::from_secs(1));
+    }
+}
+
 /// A system prompt with which every canonical prompt (`[{"content":"<system>","role":
 /// "system"},{"content":"question <i>: ...`) shares its first 64-byte block (16 tokens of
 /// 4 bytes) and no more: the common part is 81 bytes.

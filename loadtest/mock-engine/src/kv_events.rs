@@ -558,6 +558,46 @@ mod tests {
         p.shutdown();
     }
 
+    #[test]
+    fn a_publisher_that_goes_down_keeps_its_seqs_and_comes_back_on_the_same_endpoint() {
+        let (p, ctx, sub) = publisher(1000);
+        loop {
+            p.publish(&[KvEvent::AllBlocksCleared]);
+            if sub.poll(zmq::POLLIN, 20).unwrap() > 0 {
+                break;
+            }
+            assert!(p.next_seq() < 500, "no subscription");
+        }
+        while sub.poll(zmq::POLLIN, 50).unwrap() > 0 {
+            sub.recv_multipart(0).unwrap();
+        }
+        p.set_down(true).unwrap();
+        let away = p.next_seq();
+        p.publish(&[KvEvent::BlockRemoved { hashes: vec![7] }]);
+        assert_eq!(p.next_seq(), away + 1);
+        assert_eq!(
+            sub.poll(zmq::POLLIN, 100).unwrap(),
+            0,
+            "nothing sent while down"
+        );
+        p.set_down(false).unwrap();
+        // The subscriber reconnects by itself (libzmq retries every 100 ms).
+        let f = loop {
+            p.publish(&[KvEvent::AllBlocksCleared]);
+            if sub.poll(zmq::POLLIN, 50).unwrap() > 0 {
+                break sub.recv_multipart(0).unwrap();
+            }
+            assert!(p.next_seq() < away + 200, "never reconnected");
+        };
+        let seq = u64::from_be_bytes(f[1].as_slice().try_into().unwrap());
+        assert!(seq > away, "the seq went on: {seq}");
+        // The batch published while down is in the replay buffer only.
+        let got = replay(&p, &ctx, away);
+        assert_eq!(got[0].0, away);
+        assert_eq!(got[0].1, encode_batch_for_test(&got[0].1, 7));
+        p.shutdown();
+    }
+
     /// Re-encodes `payload` with its own ts and a single `BlockRemoved [h]`.
     fn encode_batch_for_test(payload: &[u8], h: u64) -> Vec<u8> {
         let ts = f64::from_be_bytes(payload[2..10].try_into().unwrap());
