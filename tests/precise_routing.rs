@@ -249,6 +249,48 @@ fn blocks_stored_while_the_publisher_was_away_route_after_the_replay() {
 }
 
 #[test]
+fn an_engine_restarted_during_an_outage_loses_its_old_blocks_and_its_new_ones_route() {
+    for d in drivers() {
+        let a = kv_mock_with("a", 4096, true);
+        let b = kv_mock_with("b", 4096, true);
+        let g = gateway_precise(d, &[&a, &b]);
+        let ctx = driver_name(d);
+        let old = "the quick brown fox jumps over the lazy dog";
+        let new = "a completely different text stored after the restart";
+        wait_for("the subscriptions", Duration::from_secs(5), || {
+            series(&g, "rolter_kv_events_connected", "t0") == 1.0
+                && series(&g, "rolter_kv_events_connected", "t1") == 1.0
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        warm(&a, &chat(old, 2000, "before"));
+        wait_for("the stored blocks", Duration::from_secs(5), || {
+            series(&g, "rolter_kv_index_blocks", "t0") > 0.0
+        });
+        a.set_kv_events_down(true).unwrap();
+        wait_for("t0 to be stale", Duration::from_secs(5), || {
+            series(&g, "rolter_kv_events_live", "t0") == 0.0
+        });
+        // The engine restarts (empty cache, seq 0) and its publisher comes back.
+        a.restart_kv_cache().unwrap();
+        wait_for("the reconnection", Duration::from_secs(10), || {
+            series(&g, "rolter_kv_events_connected", "t0") == 1.0
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        warm(&a, &chat(new, 2000, "after"));
+        wait_for("t0 to be consistent again", Duration::from_secs(15), || {
+            series(&g, "rolter_kv_events_live", "t0") == 1.0
+        });
+        let (t, score) = routed(g.local_addr(), &chat(new, 2000, "again"));
+        assert_eq!(t, "t0", "{ctx}");
+        assert!(score > 0.5, "score {score} under {ctx}");
+        // The old engine's blocks are gone: no candidate holds that prefix.
+        let (_, score) = routed(g.local_addr(), &chat(old, 2000, "again"));
+        assert_eq!(score, 0.0, "under {ctx}");
+        g.shutdown(Duration::from_secs(1));
+    }
+}
+
+#[test]
 fn a_publisher_back_without_replay_is_trusted_again_only_once_its_cache_is_cleared() {
     for d in drivers() {
         let a = kv_mock("a", 4096);

@@ -24,7 +24,8 @@
 //! (batches are held, without a seq, and sent in order on resume), and the PUB socket can
 //! go down and come back on the same endpoint ([`KvPublisher::set_down`]: subscribers
 //! are disconnected, batches meanwhile take their seqs and stay in the replay buffer, as
-//! when an engine's publisher is unreachable for a while).
+//! when an engine's publisher is unreachable for a while), or start over at seq 0 with an
+//! empty buffer ([`KvPublisher::restart`], a restarted engine).
 
 use std::collections::VecDeque;
 use std::io;
@@ -332,6 +333,21 @@ impl KvPublisher {
         }
         st.socket = Some(socket);
         Ok(())
+    }
+
+    /// Starts over as a restarted engine's publisher does: subscribers are disconnected,
+    /// the sequence starts again at 0 and the replay buffer is empty; then the PUB socket
+    /// is back on the same endpoint.
+    pub fn restart(&self) -> io::Result<()> {
+        {
+            let mut st = self.state.lock().unwrap();
+            st.socket = None;
+            st.next_seq = 0;
+            st.drop_next = 0;
+            st.held.clear();
+            st.buffer.clear();
+        }
+        self.set_down(false)
     }
 
     /// Stops the replay thread.

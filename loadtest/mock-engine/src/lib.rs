@@ -274,6 +274,20 @@ impl MockHandle {
         }
     }
 
+    /// Restarts the engine as far as its KV cache goes: the prefix cache empties without
+    /// an event (a new process), and the KV-event publisher starts over at seq 0 with an
+    /// empty replay buffer, its subscribers disconnected and then reconnecting. The HTTP
+    /// side keeps serving.
+    pub fn restart_kv_cache(&self) -> std::io::Result<()> {
+        if let Some(cache) = &self.shared.prefix {
+            cache.forget();
+        }
+        match &self.shared.kv {
+            Some(kv) => kv.restart(),
+            None => Ok(()),
+        }
+    }
+
     /// While paused, KV-event batches are held (without a seq); on resume they are
     /// sent in order.
     pub fn pause_kv_events(&self, paused: bool) {
