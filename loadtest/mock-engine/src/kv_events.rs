@@ -20,8 +20,12 @@
 //! `[identity, b"", ff×8, b""]`.
 //!
 //! Test hooks: messages can be dropped (the seq still advances, and the message stays in
-//! the replay buffer, as at a real PUB's high-water mark) and publishing can be paused
-//! (batches are held, without a seq, and sent in order on resume).
+//! the replay buffer, as at a real PUB's high-water mark), publishing can be paused
+//! (batches are held, without a seq, and sent in order on resume), and the PUB socket can
+//! go down and come back on the same endpoint ([`KvPublisher::set_down`]: subscribers
+//! are disconnected, batches meanwhile take their seqs and stay in the replay buffer, as
+//! when an engine's publisher is unreachable for a while), or start over at seq 0 with an
+//! empty buffer ([`KvPublisher::restart`], a restarted engine).
 
 use std::collections::VecDeque;
 use std::io;
@@ -176,6 +180,7 @@ impl State {
 
 /// The PUB socket, the replay ROUTER (on its own thread) and the replay buffer.
 pub(crate) struct KvPublisher {
+    ctx: zmq::Context,
     state: Arc<Mutex<State>>,
     topic: Vec<u8>,
     endpoint: String,
@@ -186,6 +191,16 @@ pub(crate) struct KvPublisher {
 
 fn io_err(what: &str, e: zmq::Error) -> io::Error {
     io::Error::other(format!("kv events: {what}: {e}"))
+}
+
+/// A PUB socket as the publisher uses it (no linger, a high-water mark of 100 000).
+fn pub_socket(ctx: &zmq::Context) -> io::Result<zmq::Socket> {
+    let socket = ctx.socket(zmq::PUB).map_err(|e| io_err("socket", e))?;
+    socket.set_linger(0).map_err(|e| io_err("linger", e))?;
+    socket
+        .set_sndhwm(100_000)
+        .map_err(|e| io_err("sndhwm", e))?;
+    Ok(socket)
 }
 
 /// Binds a socket and returns the endpoint it got (with the real port for port 0).
@@ -203,11 +218,7 @@ impl KvPublisher {
     /// Binds the PUB socket (and the ROUTER, when configured) and starts the replay thread.
     pub fn start(cfg: &KvEventsConfig, name: &str) -> io::Result<Arc<KvPublisher>> {
         let ctx = zmq::Context::new();
-        let socket = ctx.socket(zmq::PUB).map_err(|e| io_err("socket", e))?;
-        socket.set_linger(0).map_err(|e| io_err("linger", e))?;
-        socket
-            .set_sndhwm(100_000)
-            .map_err(|e| io_err("sndhwm", e))?;
+        let socket = pub_socket(&ctx)?;
         let endpoint = bind(&socket, &cfg.endpoint)?;
         let state = Arc::new(Mutex::new(State {
             socket: Some(socket),
@@ -235,6 +246,7 @@ impl KvPublisher {
             None => (None, None),
         };
         Ok(Arc::new(KvPublisher {
+            ctx,
             state,
             topic: cfg.topic.clone().into_bytes(),
             endpoint,
@@ -293,6 +305,49 @@ impl KvPublisher {
     /// connection and nothing more is published.
     pub fn stop_publishing(&self) {
         self.state.lock().unwrap().socket = None;
+    }
+
+    /// Takes the PUB socket down (`true`: subscribers lose the connection; batches keep
+    /// their seqs and the replay buffer) or brings it back on the same endpoint (`false`;
+    /// the bind is retried for up to a second while the old listener closes).
+    pub fn set_down(&self, down: bool) -> io::Result<()> {
+        let mut st = self.state.lock().unwrap();
+        if down {
+            st.socket = None;
+            return Ok(());
+        }
+        if st.socket.is_some() {
+            return Ok(());
+        }
+        let socket = pub_socket(&self.ctx)?;
+        let mut tries = 0;
+        loop {
+            match socket.bind(&self.endpoint) {
+                Ok(()) => break,
+                Err(zmq::Error::EADDRINUSE) if tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => return Err(io_err(&format!("cannot bind {}", self.endpoint), e)),
+            }
+        }
+        st.socket = Some(socket);
+        Ok(())
+    }
+
+    /// Starts over as a restarted engine's publisher does: subscribers are disconnected,
+    /// the sequence starts again at 0 and the replay buffer is empty; then the PUB socket
+    /// is back on the same endpoint.
+    pub fn restart(&self) -> io::Result<()> {
+        {
+            let mut st = self.state.lock().unwrap();
+            st.socket = None;
+            st.next_seq = 0;
+            st.drop_next = 0;
+            st.held.clear();
+            st.buffer.clear();
+        }
+        self.set_down(false)
     }
 
     /// Stops the replay thread.
@@ -516,6 +571,46 @@ mod tests {
         );
         assert_eq!(replay(&p, &ctx, base + 2).len(), 1);
         assert!(replay(&p, &ctx, base + 3).is_empty());
+        p.shutdown();
+    }
+
+    #[test]
+    fn a_publisher_that_goes_down_keeps_its_seqs_and_comes_back_on_the_same_endpoint() {
+        let (p, ctx, sub) = publisher(1000);
+        loop {
+            p.publish(&[KvEvent::AllBlocksCleared]);
+            if sub.poll(zmq::POLLIN, 20).unwrap() > 0 {
+                break;
+            }
+            assert!(p.next_seq() < 500, "no subscription");
+        }
+        while sub.poll(zmq::POLLIN, 50).unwrap() > 0 {
+            sub.recv_multipart(0).unwrap();
+        }
+        p.set_down(true).unwrap();
+        let away = p.next_seq();
+        p.publish(&[KvEvent::BlockRemoved { hashes: vec![7] }]);
+        assert_eq!(p.next_seq(), away + 1);
+        assert_eq!(
+            sub.poll(zmq::POLLIN, 100).unwrap(),
+            0,
+            "nothing sent while down"
+        );
+        p.set_down(false).unwrap();
+        // The subscriber reconnects by itself (libzmq retries every 100 ms).
+        let f = loop {
+            p.publish(&[KvEvent::AllBlocksCleared]);
+            if sub.poll(zmq::POLLIN, 50).unwrap() > 0 {
+                break sub.recv_multipart(0).unwrap();
+            }
+            assert!(p.next_seq() < away + 200, "never reconnected");
+        };
+        let seq = u64::from_be_bytes(f[1].as_slice().try_into().unwrap());
+        assert!(seq > away, "the seq went on: {seq}");
+        // The batch published while down is in the replay buffer only.
+        let got = replay(&p, &ctx, away);
+        assert_eq!(got[0].0, away);
+        assert_eq!(got[0].1, encode_batch_for_test(&got[0].1, 7));
         p.shutdown();
     }
 

@@ -263,6 +263,31 @@ impl MockHandle {
         }
     }
 
+    /// Takes the KV-event PUB socket down (`true`) or brings it back on the same endpoint
+    /// (`false`), as when an engine's publisher is unreachable for a while: subscribers
+    /// are disconnected, and batches published meanwhile take their seqs and stay in the
+    /// replay buffer, so only a replay brings them.
+    pub fn set_kv_events_down(&self, down: bool) -> std::io::Result<()> {
+        match &self.shared.kv {
+            Some(kv) => kv.set_down(down),
+            None => Ok(()),
+        }
+    }
+
+    /// Restarts the engine as far as its KV cache goes: the prefix cache empties without
+    /// an event (a new process), and the KV-event publisher starts over at seq 0 with an
+    /// empty replay buffer, its subscribers disconnected and then reconnecting. The HTTP
+    /// side keeps serving.
+    pub fn restart_kv_cache(&self) -> std::io::Result<()> {
+        if let Some(cache) = &self.shared.prefix {
+            cache.forget();
+        }
+        match &self.shared.kv {
+            Some(kv) => kv.restart(),
+            None => Ok(()),
+        }
+    }
+
     /// While paused, KV-event batches are held (without a seq); on resume they are
     /// sent in order.
     pub fn pause_kv_events(&self, paused: bool) {

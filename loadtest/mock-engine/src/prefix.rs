@@ -271,6 +271,14 @@ impl PrefixCache {
         }
     }
 
+    /// Empties the cache without publishing anything, as an engine restart does (the new
+    /// process starts with an empty cache and a new event sequence).
+    pub fn forget(&self) {
+        let mut lru = self.lru.lock().unwrap();
+        lru.stamps.clear();
+        lru.order.clear();
+    }
+
     /// Prefill time of `uncached` prompt tokens.
     pub fn prefill_time(&self, uncached: u64) -> Duration {
         self.prefill_per_token

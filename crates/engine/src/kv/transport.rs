@@ -6,7 +6,9 @@
 //! one OS thread, `rolter-kv-events`, which holds a SUB socket per configured target,
 //! polls them, and hands every well-formed message to a bounded crossbeam channel as a
 //! [`KvFrame`]. On request ([`KvCommand::Replay`]) it asks a target's replay endpoint for
-//! the batches from a given seq on and delivers them as frames flagged `replayed`.
+//! the batches from a given seq on and delivers them as frames flagged `replayed`,
+//! followed by one replayed frame with seq [`END_SEQ`] and an empty payload when the
+//! engine's answer is complete.
 //!
 //! What it owns: the sockets, the thread, the per-target counters ([`KvTransportStats`]:
 //! frames, malformed messages, channel drops, seq gaps, last seq and last message time,
@@ -102,7 +104,8 @@ pub struct KvFrame {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KvCommand {
     /// Ask the target's replay endpoint for the batches from `from_seq` on; they arrive
-    /// as frames with `replayed: true`. Ignored while a replay of that target is running.
+    /// as frames with `replayed: true`, then the end marker (seq [`END_SEQ`], empty
+    /// payload). Ignored while a replay of that target is running.
     Replay { target: usize, from_seq: u64 },
     /// End the thread (as [`KvTransport::stop`] does).
     Stop,
@@ -597,8 +600,25 @@ impl Worker {
             let reply = match split_reply(parts) {
                 Some(Reply::Frame(topic, seq, payload)) => (topic, seq, payload),
                 Some(Reply::End) => {
+                    // The end is a frame too, so the consumer knows the replay is complete
+                    // (and may ask for another one).
                     self.replays.swap_remove(i);
-                    return Outcome::Continue;
+                    let end = KvFrame {
+                        target,
+                        topic: Vec::new(),
+                        seq: END_SEQ,
+                        payload: Vec::new(),
+                        received: Instant::now(),
+                        replayed: true,
+                    };
+                    return match self.frames.try_send(end) {
+                        Err(TrySendError::Disconnected(_)) => Outcome::Closed,
+                        Err(TrySendError::Full(_)) => {
+                            c.dropped.fetch_add(1, Relaxed);
+                            Outcome::Continue
+                        }
+                        Ok(()) => Outcome::Continue,
+                    };
                 }
                 None => {
                     c.replay_failures.fetch_add(1, Relaxed);

@@ -17,8 +17,10 @@
 //! 3. **Score.** The ids are cut into full blocks and keyed the way the index keys the
 //!    events' `token_ids` (chained, so a match is a consecutive prefix); each live candidate
 //!    scores the number of leading blocks it holds. When the best score is above
-//!    `min_blocks` (default 0), the best wins, ties by load then at random; otherwise load
-//!    decides (the normal path for a prompt no engine holds).
+//!    `min_blocks` (default [`DEFAULT_MIN_BLOCKS`], 2), the best wins, ties by load then at
+//!    random; otherwise load decides (the normal path for a prompt no engine holds, and
+//!    for one whose only match is the chat template's first block or two, which every
+//!    prompt shares).
 //!
 //! Owns scratch buffers (keys, candidate ids, scores) that grow to the largest request seen,
 //! and a generator. It reads the shared index without locks, must not block, log, or do
@@ -43,6 +45,12 @@ pub const NO_TOKEN_IDS: &str = "no_token_ids";
 /// Fallback: no candidate's KV-event stream is live.
 pub const KV_EVENTS_STALE: &str = "kv_events_stale";
 
+/// The default `min_blocks`: a match of one or two blocks (up to 32 tokens with 16-token
+/// blocks: a chat template's header and a short default system prompt, shared by every
+/// prompt) is not worth a cache hit, and following it would draw every request to the
+/// engines that served the first ones (docs/strategies.md has the measurement).
+pub const DEFAULT_MIN_BLOCKS: u32 = 2;
+
 /// The options of `precise_cache_aware`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -63,7 +71,7 @@ impl Default for Options {
         let guard = BalanceGuard::default();
         let tokens = TokenizerOptions::default();
         Options {
-            min_blocks: 0,
+            min_blocks: DEFAULT_MIN_BLOCKS,
             balance_abs_threshold: guard.abs,
             balance_rel_threshold: guard.rel,
             tokenizer: tokens.tokenizer,

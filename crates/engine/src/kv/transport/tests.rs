@@ -140,6 +140,9 @@ fn subscribes_counts_malformed_and_replays() {
     assert!(replayed.iter().all(|f| f.replayed));
     assert_eq!(replayed.iter().map(|f| f.seq).collect::<Vec<_>>(), [3, 4]);
     assert_eq!(replayed[1].payload, vec![4u8; 3]);
+    let end = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!((end.seq, end.replayed), (END_SEQ, true));
+    assert!(end.payload.is_empty());
     std::thread::sleep(Duration::from_millis(60));
     let s = t.stats()[0].clone();
     assert_eq!((s.replays, s.replayed, s.replay_failures), (1, 2, 0));
