@@ -71,7 +71,8 @@ pub struct Plane {
     drops_logged: u64,
     last_drop_log: Option<Instant>,
     /// Rate-limited log book of failing cache lookups, per (route, problem), and of failing
-    /// adapter loads, per (target, "adapter_load").
+    /// adapter loads, per (target, "adapter_load"); spent retry budgets, per (route,
+    /// "retry_budget").
     lookup_problems: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// LoRA adapter residency per target, for routes that read it.
     pub lora: LoraBook,
@@ -378,6 +379,23 @@ impl Plane {
                 }
             }
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
+            Record::Retry { route, reason } => self.metrics.record_retry(route as usize, reason),
+            Record::RetryBudgetExhausted { route } => {
+                self.metrics.record_budget_exhausted(route as usize);
+                if let Some((first, since)) =
+                    log_due(&mut self.lookup_problems, (route, "retry_budget"), now)
+                {
+                    let r = &self.config.routes[route as usize];
+                    tracing::warn!(
+                        route = %r.name,
+                        refused = since,
+                        first,
+                        retry_budget = r.retry.budget,
+                        retry_budget_min = r.retry.budget_min,
+                        "the route's retry budget is spent: failed requests get their error without a retry (counted in rolter_retry_budget_exhausted_total)"
+                    );
+                }
+            }
             Record::Request(ref entry) => {
                 if let Some(sink) = &self.access {
                     if !sink.send(line::format(entry, &self.config)) {

@@ -89,6 +89,17 @@ struct Fallback {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteReason {
+    route: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLookupLabel {
     route: String,
     result: &'static str,
@@ -158,6 +169,11 @@ pub struct GatewayMetrics {
     route_lookups: Vec<Vec<(&'static str, Counter)>>,
     /// `rolter_gateway_responses_total` per (status, code) seen.
     responses: Vec<(u16, &'static str, Counter)>,
+    retries: Family<RouteReason, Counter>,
+    /// Per route: `rolter_retries_total` per reason seen.
+    route_retries: Vec<Vec<(&'static str, Counter)>>,
+    /// Per route: `rolter_retry_budget_exhausted_total`.
+    budget_exhausted: Vec<Counter>,
     /// One owner: `Send` (moved to the control thread) but not `Sync`.
     _owner: PhantomData<Cell<()>>,
 }
@@ -188,6 +204,12 @@ impl GatewayMetrics {
         let scrape_failures = Family::<TargetLabel, Counter>::default();
         let interrupted = Family::<RouteTargetCause, Counter>::default();
         let access_log_dropped = Counter::default();
+        let retries = Family::<RouteReason, Counter>::default();
+        let exhausted = Family::<RouteLabel, Counter>::default();
+        let budget_exhausted = route_names
+            .iter()
+            .map(|r| exhausted.get_or_create_owned(&RouteLabel { route: r.clone() }))
+            .collect();
 
         let per_target = target_names
             .iter()
@@ -266,6 +288,16 @@ impl GatewayMetrics {
             access_log_dropped.clone(),
         );
         registry.register(
+            "rolter_retries",
+            "Requests tried again on another target, by route and the retry_on reason (connect_failure, reset_before_response, 502, 503, 504, 429, first_byte_timeout)",
+            retries.clone(),
+        );
+        registry.register(
+            "rolter_retry_budget_exhausted",
+            "Retries not made because the route's retry budget (retry_budget, retry_budget_min) was spent on the core; the client got the last attempt's error",
+            exhausted,
+        );
+        registry.register(
             "rolter_ejections",
             "Times passive health checking ejected the target",
             ejections,
@@ -298,6 +330,9 @@ impl GatewayMetrics {
             adapter_loads,
             route_lookups: vec![Vec::new(); route_names.len()],
             responses: Vec::new(),
+            retries,
+            route_retries: vec![Vec::new(); route_names.len()],
+            budget_exhausted,
             _owner: PhantomData,
         }
     }
@@ -431,6 +466,30 @@ impl GatewayMetrics {
             })
         })
         .inc();
+    }
+
+    /// A request on `route` was tried again for `reason`.
+    pub fn record_retry(&mut self, route: usize, reason: &'static str) {
+        let valid = route < self.routes.len();
+        debug_assert!(valid, "route {route} out of range");
+        if !valid {
+            return;
+        }
+        let (retries, routes) = (&self.retries, &self.routes);
+        counter_for(&mut self.route_retries[route], reason, || {
+            retries.get_or_create_owned(&RouteReason {
+                route: routes[route].clone(),
+                reason,
+            })
+        })
+        .inc();
+    }
+
+    /// A retry on `route` was refused by its budget.
+    pub fn record_budget_exhausted(&mut self, route: usize) {
+        if let Some(c) = self.budget_exhausted.get(route) {
+            c.inc();
+        }
     }
 
     /// `route` asked its cache controller before a pick, with `result` (an answer naming
