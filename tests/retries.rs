@@ -84,11 +84,15 @@ fn the_retry_budget_bounds_the_attempts_when_every_engine_answers_503() {
             "{ctx}: {attempts} attempts, bound {bound}"
         );
         assert!(attempts > REQUESTS, "{ctx}: the budget allowed no retry");
-        let retries = admin_series(&g, "rolter_retries_total{route=\"r\",reason=\"503\"}");
-        assert_eq!(retries, Some((attempts - REQUESTS) as f64), "{ctx}");
-        let refused = admin_series(&g, "rolter_retry_budget_exhausted_total{route=\"r\"}")
-            .expect("the budget series");
-        assert!(refused > 0.0, "{ctx}: no refusal counted");
+        // Records reach the control thread on the workers' next tick.
+        let series = "rolter_retries_total{route=\"r\",reason=\"503\"}";
+        wait_for(&format!("{ctx}: {series}"), SHORT, || {
+            admin_series(&g, series) == Some((attempts - REQUESTS) as f64)
+        });
+        let refused = "rolter_retry_budget_exhausted_total{route=\"r\"}";
+        wait_for(&format!("{ctx}: a refusal counted"), SHORT, || {
+            admin_series(&g, refused).is_some_and(|n| n > 0.0)
+        });
     }
 }
 
@@ -138,14 +142,10 @@ fn a_reset_before_the_first_byte_on_a_fresh_connection_is_retried() {
         assert_eq!(good.requests().len(), 6, "{ctx}");
         let tried_bad = bad.requests().len();
         assert!(tried_bad >= 1, "{ctx}: round robin sent nothing to bad");
-        assert_eq!(
-            admin_series(
-                &g,
-                "rolter_retries_total{route=\"r\",reason=\"reset_before_response\"}"
-            ),
-            Some(tried_bad as f64),
-            "{ctx}"
-        );
+        let series = "rolter_retries_total{route=\"r\",reason=\"reset_before_response\"}";
+        wait_for(&format!("{ctx}: {series}"), SHORT, || {
+            admin_series(&g, series) == Some(tried_bad as f64)
+        });
 
         // Without the word in retry_on the reset reaches the client as a 502.
         let g = gw(
@@ -247,4 +247,201 @@ fn the_deadline_counts_every_attempt() {
         let tried: usize = m.iter().map(|m| m.requests().len()).sum();
         assert!((1..=2).contains(&tried), "{ctx}: {tried} tries");
     }
+}
+
+/// An upstream answering 200, or `429` with `headers` while `limited` says so for the
+/// request's index (arrival order).
+fn limited(headers: &'static str, limited: fn(usize) -> bool) -> Upstream {
+    Upstream::start(move |r| {
+        if limited(r.total) {
+            let body = r#"{"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":null}}"#;
+            Reply::new(format!(
+                "HTTP/1.1 429 Too Many Requests\r\n{headers}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            ))
+        } else {
+            Reply::new(common::scripted::ok(r#"{"ok":true}"#))
+        }
+    })
+}
+
+/// The target `name`'s `cooling` object in `/admin/targets` (null while it does not cool).
+fn cooling(g: &Gateway, name: &str) -> serde_json::Value {
+    let v = call(
+        g.admin_addr().unwrap(),
+        &request("GET", "/admin/targets", &[], ""),
+    )
+    .json();
+    v["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .find(|t| t["name"] == name)
+        .expect("the target")["cooling"]
+        .clone()
+}
+
+/// The target's `cooling` object once the control thread has the worker's record.
+fn cooling_shown(g: &Gateway, name: &str) -> serde_json::Value {
+    let mut shown = serde_json::Value::Null;
+    wait_for(&format!("{name} shown cooling"), SHORT, || {
+        shown = cooling(g, name);
+        !shown.is_null()
+    });
+    shown
+}
+
+#[test]
+fn a_target_answering_429_with_retry_after_cools_and_returns() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = limited("retry-after: 2\r\n", |n| n == 0);
+        let b = limited("", |_| false);
+        let g = gw(d, &[a.addr, b.addr], "retries = 1");
+        // Round robin reaches `a` within two requests; its 429 is retried on `b`.
+        while a.requests() == 0 {
+            let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(false)));
+            assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+        }
+        let limited_at = std::time::Instant::now();
+        let b_before = b.requests();
+        // Within the 2 s the target receives nothing (only requests sent well inside them
+        // are counted, so a slow machine cannot blur the edge).
+        let mut sent = 0;
+        while sent < 10 && limited_at.elapsed() < std::time::Duration::from_millis(1500) {
+            let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(sent % 2 == 0)));
+            assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+            sent += 1;
+        }
+        assert!(sent > 0, "{ctx}: nothing sent within the cooling time");
+        assert_eq!(a.requests(), 1, "{ctx}: the cooling target was picked");
+        assert_eq!(b.requests() - b_before, sent, "{ctx}");
+        let series = "rolter_target_cooldowns_total{target=\"t0\"}";
+        wait_for(&format!("{ctx}: {series}"), SHORT, || {
+            admin_series(&g, series) == Some(1.0)
+        });
+        assert_eq!(
+            admin_series(&g, "rolter_target_cooldowns_total{target=\"t1\"}"),
+            Some(0.0),
+            "{ctx}"
+        );
+        // Shown while it lasts, gone after; then the target gets its share again.
+        let shown = cooling(&g, "t0");
+        if limited_at.elapsed() < std::time::Duration::from_millis(1500) {
+            let left = shown["remaining_seconds"].as_f64().expect("cooling shown");
+            assert!(left > 0.0 && left <= 2.0, "{ctx}: {shown}");
+            assert!(shown["until"].is_string(), "{ctx}: {shown}");
+        }
+        assert!(cooling(&g, "t1").is_null(), "{ctx}");
+        wait_for(&format!("{ctx}: the cooling ends"), SHORT * 2, || {
+            cooling(&g, "t0").is_null()
+        });
+        for i in 0..10 {
+            let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(false)));
+            assert_eq!(r.status, 200, "{ctx} #{i}");
+        }
+        assert_eq!(
+            a.requests(),
+            1 + 5,
+            "{ctx}: its round-robin share after cooling"
+        );
+    }
+}
+
+#[test]
+fn every_target_cooling_answers_429_with_the_shortest_retry_after() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = limited("retry-after: 30\r\n", |_| true);
+        let b = limited("retry-after: 20\r\n", |_| true);
+        let g = gw(d, &[a.addr, b.addr], "retries = 1");
+        // Both tried: the last attempt's 429 reaches the client as the engine sent it.
+        let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(false)));
+        assert_eq!(r.status, 429, "{ctx}: {}", r.text());
+        assert_eq!((a.requests(), b.requests()), (1, 1), "{ctx}");
+        // Now both cool: the gateway answers without asking either.
+        let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(true)));
+        assert_eq!(r.status, 429, "{ctx}: {}", r.text());
+        assert_eq!(error_of(&r, ctx)["code"], "targets_rate_limited", "{ctx}");
+        let after: u64 = r
+            .header("retry-after")
+            .expect("retry-after")
+            .parse()
+            .unwrap();
+        assert!((1..=20).contains(&after), "{ctx}: retry-after {after}");
+        assert!(
+            after > 10,
+            "{ctx}: the shorter wait is b's 20 s, not a's 30 s: {after}"
+        );
+        assert_eq!(
+            (a.requests(), b.requests()),
+            (1, 1),
+            "{ctx}: no upstream asked"
+        );
+    }
+}
+
+#[test]
+fn http_dates_and_rate_limit_resets_set_the_cooling_time_up_to_its_cap() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        // A managed API's reset headers: the shorter one (2 s), capped at 1 s here.
+        let a = limited(
+            "x-ratelimit-reset-requests: 6m0s\r\nx-ratelimit-reset-tokens: 2s\r\n",
+            |n| n == 0,
+        );
+        let b = limited("", |_| false);
+        let g = gw(
+            d,
+            &[a.addr, b.addr],
+            "retries = 1\nretry_after_max = \"1s\"",
+        );
+        while a.requests() == 0 {
+            call(g.local_addr(), &post(CHAT, &[], &chat_body(false)));
+        }
+        let shown = cooling_shown(&g, "t0");
+        let left = shown["remaining_seconds"].as_f64().expect("cooling shown");
+        assert!(left > 0.0 && left <= 1.0, "{ctx}: {shown}");
+
+        // Retry-After as an HTTP-date 30 s ahead (whole seconds: between 28 and 30 left).
+        let date = httpdate_in(30);
+        let headers: &'static str = Box::leak(format!("retry-after: {date}\r\n").into_boxed_str());
+        let c = limited(headers, |n| n == 0);
+        let g = gw(d, &[c.addr, b.addr], "retries = 1");
+        while c.requests() == 0 {
+            call(g.local_addr(), &post(CHAT, &[], &chat_body(false)));
+        }
+        let shown = cooling_shown(&g, "t0");
+        let left = shown["remaining_seconds"].as_f64().expect("cooling shown");
+        assert!(left > 20.0 && left <= 30.0, "{ctx}: {shown}");
+    }
+}
+
+/// An IMF-fixdate `secs` from now.
+fn httpdate_in(secs: u64) -> String {
+    let t = std::time::SystemTime::now() + std::time::Duration::from_secs(secs);
+    let unix = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let (days, rem) = ((unix / 86_400) as i64, unix % 86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    const WD: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MO: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        WD[(days % 7) as usize],
+        MO[(month - 1) as usize],
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }

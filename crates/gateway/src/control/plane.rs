@@ -85,6 +85,8 @@ pub struct Plane {
     pub fleet: Option<std::rc::Rc<std::cell::RefCell<crate::fleet::news::FleetControl>>>,
     /// Rate-limited log book of failed attempts, per (target, cause).
     upstream_failures: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    /// Until when each target cools after a 429 some worker saw (sent to every worker).
+    cooling: Vec<Option<Instant>>,
 }
 
 /// Failed attempts are logged at most this often per target and cause (the metrics count
@@ -175,6 +177,7 @@ impl Plane {
             access: None,
             fleet: None,
             upstream_failures: Default::default(),
+            cooling: vec![None; n],
             config,
         }
     }
@@ -201,6 +204,7 @@ impl Plane {
             if let Some(o) = *from {
                 self.scrapes[t] = std::mem::take(&mut old.scrapes[o]);
                 self.ttft[t] = old.ttft[o];
+                self.cooling[t] = old.cooling[o];
             }
         }
     }
@@ -380,6 +384,15 @@ impl Plane {
             }
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
             Record::Retry { route, reason } => self.metrics.record_retry(route as usize, reason),
+            Record::Cooldown { target, until } => {
+                let t = target as usize;
+                self.metrics.record_cooldown(t);
+                if let Some(c) = self.cooling.get_mut(t) {
+                    if c.is_none_or(|u| u < until) {
+                        *c = Some(until);
+                    }
+                }
+            }
             Record::RetryBudgetExhausted { route } => {
                 self.metrics.record_budget_exhausted(route as usize);
                 if let Some((first, since)) =
@@ -589,6 +602,7 @@ impl Plane {
                     .filter(|_| self.scrape_fresh(t, now))
                     .and_then(|m| m.kv_usage)
                     .map(|k| k as f32),
+                cooling_until: self.cooling_left(t, now).map(|left| now + left),
             })
             .collect();
         let due = self
@@ -637,6 +651,16 @@ impl Plane {
             .collect()
     }
 
+    /// How long `t` still cools after a 429, if it does.
+    fn cooling_left(&self, t: usize, now: Instant) -> Option<Duration> {
+        self.cooling
+            .get(t)
+            .copied()
+            .flatten()
+            .filter(|u| *u > now)
+            .map(|u| u - now)
+    }
+
     /// `GET /admin/targets`.
     pub fn targets_json(&self, now: Instant) -> serde_json::Value {
         let gauges = self.gauges(now);
@@ -668,6 +692,10 @@ impl Plane {
                     "models": target.models,
                     "max_concurrent": target.max_concurrent,
                     "eligible": self.health.eligible(t),
+                    "cooling": self.cooling_left(t, now).map(|left| serde_json::json!({
+                        "until": humantime::format_rfc3339_millis(std::time::SystemTime::now() + left).to_string(),
+                        "remaining_seconds": left.as_secs_f64(),
+                    })),
                     "health": {
                         "active_checks": h.probed,
                         "healthy": h.healthy,

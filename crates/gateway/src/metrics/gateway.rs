@@ -141,6 +141,7 @@ struct TargetSeries {
     completion_tokens: Counter,
     ejections: Counter,
     scrape_failures: Counter,
+    cooldowns: Counter,
 }
 
 /// The gateway's counters and histograms. Owned and mutated by the control thread only.
@@ -202,6 +203,7 @@ impl GatewayMetrics {
         let adapter_loads = Family::<AdapterLoadLabel, Counter>::default();
         let ejections = Family::<TargetLabel, Counter>::default();
         let scrape_failures = Family::<TargetLabel, Counter>::default();
+        let cooldowns = Family::<TargetLabel, Counter>::default();
         let interrupted = Family::<RouteTargetCause, Counter>::default();
         let access_log_dropped = Counter::default();
         let retries = Family::<RouteReason, Counter>::default();
@@ -226,6 +228,7 @@ impl GatewayMetrics {
                     completion_tokens: tokens.get_or_create_owned(&kind("completion")),
                     ejections: ejections.get_or_create_owned(&target),
                     scrape_failures: scrape_failures.get_or_create_owned(&target),
+                    cooldowns: cooldowns.get_or_create_owned(&target),
                 }
             })
             .collect();
@@ -296,6 +299,11 @@ impl GatewayMetrics {
             "rolter_retry_budget_exhausted",
             "Retries not made because the route's retry budget (retry_budget, retry_budget_min) was spent on the core; the client got the last attempt's error",
             exhausted,
+        );
+        registry.register(
+            "rolter_target_cooldowns",
+            "Times the target answered 429 (or 503 with Retry-After) and cooled: out of the candidates for the time it gave, capped by retry_after_max",
+            cooldowns,
         );
         registry.register(
             "rolter_ejections",
@@ -547,6 +555,13 @@ impl GatewayMetrics {
     pub fn record_ejection(&mut self, target: usize) {
         if let Some(t) = self.target(target) {
             t.ejections.inc();
+        }
+    }
+
+    /// `target` asked to be left alone and cools.
+    pub fn record_cooldown(&mut self, target: usize) {
+        if let Some(t) = self.target(target) {
+            t.cooldowns.inc();
         }
     }
 

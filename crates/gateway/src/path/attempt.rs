@@ -174,6 +174,9 @@ pub async fn until_answered(
             &report,
             load_at_send,
         );
+        if let Some(wait) = report.wait {
+            cool(state, tid, wait.min(policy.retry_after_max));
+        }
         tried[attempts] = tid;
         attempts += 1;
         served.attempts = attempts as u8;
@@ -238,6 +241,20 @@ pub async fn until_answered(
             }
         }
     }
+}
+
+/// `tid` asked to be left alone for `wait`: out of this core's candidates at once, and of
+/// the other cores' once the control thread passes it on.
+fn cool(state: &WorkerState, tid: usize, wait: std::time::Duration) {
+    if wait.is_zero() {
+        return;
+    }
+    let until = Instant::now() + wait;
+    state.load.cool(tid, until);
+    state.links.record(Record::Cooldown {
+        target: tid as u16,
+        until,
+    });
 }
 
 /// Answers the client with the gateway's error `e`, noting it in `served`.

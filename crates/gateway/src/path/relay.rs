@@ -65,6 +65,9 @@ pub struct Report {
     /// Non-empty content deltas in a successful event stream (an estimate of its
     /// completion tokens when it reports no usage).
     pub deltas: u32,
+    /// How long the target asked to be left alone: a 429 with `Retry-After` or
+    /// `x-ratelimit-reset-*`, or a 503 with `Retry-After`.
+    pub wait: Option<std::time::Duration>,
 }
 
 /// What the relay needs to know about the client's side of the exchange.
@@ -181,6 +184,9 @@ pub async fn exchange(
         Head::Failed(o) => Step::Done(o),
         Head::Read(up, head) => {
             report.status = head.status;
+            if head.status == 429 || (head.status == 503 && head.retry_after.is_some()) {
+                report.wait = head.wait;
+            }
             if limits.retry_on.status(head.status) {
                 let mut e = GatewayError::upstream(
                     head.status,
