@@ -20,6 +20,10 @@ const CHAT: &str = "/v1/chat/completions";
 /// (targets t0, t1, …), health checking off so every request meets every target and only
 /// requests reach the upstreams.
 fn gw(d: DriverChoice, addrs: &[SocketAddr], route_extra: &str) -> Gateway {
+    gw_workers(d, 1, addrs, route_extra)
+}
+
+fn gw_workers(d: DriverChoice, workers: usize, addrs: &[SocketAddr], route_extra: &str) -> Gateway {
     let mut rest =
         String::from("[admin]\nlisten = \"127.0.0.1:0\"\n[health]\nactive = false\nfailures = 0\n");
     let mut names = Vec::new();
@@ -36,7 +40,7 @@ fn gw(d: DriverChoice, addrs: &[SocketAddr], route_extra: &str) -> Gateway {
         "[[routes]]\nname = \"r\"\ntargets = [{}]\nstrategy = \"round_robin\"\n{route_extra}\n",
         names.join(", ")
     ));
-    gateway(d, &rest)
+    gateway_with(d, workers, &rest)
 }
 
 fn error_of(r: &Response, ctx: &str) -> serde_json::Value {
@@ -345,6 +349,45 @@ fn a_target_answering_429_with_retry_after_cools_and_returns() {
             1 + 5,
             "{ctx}: its round-robin share after cooling"
         );
+    }
+}
+
+#[test]
+fn a_cooling_target_is_left_out_on_every_core() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = limited("retry-after: 5\r\n", |n| n == 0);
+        let b = limited("", |_| false);
+        let g = gw_workers(d, 2, &[a.addr, b.addr], "retries = 1");
+        let explain = [("x-rolter-explain", "1")];
+        let mut limited_on = None;
+        while a.requests() == 0 {
+            let r = call(g.local_addr(), &post(CHAT, &explain, &chat_body(false)));
+            assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+            limited_on = r.header("x-rolter-worker").map(str::to_string);
+        }
+        let limited_on = limited_on.expect("x-rolter-worker");
+        let limited_at = std::time::Instant::now();
+        // Once the control thread shows it, it has sent it to every worker too (both
+        // happen in one turn of its loop).
+        cooling_shown(&g, "t0");
+        // New connections spread over both workers; the other one must leave `a` out too.
+        let mut on_other = 0;
+        for _ in 0..40 {
+            if on_other >= 3 || limited_at.elapsed() > std::time::Duration::from_secs(4) {
+                break;
+            }
+            let r = call(g.local_addr(), &post(CHAT, &explain, &chat_body(false)));
+            assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+            assert_eq!(r.header("x-rolter-target"), Some("t1"), "{ctx}");
+            if r.header("x-rolter-worker") != Some(limited_on.as_str()) {
+                on_other += 1;
+            }
+        }
+        if limited_at.elapsed() <= std::time::Duration::from_secs(4) {
+            assert!(on_other > 0, "{ctx}: no request reached the other worker");
+        }
+        assert_eq!(a.requests(), 1, "{ctx}: the cooling target was picked");
     }
 }
 
