@@ -155,7 +155,7 @@ impl StateConfig {
             sync_interval: Duration::from_millis(100),
             retry_interval: Duration::from_secs(1),
             max_items_per_second: 20_000,
-            stream_maxlen: 100_000,
+            stream_maxlen: 10_000,
             share_load: true,
         }
     }
@@ -258,6 +258,20 @@ pub struct HealthConfig {
     pub max_ejection_time: Duration,
     /// Largest share (percent) of a route's targets ejected at once (rounded down).
     pub max_ejected_percent: u32,
+    /// Latency outlier ejection: a target whose TTFT (or inter-token time) average stays
+    /// above this factor times its route peers' median is ejected; 0 turns it off.
+    pub latency_factor: f64,
+    /// How long a target must stay a latency outlier before it is ejected.
+    pub latency_for: Duration,
+    /// Samples a target (and each peer compared with) needs before latency counts.
+    pub latency_min_samples: u32,
+    /// A target that joins (returns from ejection or cooling, becomes healthy, is added by
+    /// a reload) ramps its share over this window; 0 turns slow start off.
+    pub slow_start_window: Duration,
+    /// The ramp's shape: share × (elapsed / window)^(1 / aggression).
+    pub slow_start_aggression: f64,
+    /// The smallest share factor during the ramp.
+    pub slow_start_min_weight: f64,
 }
 
 impl Default for HealthConfig {
@@ -273,6 +287,12 @@ impl Default for HealthConfig {
             ejection_time: Duration::from_secs(10),
             max_ejection_time: Duration::from_secs(300),
             max_ejected_percent: 50,
+            latency_factor: 0.0,
+            latency_for: Duration::from_secs(30),
+            latency_min_samples: 20,
+            slow_start_window: Duration::ZERO,
+            slow_start_aggression: 1.0,
+            slow_start_min_weight: 0.1,
         }
     }
 }

@@ -84,6 +84,12 @@ pub(crate) struct RawHealth {
     pub ejection_time: Option<toml::Value>,
     pub max_ejection_time: Option<toml::Value>,
     pub max_ejected_percent: Option<i64>,
+    pub latency_factor: Option<f64>,
+    pub latency_for: Option<toml::Value>,
+    pub latency_min_samples: Option<i64>,
+    pub slow_start_window: Option<toml::Value>,
+    pub slow_start_aggression: Option<f64>,
+    pub slow_start_min_weight: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -358,6 +364,12 @@ pub(crate) const HEALTH_KEYS: &[&str] = &[
     "ejection_time",
     "max_ejection_time",
     "max_ejected_percent",
+    "latency_factor",
+    "latency_for",
+    "latency_min_samples",
+    "slow_start_window",
+    "slow_start_aggression",
+    "slow_start_min_weight",
 ];
 pub(crate) const SCRAPE_KEYS: &[&str] = &["enabled", "path", "interval", "timeout", "stale_after"];
 pub(crate) const ADMIN_KEYS: &[&str] = &["listen", "token"];

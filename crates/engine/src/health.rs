@@ -1,7 +1,10 @@
 //! The health book: per target, the active check state (healthy/unhealthy after the
-//! configured streaks of probe results) and passive ejection (consecutive failed requests
-//! eject a target for a time that doubles with each ejection in a row, capped), with a cap on
-//! the share of any route's targets ejected at once.
+//! configured streaks of probe results), passive ejection (consecutive failed requests
+//! eject a target for a time that doubles with each ejection in a row, capped), latency
+//! outlier ejection (a target whose TTFT or inter-token time stays `latency_factor` times
+//! above its route peers' median for `latency_for` is ejected the same way), with a cap on
+//! the share of any route's targets ejected at once; and slow start (a target that joins
+//! ramps its share over `slow_start_window`).
 //!
 //! Owned by the control thread; pure state with time passed in, so it is tested without
 //! sockets. It must not do I/O: probes and request outcomes arrive as values, and the
@@ -10,10 +13,10 @@
 use std::time::{Duration, Instant};
 
 use rolter_config::{HealthConfig, Route, Target, TargetId};
-use rolter_core::Verdict;
+use rolter_core::{Sample, Verdict};
 
 /// A change worth a log line and a metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum HealthEvent {
     /// Passive ejection after consecutive failures, for this long.
     Ejected {
@@ -28,6 +31,28 @@ pub enum HealthEvent {
     Unhealthy { target: TargetId },
     /// Active checks passed `healthy_threshold` times in a row.
     Healthy { target: TargetId },
+    /// Latency outlier ejection: `ratio` times its peers' median for `latency_for`.
+    SlowEjected {
+        target: TargetId,
+        duration: Duration,
+        ratio: f64,
+    },
+}
+
+/// A running average over about the last `span` samples: the plain mean of the first
+/// `span`, then an exponential average with weight `1 / span`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Average {
+    mean: f64,
+    samples: u32,
+}
+
+impl Average {
+    fn add(&mut self, v: f64, span: u32) {
+        self.samples = self.samples.saturating_add(1);
+        let n = f64::from(self.samples.min(span.max(1)));
+        self.mean += (v - self.mean) / n;
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -50,6 +75,14 @@ struct TargetHealth {
     returned: Option<(Instant, Duration)>,
     /// How many times this target was ejected since start.
     total_ejections: u64,
+    /// TTFT and inter-token time of its successful attempts, in milliseconds.
+    ttft: Average,
+    itl: Average,
+    /// A latency outlier since then.
+    slow_since: Option<Instant>,
+    /// When it last joined (returned, became healthy, was added by a reload), for slow
+    /// start.
+    joined_at: Option<Instant>,
 }
 
 impl TargetHealth {
@@ -78,6 +111,8 @@ pub struct HealthBook {
     targets: Vec<TargetHealth>,
     /// Targets per route, for the ejection cap.
     routes: Vec<Vec<TargetId>>,
+    /// Scratch for the peers' averages.
+    peers: Vec<f64>,
 }
 
 impl HealthBook {
@@ -92,7 +127,160 @@ impl HealthBook {
                 .collect(),
             routes: routes.iter().map(|r| r.targets.clone()).collect(),
             cfg: cfg.clone(),
+            peers: Vec::new(),
         }
+    }
+
+    /// Targets a reload added (`map[t]` is `None`) join now: they ramp up with slow start.
+    pub fn joined_by_reload(&mut self, map: &[Option<usize>], now: Instant) {
+        for (t, from) in map.iter().enumerate() {
+            if from.is_none() {
+                if let Some(h) = self.targets.get_mut(t) {
+                    h.joined_at = Some(now);
+                }
+            }
+        }
+    }
+
+    /// A target joins now (it stopped cooling after a 429, say): slow start ramps it up.
+    pub fn joined(&mut self, t: TargetId, now: Instant) {
+        if let Some(h) = self.targets.get_mut(t) {
+            h.joined_at = Some(now);
+        }
+    }
+
+    /// The slow-start factor of `t`'s share at `now`: 1 outside a ramp, else
+    /// `max(min_weight, (elapsed / window)^(1 / aggression))`.
+    pub fn ramp(&self, t: TargetId, now: Instant) -> f32 {
+        let window = self.cfg.slow_start_window;
+        let Some(at) = self.targets[t].joined_at else {
+            return 1.0;
+        };
+        let elapsed = now.saturating_duration_since(at);
+        if window.is_zero() || elapsed >= window {
+            return 1.0;
+        }
+        let x = elapsed.as_secs_f64() / window.as_secs_f64();
+        x.powf(1.0 / self.cfg.slow_start_aggression)
+            .max(self.cfg.slow_start_min_weight)
+            .min(1.0) as f32
+    }
+
+    /// Folds a finished attempt's latency in (successful attempts only): its TTFT, and
+    /// for a response of several tokens its inter-token time.
+    pub fn on_sample(&mut self, s: &Sample) {
+        if self.cfg.latency_factor <= 0.0 || !s.success {
+            return;
+        }
+        let span = self.cfg.latency_min_samples;
+        let Some(h) = self.targets.get_mut(s.target) else {
+            return;
+        };
+        let Some(ttft) = s.ttft else {
+            return;
+        };
+        h.ttft.add(ttft.as_secs_f64() * 1e3, span);
+        if let Some(u) = s.usage.filter(|u| u.completion_tokens > 1) {
+            let rest = s.duration.saturating_sub(ttft).as_secs_f64() * 1e3;
+            h.itl.add(rest / f64::from(u.completion_tokens - 1), span);
+        }
+    }
+
+    /// Ejects latency outliers: per route, a target with enough samples whose TTFT (or
+    /// inter-token time) average is above `latency_factor` times the median of its
+    /// eligible peers' (with enough samples), continuously for `latency_for`.
+    fn eject_outliers(&mut self, now: Instant, events: &mut Vec<HealthEvent>) {
+        let factor = self.cfg.latency_factor;
+        if factor <= 0.0 {
+            return;
+        }
+        let min = self.cfg.latency_min_samples;
+        let n = self.targets.len();
+        let mut outlier = vec![None::<f64>; n];
+        let mut judged = vec![false; n];
+        for r in 0..self.routes.len() {
+            for i in 0..self.routes[r].len() {
+                let t = self.routes[r][i];
+                let h = &self.targets[t];
+                if h.ejected() || h.unhealthy || h.ttft.samples < min {
+                    continue;
+                }
+                judged[t] = true;
+                let mut worst: Option<f64> = None;
+                for pick in [|h: &TargetHealth| h.ttft, |h: &TargetHealth| h.itl] {
+                    let own = pick(h);
+                    if own.samples < min {
+                        continue;
+                    }
+                    self.peers.clear();
+                    for &p in &self.routes[r] {
+                        let ph = &self.targets[p];
+                        if p != t && !ph.ejected() && !ph.unhealthy && pick(ph).samples >= min {
+                            self.peers.push(pick(ph).mean);
+                        }
+                    }
+                    if self.peers.is_empty() {
+                        continue;
+                    }
+                    self.peers.sort_by(f64::total_cmp);
+                    let k = self.peers.len();
+                    let median = if k % 2 == 1 {
+                        self.peers[k / 2]
+                    } else {
+                        (self.peers[k / 2 - 1] + self.peers[k / 2]) / 2.0
+                    };
+                    if median > 0.0 && own.mean > factor * median {
+                        let ratio = own.mean / median;
+                        worst = Some(worst.map_or(ratio, |w: f64| w.max(ratio)));
+                    }
+                }
+                if let Some(ratio) = worst {
+                    outlier[t] = Some(outlier[t].map_or(ratio, |w: f64| w.max(ratio)));
+                }
+            }
+        }
+        for t in 0..n {
+            if !judged[t] {
+                continue;
+            }
+            let Some(ratio) = outlier[t] else {
+                self.targets[t].slow_since = None;
+                continue;
+            };
+            let since = *self.targets[t].slow_since.get_or_insert(now);
+            if now.saturating_duration_since(since) < self.cfg.latency_for {
+                continue;
+            }
+            if !self.may_eject(t) {
+                continue;
+            }
+            let duration = self.eject(t, now);
+            events.push(HealthEvent::SlowEjected {
+                target: t,
+                duration,
+                ratio,
+            });
+        }
+    }
+
+    /// Takes `t` out for its next ejection time; what it learned about its latency starts
+    /// over when it is back.
+    fn eject(&mut self, t: TargetId, now: Instant) -> Duration {
+        let h = &mut self.targets[t];
+        let duration = self
+            .cfg
+            .ejection_time
+            .saturating_mul(1u32 << h.ejections.min(20))
+            .min(self.cfg.max_ejection_time);
+        h.ejected_until = Some(now + duration);
+        h.ejections = h.ejections.saturating_add(1);
+        h.failures = 0;
+        h.total_ejections += 1;
+        h.returned = None;
+        h.slow_since = None;
+        h.ttft = Average::default();
+        h.itl = Average::default();
+        duration
     }
 
     /// Takes over `old`'s state (health, ejections, failure counts) of the targets a reload
@@ -165,17 +353,7 @@ impl HealthBook {
                     self.targets[t].failures = 0;
                     return Some(HealthEvent::EjectionCapped { target: t });
                 }
-                let h = &mut self.targets[t];
-                let duration = self
-                    .cfg
-                    .ejection_time
-                    .saturating_mul(1u32 << h.ejections.min(20))
-                    .min(self.cfg.max_ejection_time);
-                h.ejected_until = Some(now + duration);
-                h.ejections = h.ejections.saturating_add(1);
-                h.failures = 0;
-                h.total_ejections += 1;
-                h.returned = None;
+                let duration = self.eject(t, now);
                 Some(HealthEvent::Ejected {
                     target: t,
                     duration,
@@ -205,10 +383,12 @@ impl HealthBook {
                 // An ejected target whose time is over comes back on a passing check.
                 h.awaiting_probe = false;
                 h.returned = Some((now, self.cfg.ejection_time));
+                h.joined_at = Some(now);
                 return Some(HealthEvent::Returned { target: t });
             }
             if h.unhealthy && h.probe_passes >= up {
                 h.unhealthy = false;
+                h.joined_at = Some(now);
                 return Some(HealthEvent::Healthy { target: t });
             }
         } else {
@@ -242,9 +422,11 @@ impl HealthBook {
                 h.awaiting_probe = true;
             } else {
                 h.returned = Some((now, served));
+                h.joined_at = Some(now);
                 events.push(HealthEvent::Returned { target: t });
             }
         }
+        self.eject_outliers(now, events);
     }
 }
 
@@ -435,5 +617,169 @@ mod tests {
             assert_eq!(b.on_attempt(0, Verdict::TargetFailed, Instant::now()), None);
         }
         assert!(b.eligible(0));
+    }
+
+    fn sample(target: usize, ttft_ms: u64, tokens: u32, total_ms: u64) -> Sample {
+        Sample {
+            target,
+            status: 200,
+            success: true,
+            ttft: Some(Duration::from_millis(ttft_ms)),
+            duration: Duration::from_millis(total_ms),
+            load_at_send: 0,
+            prompt_tokens: 10,
+            usage: Some(rolter_core::Usage {
+                prompt_tokens: 10,
+                completion_tokens: tokens,
+            }),
+            finished: Instant::now(),
+        }
+    }
+
+    fn latency_cfg() -> HealthConfig {
+        HealthConfig {
+            latency_factor: 3.0,
+            latency_for: Duration::from_secs(5),
+            latency_min_samples: 10,
+            ..cfg()
+        }
+    }
+
+    #[test]
+    fn a_target_far_slower_than_its_peers_for_long_enough_is_ejected() {
+        let mut b = book(3, latency_cfg());
+        let t0 = Instant::now();
+        let mut events = Vec::new();
+        for _ in 0..10 {
+            b.on_sample(&sample(0, 20, 1, 20));
+            b.on_sample(&sample(1, 25, 1, 25));
+            b.on_sample(&sample(2, 100, 1, 100));
+        }
+        // 100 ms against a median of 22.5 ms: an outlier from now on, not yet for long.
+        b.tick(t0, &mut events);
+        b.tick(t0 + Duration::from_secs(4), &mut events);
+        assert!(events.is_empty() && b.eligible(2));
+        b.tick(t0 + Duration::from_secs(5), &mut events);
+        match events.as_slice() {
+            [HealthEvent::SlowEjected {
+                target: 2,
+                duration,
+                ratio,
+            }] => {
+                assert_eq!(*duration, Duration::from_secs(10));
+                assert!((*ratio - 100.0 / 22.5).abs() < 1e-9, "{ratio}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!b.eligible(2));
+        // It returns through the same path, with its latency forgotten.
+        events.clear();
+        b.tick(t0 + Duration::from_secs(15), &mut events);
+        assert_eq!(events, [HealthEvent::Returned { target: 2 }]);
+        assert!(b.eligible(2));
+        b.tick(t0 + Duration::from_secs(30), &mut events);
+        assert_eq!(events.len(), 1, "not judged again before new samples");
+    }
+
+    #[test]
+    fn a_slow_spell_shorter_than_latency_for_is_forgiven_and_too_few_samples_never_judge() {
+        let mut b = book(3, latency_cfg());
+        let t0 = Instant::now();
+        let mut events = Vec::new();
+        for _ in 0..10 {
+            b.on_sample(&sample(0, 20, 1, 20));
+            b.on_sample(&sample(1, 20, 1, 20));
+            b.on_sample(&sample(2, 100, 1, 100));
+        }
+        b.tick(t0, &mut events);
+        // Fast again: the average falls back under 3x the peers' before latency_for ends.
+        for _ in 0..40 {
+            b.on_sample(&sample(2, 20, 1, 20));
+        }
+        b.tick(t0 + Duration::from_secs(3), &mut events);
+        b.tick(t0 + Duration::from_secs(9), &mut events);
+        assert!(events.is_empty() && b.eligible(2));
+        // Nine samples are not enough to judge.
+        let mut fresh = book(3, latency_cfg());
+        for _ in 0..9 {
+            fresh.on_sample(&sample(0, 20, 1, 20));
+            fresh.on_sample(&sample(1, 20, 1, 20));
+            fresh.on_sample(&sample(2, 500, 1, 500));
+        }
+        fresh.tick(t0, &mut events);
+        fresh.tick(t0 + Duration::from_secs(60), &mut events);
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn inter_token_time_counts_too_and_the_cap_holds() {
+        let mut b = book(2, latency_cfg());
+        let t0 = Instant::now();
+        let mut events = Vec::new();
+        // The same TTFT, but target 1 streams its 100 tokens after the first at 40 ms
+        // each against target 0's 10 ms: four times slower.
+        for _ in 0..10 {
+            b.on_sample(&sample(0, 20, 101, 20 + 1000));
+            b.on_sample(&sample(1, 20, 101, 20 + 4000));
+        }
+        b.tick(t0, &mut events);
+        b.tick(t0 + Duration::from_secs(5), &mut events);
+        assert!(
+            matches!(events[..], [HealthEvent::SlowEjected { target: 1, .. }]),
+            "{events:?}"
+        );
+        // With max_ejected_percent = 50 and two targets, only one can be out at once.
+        let mut capped = book(
+            2,
+            HealthConfig {
+                max_ejected_percent: 0,
+                ..latency_cfg()
+            },
+        );
+        for _ in 0..10 {
+            capped.on_sample(&sample(0, 20, 1, 20));
+            capped.on_sample(&sample(1, 200, 1, 200));
+        }
+        let mut none = Vec::new();
+        capped.tick(t0, &mut none);
+        capped.tick(t0 + Duration::from_secs(9), &mut none);
+        assert!(none.is_empty() && capped.eligible(1), "the cap keeps it in");
+    }
+
+    #[test]
+    fn slow_start_ramps_a_returning_target() {
+        let cfg = HealthConfig {
+            slow_start_window: Duration::from_secs(10),
+            slow_start_min_weight: 0.1,
+            slow_start_aggression: 1.0,
+            failures: 1,
+            ..cfg()
+        };
+        let mut b = book(2, cfg.clone());
+        let t0 = Instant::now();
+        assert_eq!(b.ramp(0, t0), 1.0, "no ramp at start");
+        b.on_attempt(0, Verdict::TargetFailed, t0);
+        let mut events = Vec::new();
+        let back = t0 + Duration::from_secs(10);
+        b.tick(back, &mut events);
+        assert_eq!(events, [HealthEvent::Returned { target: 0 }]);
+        assert_eq!(b.ramp(0, back), 0.1, "the minimum weight first");
+        assert!((b.ramp(0, back + Duration::from_secs(5)) - 0.5).abs() < 1e-6);
+        assert_eq!(b.ramp(0, back + Duration::from_secs(10)), 1.0);
+        assert_eq!(b.ramp(1, back), 1.0);
+        // Aggression 2: the square root, a faster start.
+        let mut fast = book(
+            2,
+            HealthConfig {
+                slow_start_aggression: 2.0,
+                ..cfg
+            },
+        );
+        fast.joined(1, t0);
+        assert!((fast.ramp(1, t0 + Duration::from_millis(2500)) - 0.5).abs() < 1e-6);
+        // Off by default.
+        let mut off = book(2, super::tests::cfg());
+        off.joined(0, t0);
+        assert_eq!(off.ramp(0, t0), 1.0);
     }
 }

@@ -226,4 +226,7 @@ pub enum Fault {
     Stall,
     /// Reset the connection (RST) after N token events; 0 = before any response byte.
     ResetAfter(u32),
+    /// Answer normally, with this time to first token instead of the configured one (a
+    /// throttled GPU); an `x-mock-ttft-ms` header still wins.
+    Slow(Duration),
 }

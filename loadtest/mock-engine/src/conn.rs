@@ -594,7 +594,13 @@ impl Conn {
                 .respond_error(400, "max_tokens must be at least 1, got 0.", close, None)
                 .await;
         }
-        let ttft = ms(ov.ttft_ms, cfg.ttft);
+        let ttft = ms(
+            ov.ttft_ms,
+            match engine_fault {
+                Some(Fault::Slow(d)) => d,
+                _ => cfg.ttft,
+            },
+        );
         let itl = ms(ov.itl_ms, cfg.itl);
         let natural = ov.tokens.unwrap_or(cfg.tokens);
         let (tokens, length) = match max {

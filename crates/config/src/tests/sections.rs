@@ -65,7 +65,9 @@ fn health_values() {
     let c = load(&format!(
         "[health]\nactive = false\npath = \"/v1/models\"\ninterval = \"2s\"\ntimeout = \"1500ms\"\n\
          healthy_threshold = 1\nunhealthy_threshold = 7\nfailures = 0\nejection_time = \"30s\"\n\
-         max_ejection_time = \"30s\"\nmax_ejected_percent = 100\n{ONE_TARGET}"
+         max_ejection_time = \"30s\"\nmax_ejected_percent = 100\nlatency_factor = 4.0\n\
+         latency_for = \"1m\"\nlatency_min_samples = 50\nslow_start_window = \"30s\"\n\
+         slow_start_aggression = 2.0\nslow_start_min_weight = 0.2\n{ONE_TARGET}"
     ))
     .unwrap();
     assert_eq!(
@@ -81,8 +83,29 @@ fn health_values() {
             ejection_time: Duration::from_secs(30),
             max_ejection_time: Duration::from_secs(30),
             max_ejected_percent: 100,
+            latency_factor: 4.0,
+            latency_for: Duration::from_secs(60),
+            latency_min_samples: 50,
+            slow_start_window: Duration::from_secs(30),
+            slow_start_aggression: 2.0,
+            slow_start_min_weight: 0.2,
         }
     );
+    for (line, key) in [
+        ("latency_factor = 0.5", "health.latency_factor"),
+        ("latency_for = \"0s\"", "health.latency_for"),
+        (
+            "slow_start_aggression = 0.0",
+            "health.slow_start_aggression",
+        ),
+        (
+            "slow_start_min_weight = 1.5",
+            "health.slow_start_min_weight",
+        ),
+    ] {
+        let errs = errors(&format!("[health]\n{line}\n{ONE_TARGET}"));
+        assert!(errs.iter().any(|e| e.key == key), "{line}: {errs:?}");
+    }
     let c = load(&format!("[health]\nmax_ejected_percent = 0\n{ONE_TARGET}")).unwrap();
     assert_eq!(c.health.max_ejected_percent, 0);
 }

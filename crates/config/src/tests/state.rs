@@ -132,6 +132,14 @@ fn state_errors_name_the_key_and_the_fix() {
         assert!(e.message.contains(says), "{body}: {}", e.message);
         assert!(!e.fix.is_empty(), "{body}: no fix");
     }
+    // fleet_load needs the replicas to publish their load.
+    let text = format!(
+        "{base}backend = \"redis\"\nurl = \"redis://x:1\"\nshare_load = false\n[[routes]]\nname = \"r\"\ntargets = [\"a\"]\nstrategy = {{ name = \"least_loaded\", fleet_load = true }}\n"
+    );
+    let errs = errors(&text);
+    assert!(error_at(&errs, "routes[0].strategy")
+        .message
+        .contains("share_load = false"));
     let c = load(&format!(
         "{base}backend = \"valkey\"\nurls = [\"redis://s1:26379\", \"redis://s2:26379\"]\nsentinel_master = \"mymaster\"\n"
     ))

@@ -86,7 +86,72 @@ pub(super) fn health(raw: Option<RawHealth>, errs: &mut Collector) -> Option<Hea
         "the largest share of a route's targets ejected at once, in percent",
         errs,
     );
+    let latency_factor = match raw.latency_factor {
+        None => Some(d.latency_factor),
+        Some(f) if f == 0.0 || (f.is_finite() && f > 1.0) => Some(f),
+        Some(f) => {
+            errs.push(
+                "health.latency_factor",
+                format!("latency_factor is {f}; it must be 0 (off) or greater than 1"),
+                "write how many times slower than its peers' median a target may be, e.g. latency_factor = 3.0, or 0 to turn latency ejection off",
+            );
+            None
+        }
+    };
+    let latency_for = nonzero_duration(
+        raw.latency_for.as_ref(),
+        "health.latency_for",
+        d.latency_for,
+        errs,
+    );
+    let latency_min_samples = count(
+        raw.latency_min_samples,
+        "health.latency_min_samples",
+        d.latency_min_samples,
+        1..=1_000_000,
+        "the samples a target and its peers need before latency counts",
+        errs,
+    );
+    let slow_start_window = duration(
+        raw.slow_start_window.as_ref(),
+        "health.slow_start_window",
+        d.slow_start_window,
+        true,
+        errs,
+    );
+    let slow_start_aggression = match raw.slow_start_aggression {
+        None => Some(d.slow_start_aggression),
+        Some(a) if a.is_finite() && a > 0.0 => Some(a),
+        Some(a) => {
+            errs.push(
+                "health.slow_start_aggression",
+                format!("slow_start_aggression is {a}; it must be greater than 0"),
+                "use 1.0 (a linear ramp, the default), more for a faster start, less for a slower one",
+            );
+            None
+        }
+    };
+    let slow_start_min_weight = match raw.slow_start_min_weight {
+        None => Some(d.slow_start_min_weight),
+        Some(w) if (0.0..=1.0).contains(&w) && w > 0.0 => Some(w),
+        Some(w) => {
+            errs.push(
+                "health.slow_start_min_weight",
+                format!(
+                    "slow_start_min_weight is {w}; it must be a fraction above 0 and at most 1"
+                ),
+                "write the smallest share factor during the ramp, e.g. 0.1 (the default)",
+            );
+            None
+        }
+    };
     Some(HealthConfig {
+        latency_factor: latency_factor?,
+        latency_for: latency_for?,
+        latency_min_samples: latency_min_samples?,
+        slow_start_window: slow_start_window?,
+        slow_start_aggression: slow_start_aggression?,
+        slow_start_min_weight: slow_start_min_weight?,
         active: raw.active.unwrap_or(true),
         path: path?,
         interval: interval?,

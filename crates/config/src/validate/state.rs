@@ -268,9 +268,33 @@ pub(super) fn check_store_use(
     errs: &mut Collector,
 ) {
     // An invalid [state] has said so already.
-    let Some(None) = state else {
-        return;
+    let state = match state {
+        Some(None) => None,
+        Some(Some(s)) => Some(s),
+        None => return,
     };
+    if let Some(s) = state {
+        if !s.share_load {
+            for (i, r) in routes.iter().enumerate() {
+                let Some(r) = r else { continue };
+                if r.strategy
+                    .requirements()
+                    .store
+                    .is_some_and(|u| u.fleet_load)
+                {
+                    errs.push(
+                        format!("routes[{i}].strategy"),
+                        format!(
+                            "route \"{}\": fleet_load = true reads the other replicas' load, and state.share_load = false publishes none",
+                            r.name
+                        ),
+                        "set share_load = true in [state] (the default), or remove fleet_load",
+                    );
+                }
+            }
+        }
+        return;
+    }
     for (i, r) in routes.iter().enumerate() {
         let Some(r) = r else { continue };
         if let Some(store) = r.strategy.requirements().store {

@@ -200,6 +200,7 @@ impl Plane {
         }
         let map = unchanged_targets(&old.config.targets, &self.config.targets);
         self.health.inherit(&old.health, &map);
+        self.health.joined_by_reload(&map, Instant::now());
         for (t, from) in map.iter().enumerate() {
             if let Some(o) = *from {
                 self.scrapes[t] = std::mem::take(&mut old.scrapes[o]);
@@ -332,6 +333,7 @@ impl Plane {
                         slot.1 += 1;
                     }
                 }
+                self.health.on_sample(sample);
                 if let Some(e) = self.health.on_attempt(sample.target, verdict, now) {
                     self.log_event(e);
                 }
@@ -521,6 +523,20 @@ impl Plane {
                     "target ejected after consecutive failures"
                 );
             }
+            HealthEvent::SlowEjected {
+                target,
+                duration,
+                ratio,
+            } => {
+                self.metrics.record_ejection(target);
+                tracing::warn!(
+                    target = %name(target),
+                    seconds = duration.as_secs(),
+                    times_peers_median = format!("{ratio:.1}"),
+                    for_seconds = self.config.health.latency_for.as_secs(),
+                    "target ejected as a latency outlier: far slower than its peers"
+                );
+            }
             HealthEvent::EjectionCapped { target } => tracing::warn!(
                 target = %name(target),
                 max_ejected_percent = self.config.health.max_ejected_percent,
@@ -603,6 +619,7 @@ impl Plane {
                     .and_then(|m| m.kv_usage)
                     .map(|k| k as f32),
                 cooling_until: self.cooling_left(t, now).map(|left| now + left),
+                ramp: self.health.ramp(t, now),
             })
             .collect();
         let due = self
@@ -703,6 +720,7 @@ impl Plane {
                         "ejected_for_seconds": h.ejected_for.map(|d| d.as_secs_f64()),
                         "consecutive_failures": h.consecutive_failures,
                         "total_ejections": h.total_ejections,
+                        "slow_start_ramp": self.health.ramp(t, now),
                     },
                     "load": {
                         "in_flight": g.in_flight,

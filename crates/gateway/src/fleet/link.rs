@@ -62,6 +62,10 @@ impl StoreLink {
         members: Vec<(u16, f64)>,
         lease: u32,
     ) -> Option<Vec<TargetId>> {
+        // While the store is away the pick falls back at once instead of waiting.
+        if !self.stats.is_up() {
+            return None;
+        }
         let (reply, answer) = futures_channel::oneshot::channel();
         let sent = self.send(ToState::Rotate {
             config: config.clone(),

@@ -36,6 +36,8 @@ pub struct StoreStats {
     pick_timeouts: AtomicU64,
     /// Messages the state thread's queue had no room for.
     queue_full: AtomicU64,
+    /// News the control thread's queue had no room for.
+    news_dropped: AtomicU64,
     items_published: AtomicU64,
     items_received: AtomicU64,
     items_dropped: AtomicU64,
@@ -132,6 +134,10 @@ impl StoreStats {
 
     pub(crate) fn queue_full(&self) {
         self.queue_full.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn news_dropped(&self) {
+        self.news_dropped.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn published(&self, n: u64) {
@@ -262,6 +268,13 @@ impl StoreStats {
             "Messages for the state thread dropped because its queue was full",
             full,
         );
+        let news = Counter::<u64>::default();
+        news.inc_by(self.news_dropped.load(Relaxed));
+        r.register(
+            "rolter_state_news_dropped",
+            "What the store said about the other replicas, dropped because the control thread's queue was full",
+            news,
+        );
         let rtt = Gauge::<f64, AtomicU64>::default();
         rtt.set(self.last_round_trip_micros.load(Relaxed) as f64 / 1e6);
         r.register(
@@ -305,6 +318,7 @@ impl StoreStats {
                 "failed": self.sync_failures.load(Relaxed),
             },
             "queue_full": self.queue_full.load(Relaxed),
+            "news_dropped": self.news_dropped.load(Relaxed),
         })
     }
 }

@@ -37,12 +37,29 @@ use super::stats::StoreStats;
 const BUCKETS: u64 = rolter_strategy::strategies::fair_catchup::BUCKETS as u64;
 /// Most rotation asks sent in one pipeline.
 const MAX_ASKS: usize = 256;
-/// Stream entries read per page, and pages per exchange at most (the rest follow at the
-/// next one).
-const READ_ENTRIES: usize = 256;
+/// Stream entries read per page (each at most [`ENTRY_BYTES`]), and pages per exchange at
+/// most (the rest follow at the next one).
+const READ_ENTRIES: usize = 32;
 const READ_PAGES: usize = 16;
-/// Items kept for publishing while the store is away, in seconds of the rate limit.
+/// Items kept for publishing while the store is away: at most this many seconds of the
+/// rate limit, and at most this many bytes.
 const BACKLOG_SECONDS: f64 = 10.0;
+const BACKLOG_BYTES: usize = 8 << 20;
+/// Largest stream entry, about.
+const ENTRY_BYTES: usize = 256 << 10;
+
+/// What an item weighs in an entry, about (names, a key, the prefix's chunk keys).
+fn item_bytes(item: &Item) -> usize {
+    match item {
+        Item::SessionPin { route, target, .. } => route.len() + target.len() + 16,
+        Item::Prefix {
+            route,
+            target,
+            data,
+        } => route.len() + target.len() + data.len() + 16,
+        Item::Assigned { route, target, .. } => route.len() + target.len() + 8,
+    }
+}
 
 /// The store client's settings for `[state]` (valkey:// is redis:// to the client).
 pub fn settings(c: &StateConfig) -> StoreSettings {
@@ -136,6 +153,8 @@ struct StateThread {
     /// The last stream entry read; `None` until the first read (which replays the stream).
     last_id: Option<String>,
     items: Vec<Item>,
+    /// What `items` weighs, about.
+    items_bytes: usize,
     tokens: f64,
     refilled: Instant,
     /// Assignments not yet in the store, and those this process wrote, by (route, bucket).
@@ -176,7 +195,9 @@ impl StateThread {
         news: Sender<StoreNews>,
         stats: Arc<StoreStats>,
     ) -> Self {
-        let origin = format!("{replica}#{}", std::process::id());
+        // The process id and a random word: replicas given one name by a shared file (or
+        // run as pid 1 in containers) still tell their entries apart.
+        let origin = format!("{replica}#{}-{:08x}", std::process::id(), fastrand::u32(..));
         StateThread {
             settings: settings(&cfg),
             tokens: f64::from(cfg.max_items_per_second),
@@ -189,6 +210,7 @@ impl StateThread {
             next_retry: Instant::now(),
             last_id: None,
             items: Vec::new(),
+            items_bytes: 0,
             refilled: Instant::now(),
             pending: BTreeMap::new(),
             own: BTreeMap::new(),
@@ -316,11 +338,15 @@ impl StateThread {
         let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
         self.refilled = now;
         self.tokens = (self.tokens + elapsed * rate).min(rate);
-        if self.tokens < 1.0 || self.items.len() as f64 >= rate * BACKLOG_SECONDS {
+        if self.tokens < 1.0
+            || self.items.len() as f64 >= rate * BACKLOG_SECONDS
+            || self.items_bytes >= BACKLOG_BYTES
+        {
             self.stats.dropped(1);
             return;
         }
         self.tokens -= 1.0;
+        self.items_bytes += item_bytes(&item);
         self.items.push(item);
     }
 
@@ -373,6 +399,7 @@ impl StateThread {
                 );
             }
             self.stats.disconnected(e.to_string());
+            self.forget_fleet();
         } else {
             let now = Instant::now();
             let quiet = self
@@ -383,6 +410,35 @@ impl StateThread {
                 self.last_command_error = Some(now);
             }
             self.stats.disconnected_soft(e.to_string());
+        }
+    }
+
+    /// While the store is away what it said about the other replicas is no longer known:
+    /// the workers drop the fleet's load and the other replicas' books, and route on this
+    /// replica's own until the store answers again.
+    fn forget_fleet(&mut self) {
+        self.send_news(StoreNews::FleetLoad(Vec::new()));
+        let empty: Vec<LedgerNews> = self
+            .config
+            .routes
+            .iter()
+            .zip(&self.uses)
+            .filter(|(_, u)| u.as_ref().is_some_and(|u| u.ledger.is_some()))
+            .map(|(r, _)| LedgerNews {
+                route: r.name.clone(),
+                picks: 0,
+                received: Vec::new(),
+            })
+            .collect();
+        if !empty.is_empty() {
+            self.send_news(StoreNews::Ledgers(empty));
+        }
+    }
+
+    /// Hands news to the control thread; a full queue drops it (counted).
+    fn send_news(&self, news: StoreNews) {
+        if self.news.try_send(news).is_err() {
+            self.stats.news_dropped();
         }
     }
 
@@ -483,13 +539,16 @@ impl StateThread {
         self.forget_old(unix);
     }
 
+    /// The three steps, each on its own: a step that fails (a large backlog of items that
+    /// times out, say) does not keep the others from running while the connection holds.
     fn exchange(&mut self, unix: u64) -> Result<(), ()> {
-        let r = self.exchange_items();
-        self.check(r)?;
-        let r = self.exchange_books(unix);
-        self.check(r)?;
-        let r = self.exchange_load();
-        self.check(r)
+        let items = self.exchange_items();
+        let items = self.check(items);
+        let books = self.exchange_books(unix);
+        let books = self.check(books);
+        let load = self.exchange_load();
+        let load = self.check(load);
+        items.and(books).and(load)
     }
 
     fn check(&mut self, r: Result<(), StoreError>) -> Result<(), ()> {
@@ -500,10 +559,26 @@ impl StateThread {
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
-        if !self.items.is_empty() {
-            store.append_items(&self.origin, &self.items, self.cfg.stream_maxlen as usize)?;
-            self.stats.published(self.items.len() as u64);
-            self.items.clear();
+        // One entry per ENTRY_BYTES of items at most, so no command carries a backlog whole.
+        while !self.items.is_empty() {
+            let mut bytes = 0;
+            let n = self
+                .items
+                .iter()
+                .take_while(|i| {
+                    bytes += item_bytes(i);
+                    bytes <= ENTRY_BYTES
+                })
+                .count()
+                .max(1);
+            store.append_items(
+                &self.origin,
+                &self.items[..n],
+                self.cfg.stream_maxlen as usize,
+            )?;
+            self.stats.published(n as u64);
+            let sent: usize = self.items.drain(..n).map(|i| item_bytes(&i)).sum();
+            self.items_bytes = self.items_bytes.saturating_sub(sent);
         }
         // A replica that starts late or reconnects reads what it missed a few pages per
         // exchange, so a long backlog never stalls the rotation asks behind it.
@@ -514,7 +589,9 @@ impl StateThread {
             self.last_id = Some(last);
             if !items.is_empty() {
                 self.stats.received(items.len() as u64);
-                let _ = self.news.try_send(StoreNews::Items(items));
+                if self.news.try_send(StoreNews::Items(items)).is_err() {
+                    self.stats.news_dropped();
+                }
             }
             if !moved {
                 break;
@@ -588,7 +665,7 @@ impl StateThread {
             ledgers.push(news);
         }
         if !ledgers.is_empty() {
-            let _ = self.news.try_send(StoreNews::Ledgers(ledgers));
+            self.send_news(StoreNews::Ledgers(ledgers));
         }
         Ok(())
     }
@@ -603,7 +680,7 @@ impl StateThread {
             store.publish_load(&self.replica, &counts, ttl)?;
         }
         let fleet = store.read_load(&self.replica)?;
-        let _ = self.news.try_send(StoreNews::FleetLoad(fleet));
+        self.send_news(StoreNews::FleetLoad(fleet));
         Ok(())
     }
 

@@ -30,6 +30,8 @@ pub struct LoadView {
     /// Until when the target cools after a 429 or a 503 with `Retry-After` (seen on this
     /// core, or on another and sent by the control thread).
     cooling: Box<[Cell<Option<Instant>>]>,
+    /// Slow start's share factor (1 outside a ramp).
+    ramp: Box<[Cell<f32>]>,
     /// The other gateway replicas' requests in flight, per target, from the shared state
     /// store (as fresh as its `sync_interval`; zero without a store).
     fleet: Box<[Cell<u32>]>,
@@ -50,6 +52,7 @@ impl LoadView {
             kv: (0..targets).map(|_| Cell::new(f32::NAN)).collect(),
             eligible: (0..targets).map(|_| Cell::new(true)).collect(),
             cooling: (0..targets).map(|_| Cell::new(None)).collect(),
+            ramp: (0..targets).map(|_| Cell::new(1.0)).collect(),
             fleet: cells(0),
             dirty: Cell::new(false),
             lora: Default::default(),
@@ -146,6 +149,7 @@ impl LoadView {
             if let Some(until) = s.cooling_until {
                 self.cool(t, until);
             }
+            self.ramp[t].set(s.ramp);
         }
     }
 
@@ -167,6 +171,12 @@ impl LoadView {
         }
         Some(until - now)
     }
+
+    /// Slow start's share factor for `t`, in (0, 1].
+    #[inline]
+    pub fn ramp(&self, t: TargetId) -> f32 {
+        self.ramp[t].get()
+    }
 }
 
 /// The control thread's word on one target, as every worker receives it.
@@ -180,6 +190,9 @@ pub struct TargetSignal {
     pub cooling_until: Option<Instant>,
     /// The engine's KV-cache use in [0, 1] from a fresh scrape.
     pub kv_usage: Option<f32>,
+    /// Slow start: the share factor of a target that joined recently, in (0, 1]; 1 outside
+    /// a ramp.
+    pub ramp: f32,
 }
 
 /// Decrements a target's in-flight count when dropped.
@@ -247,12 +260,14 @@ mod tests {
                 queue_depth: 7,
                 kv_usage: Some(0.5),
                 cooling_until: None,
+                ramp: 1.0,
             },
             TargetSignal {
                 eligible: false,
                 queue_depth: 0,
                 kv_usage: None,
                 cooling_until: None,
+                ramp: 0.5,
             },
         ]);
         assert_eq!(v.load(0), 8);
@@ -280,12 +295,14 @@ mod tests {
                 queue_depth: 0,
                 kv_usage: None,
                 cooling_until: None,
+                ramp: 1.0,
             },
             TargetSignal {
                 eligible: true,
                 queue_depth: 0,
                 kv_usage: None,
                 cooling_until: Some(t0 + Duration::from_secs(3)),
+                ramp: 1.0,
             },
         ]);
         assert_eq!(v.cooling_left(0, t0), Some(Duration::from_secs(2)));

@@ -150,6 +150,7 @@ fn fill(
         });
     }
     drop(lora);
+    slow_start(state, &mut cands);
     if cands.is_empty() {
         if let Some(left) = cooling_left.filter(|_| full == 0) {
             return Err(GatewayError::internal(
@@ -177,6 +178,29 @@ fn fill(
 /// then no candidate.
 fn cooling(state: &WorkerState, t: TargetId, now: Instant) -> Option<std::time::Duration> {
     state.load.cooling_left(t, now)
+}
+
+/// Slow start, for every strategy: a candidate whose share is ramping up (it joined
+/// recently, `health.slow_start_window`) stays a candidate with probability `ramp`, so its
+/// share of the picks is about `ramp` times what it would be. The last candidates are never
+/// all ramped out.
+fn slow_start(state: &WorkerState, cands: &mut Vec<Candidate>) {
+    if cands.len() < 2 || cands.iter().all(|c| state.load.ramp(c.target) >= 1.0) {
+        return;
+    }
+    let mut out = state.ramped_out.borrow_mut();
+    out.clear();
+    cands.retain(|c| {
+        let ramp = state.load.ramp(c.target);
+        let keep = ramp >= 1.0 || fastrand::f32() < ramp;
+        if !keep {
+            out.push(*c);
+        }
+        keep
+    });
+    if cands.is_empty() {
+        cands.extend(out.drain(..));
+    }
 }
 
 /// Asks the route's strategy to choose among the filled candidates.

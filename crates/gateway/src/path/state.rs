@@ -114,6 +114,8 @@ pub struct WorkerState {
     pub head_limits: HeadLimits,
     /// Scratch candidate list, reused by every pick.
     pub candidates: RefCell<Vec<Candidate>>,
+    /// Scratch: candidates slow start left out of one pick.
+    pub ramped_out: RefCell<Vec<Candidate>>,
     /// Some route shares items with the other replicas through the state store.
     pub shares_with_fleet: bool,
     /// `max_concurrent` counts the other replicas' requests too (`state.share_load`).
@@ -239,6 +241,7 @@ impl WorkerState {
                 max_uri_bytes: limits.max_uri_bytes,
             },
             candidates: RefCell::new(Vec::with_capacity(config.targets.len())),
+            ramped_out: RefCell::new(Vec::with_capacity(config.targets.len())),
             shares_with_fleet: config.routes.iter().any(|r| {
                 r.strategy
                     .requirements()

@@ -36,6 +36,9 @@ pub struct Gateway {
     lifecycle: Arc<Lifecycle>,
     workers: Vec<JoinHandle<()>>,
     control_thread: Option<JoinHandle<()>>,
+    /// The state thread (with `[state]`): it ends once the workers and the control thread
+    /// are gone, after writing what was still waiting.
+    state_thread: Option<JoinHandle<()>>,
     switches: Arc<Switches>,
     /// Duplicates of the listening sockets (client, then admin), handed to a new process
     /// on a binary upgrade; closed when the drain starts.
@@ -123,7 +126,7 @@ impl Gateway {
                 ));
                 let (tx, rx) = crossbeam_channel::bounded(crate::fleet::link::QUEUE);
                 let (news_tx, news_rx) = crossbeam_channel::bounded(256);
-                crate::fleet::thread::spawn(
+                let handle = crate::fleet::thread::spawn(
                     state.clone(),
                     replica,
                     config.clone(),
@@ -132,7 +135,7 @@ impl Gateway {
                     stats.clone(),
                 )?;
                 let link = crate::fleet::StoreLink::new(tx, state.pick_timeout, stats.clone());
-                Some((link, news_rx, stats))
+                Some((link, news_rx, stats, handle))
             }
         };
         let (adopt_tx, adopts) = crossbeam_channel::unbounded();
@@ -162,7 +165,7 @@ impl Gateway {
             handoff_txs.push(handoff_tx);
             let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
             let ready = ready_tx.clone();
-            let store = fleet.as_ref().map(|(link, _, _)| link.clone());
+            let store = fleet.as_ref().map(|(link, ..)| link.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("rolter-w{id}"))
                 .spawn(move || {
@@ -193,6 +196,10 @@ impl Gateway {
             workers.push(handle);
         }
         drop(ready_tx);
+        let (fleet, state_thread) = match fleet {
+            Some((link, news, stats, handle)) => (Some((link, news, stats)), Some(handle)),
+            None => (None, None),
+        };
         let control_thread = control_thread::spawn(ControlContext {
             config: config.clone(),
             tls: tls.clone(),
@@ -260,6 +267,7 @@ impl Gateway {
             lifecycle,
             workers,
             control_thread: Some(control_thread),
+            state_thread,
             switches,
             listen_fds,
             admin_fd,
@@ -355,6 +363,17 @@ impl Gateway {
         }
         if let Some(c) = self.control_thread.take() {
             let _ = c.join();
+        }
+        // Every sender is gone: the state thread writes what was waiting (bounded by its
+        // command timeouts) and ends; a store that does not answer does not hold the exit.
+        if let Some(s) = self.state_thread.take() {
+            let until = Instant::now() + Duration::from_secs(2);
+            while !s.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if s.is_finished() {
+                let _ = s.join();
+            }
         }
         let engine = self
             .supervisor

@@ -47,6 +47,16 @@ impl StrategyOptions for Options {
     fn check(&self, errors: &mut Vec<OptionError>) {
         self.within_tier
             .check_not(Self::NAME, "within_tier", errors);
+        // The shared rotation advances over the pick's candidates, every tier's; failover
+        // hands its inner strategy only the lowest tier's, so the store's answer would often
+        // not be among them.
+        let inner = self.within_tier.0.requirements();
+        if inner.store.is_some_and(|s| s.rotation.is_some()) {
+            errors.push(OptionError::new(
+                "within_tier",
+                "a shared rotation (atomic = true) cannot run within a tier: it advances over every tier's candidates; use atomic = false within tiers, or an atomic round_robin on a route without failover",
+            ));
+        }
     }
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
@@ -112,6 +122,17 @@ impl Wrapper for Failover {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_atomic_rotation_within_tiers_is_refused() {
+        let t: toml::Table =
+            toml::from_str("within_tier = { name = \"round_robin\", atomic = true }").unwrap();
+        let err = crate::testing::validate_spec("failover", &t).unwrap_err();
+        assert!(
+            err.iter().any(|e| e.1.contains("cannot run within a tier")),
+            "{err:?}"
+        );
+    }
+
     use super::*;
     use crate::strategies::round_robin::RoundRobin;
     use crate::testing::req;
