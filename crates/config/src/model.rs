@@ -485,6 +485,8 @@ pub struct Route {
     pub forward_client_auth: bool,
     /// Extra attempts on other targets before any response byte reached the client.
     pub retries: u32,
+    /// When and how those extra attempts are made (`retry_on`, timeouts, back-off, budget).
+    pub retry: RetryPolicy,
     /// The local tokenizer the route's strategy named (`tokenizer = "<path>"`), loaded at
     /// configuration time; `None` when it reads no token ids or asks the engine.
     #[cfg(feature = "local-tokenizer")]
@@ -492,6 +494,132 @@ pub struct Route {
     /// The cache controller the route's strategy asks (`controller = "http://…"`),
     /// resolved at configuration time; `None` when it asks none.
     pub cache_controller: Option<CacheController>,
+}
+
+/// A route's retry policy: which failures are retried, how long one attempt and the whole
+/// request may take, the back-off between attempts and the share of requests that may retry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// The failures retried on another target (`retry_on`).
+    pub on: RetryOn,
+    /// Bound on one attempt up to its first response byte (default: the target's first_byte).
+    pub per_try_timeout: Option<Duration>,
+    /// Bound on the whole request, every attempt and back-off included, up to the first byte
+    /// reaching the client (default: none).
+    pub deadline: Option<Duration>,
+    /// Base of the exponential back-off with full jitter between attempts.
+    pub backoff: Duration,
+    /// Most back-off before one attempt.
+    pub backoff_max: Duration,
+    /// Retries allowed as a share of the route's requests over the budget window.
+    pub budget: f64,
+    /// Retries always allowed over the budget window, whatever the share.
+    pub budget_min: u32,
+    /// Longest a target cools after a 429 (or a 503 with `Retry-After`).
+    pub retry_after_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            on: RetryOn::DEFAULT,
+            per_try_timeout: None,
+            deadline: None,
+            backoff: DEFAULT_RETRY_BACKOFF,
+            backoff_max: DEFAULT_RETRY_BACKOFF_MAX,
+            budget: DEFAULT_RETRY_BUDGET,
+            budget_min: DEFAULT_RETRY_BUDGET_MIN,
+            retry_after_max: DEFAULT_RETRY_AFTER_MAX,
+        }
+    }
+}
+
+pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(25);
+pub const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_millis(250);
+pub const DEFAULT_RETRY_BUDGET: f64 = 0.2;
+pub const DEFAULT_RETRY_BUDGET_MIN: u32 = 3;
+pub const DEFAULT_RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
+
+/// Why a failed attempt may be retried: one of the `retry_on` words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryReason {
+    /// The connection could not be made (refused, timed out, TLS failed).
+    ConnectFailure,
+    /// The connection was reset or closed before the first response byte, pooled or fresh.
+    ResetBeforeResponse,
+    Status502,
+    Status503,
+    Status504,
+    Status429,
+    /// No response byte within the per-try timeout (the engine may still be working).
+    FirstByteTimeout,
+}
+
+impl RetryReason {
+    pub const ALL: [RetryReason; 7] = [
+        RetryReason::ConnectFailure,
+        RetryReason::ResetBeforeResponse,
+        RetryReason::Status502,
+        RetryReason::Status503,
+        RetryReason::Status504,
+        RetryReason::Status429,
+        RetryReason::FirstByteTimeout,
+    ];
+
+    /// The word in `retry_on` and the metrics' `reason` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            RetryReason::ConnectFailure => "connect_failure",
+            RetryReason::ResetBeforeResponse => "reset_before_response",
+            RetryReason::Status502 => "502",
+            RetryReason::Status503 => "503",
+            RetryReason::Status504 => "504",
+            RetryReason::Status429 => "429",
+            RetryReason::FirstByteTimeout => "first_byte_timeout",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RetryReason> {
+        Self::ALL.into_iter().find(|r| r.name() == s)
+    }
+
+    /// The reason a response status gives, when it is one `retry_on` can name.
+    pub fn for_status(status: u16) -> Option<RetryReason> {
+        match status {
+            502 => Some(RetryReason::Status502),
+            503 => Some(RetryReason::Status503),
+            504 => Some(RetryReason::Status504),
+            429 => Some(RetryReason::Status429),
+            _ => None,
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A set of [`RetryReason`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryOn(u8);
+
+impl RetryOn {
+    pub const NONE: RetryOn = RetryOn(0);
+    /// Everything but `first_byte_timeout`, which is opt-in: the engine may still be working.
+    pub const DEFAULT: RetryOn = RetryOn(0b011_1111);
+
+    pub fn with(self, r: RetryReason) -> RetryOn {
+        RetryOn(self.0 | 1 << r.index())
+    }
+
+    pub fn contains(self, r: RetryReason) -> bool {
+        self.0 & (1 << r.index()) != 0
+    }
+
+    /// Whether a response with this status is retried (and so held back from the client).
+    pub fn status(self, status: u16) -> bool {
+        RetryReason::for_status(status).is_some_and(|r| self.contains(r))
+    }
 }
 
 /// An LMCache controller's HTTP API (`python -m lmcache.v1.api_server`).

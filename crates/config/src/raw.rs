@@ -184,6 +184,14 @@ pub(crate) struct RawRoute {
     pub strategy: Option<toml::Value>,
     pub forward_client_auth: Option<bool>,
     pub retries: Option<i64>,
+    pub retry_on: Option<Vec<String>>,
+    pub per_try_timeout: Option<toml::Value>,
+    pub deadline: Option<toml::Value>,
+    pub retry_backoff: Option<toml::Value>,
+    pub retry_backoff_max: Option<toml::Value>,
+    pub retry_budget: Option<f64>,
+    pub retry_budget_min: Option<i64>,
+    pub retry_after_max: Option<toml::Value>,
     #[serde(rename = "match")]
     pub matcher: Option<RawMatch>,
 }
@@ -333,6 +341,14 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "strategy",
     "forward_client_auth",
     "retries",
+    "retry_on",
+    "per_try_timeout",
+    "deadline",
+    "retry_backoff",
+    "retry_backoff_max",
+    "retry_budget",
+    "retry_budget_min",
+    "retry_after_max",
     "match",
 ];
 pub(crate) const MATCH_KEYS: &[&str] = &["paths", "models", "header"];

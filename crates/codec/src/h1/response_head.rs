@@ -28,8 +28,12 @@ pub struct ResponseHead {
     pub keep_alive: bool,
     /// `content-type: text/event-stream`.
     pub is_sse: bool,
-    /// `Retry-After` in seconds, when given as a number.
+    /// `Retry-After` in seconds (delta-seconds, or an HTTP-date's distance from now,
+    /// rounded up).
     pub retry_after: Option<u64>,
+    /// How long the upstream asks to be left alone: `Retry-After`, else the shorter of
+    /// `x-ratelimit-reset-requests` and `x-ratelimit-reset-tokens`.
+    pub wait: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +76,8 @@ pub fn parse(
     let mut keep_alive = !http10;
     let mut is_sse = false;
     let mut retry_after = None;
+    let mut wait = None;
+    let mut reset: Option<std::time::Duration> = None;
     // A Connection field names headers beyond close / keep-alive.
     let mut names_headers = false;
     for h in resp.headers.iter() {
@@ -102,9 +108,14 @@ pub fn parse(
                 .get(..17)
                 .is_some_and(|p| p.eq_ignore_ascii_case(b"text/event-stream"));
         } else if n.eq_ignore_ascii_case(b"retry-after") {
-            retry_after = std::str::from_utf8(trim_ows(h.value))
-                .ok()
-                .and_then(|s| s.parse().ok());
+            wait = super::retry_after::retry_after(h.value, std::time::SystemTime::now());
+            retry_after = wait.map(super::retry_after::whole_seconds);
+        } else if n.eq_ignore_ascii_case(b"x-ratelimit-reset-requests")
+            || n.eq_ignore_ascii_case(b"x-ratelimit-reset-tokens")
+        {
+            if let Some(d) = super::retry_after::reset_duration(h.value) {
+                reset = Some(reset.map_or(d, |r| r.min(d)));
+            }
         }
     }
     let framing = if head_request || (100..200).contains(&status) || status == 204 || status == 304
@@ -154,6 +165,7 @@ pub fn parse(
         keep_alive,
         is_sse,
         retry_after,
+        wait: wait.or(reset),
     }))
 }
 

@@ -193,6 +193,76 @@ fn retries_bounds() {
     }
 }
 
+#[test]
+fn retry_policy_defaults_and_values() {
+    let route =
+        |extra: &str| format!("{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n{extra}\n");
+    let c = load(&route("")).unwrap();
+    let p = &c.routes[0].retry;
+    assert_eq!(*p, RetryPolicy::default());
+    assert!(p.on.contains(RetryReason::ResetBeforeResponse));
+    assert!(p.on.contains(RetryReason::Status429));
+    assert!(!p.on.contains(RetryReason::FirstByteTimeout));
+    assert_eq!(p.per_try_timeout, None);
+    assert_eq!(p.deadline, None);
+    assert_eq!(p.backoff, Duration::from_millis(25));
+    assert_eq!(p.backoff_max, Duration::from_millis(250));
+    assert_eq!((p.budget, p.budget_min), (0.2, 3));
+    assert_eq!(p.retry_after_max, Duration::from_secs(60));
+
+    let c = load(&route(
+        "retry_on = [\"first_byte_timeout\", \"503\"]\nper_try_timeout = \"2s\"\ndeadline = \"10s\"\nretry_backoff = \"10ms\"\nretry_backoff_max = \"1s\"\nretry_budget = 0.5\nretry_budget_min = 0\nretry_after_max = \"5m\"",
+    ))
+    .unwrap();
+    let p = &c.routes[0].retry;
+    assert!(p.on.contains(RetryReason::FirstByteTimeout) && p.on.contains(RetryReason::Status503));
+    assert!(!p.on.contains(RetryReason::ConnectFailure) && !p.on.status(502));
+    assert_eq!(p.per_try_timeout, Some(Duration::from_secs(2)));
+    assert_eq!(p.deadline, Some(Duration::from_secs(10)));
+    assert_eq!((p.budget, p.budget_min), (0.5, 0));
+    assert_eq!(p.retry_after_max, Duration::from_secs(300));
+    assert_eq!(
+        load(&route("retry_on = []")).unwrap().routes[0].retry.on,
+        RetryOn::NONE
+    );
+}
+
+#[test]
+fn retry_policy_errors_name_the_key() {
+    for (extra, key, says) in [
+        (
+            "retry_on = [\"500\"]",
+            "routes[0].retry_on[0]",
+            "connect_failure",
+        ),
+        (
+            "per_try_timeout = \"0s\"",
+            "routes[0].per_try_timeout",
+            "zero",
+        ),
+        ("deadline = 5", "routes[0].deadline", "unit"),
+        (
+            "retry_backoff = \"1s\"\nretry_backoff_max = \"100ms\"",
+            "routes[0].retry_backoff_max",
+            "retry_backoff",
+        ),
+        ("retry_budget = -0.1", "routes[0].retry_budget", "0.2"),
+        (
+            "retry_budget_min = -1",
+            "routes[0].retry_budget_min",
+            "default 3",
+        ),
+    ] {
+        let text = format!("{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n{extra}\n");
+        let errs = errors(&text);
+        let e = error_at(&errs, key);
+        assert!(
+            format!("{} {}", e.message, e.fix).contains(says),
+            "{extra}: {e}"
+        );
+    }
+}
+
 // ------------------------------------------------------------------ strategies
 
 #[test]

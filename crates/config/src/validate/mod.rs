@@ -7,6 +7,7 @@ mod health;
 mod kv;
 mod log;
 mod prices;
+mod retry;
 mod routes;
 mod server;
 mod state;
@@ -79,6 +80,7 @@ pub(crate) fn validate(
                 .expect("the default strategy is registered"),
             forward_client_auth: false,
             retries: DEFAULT_RETRIES,
+            retry: RetryPolicy::default(),
             #[cfg(feature = "local-tokenizer")]
             tokenizer: None,
             cache_controller: None,

@@ -1,6 +1,7 @@
 //! `[[routes]]`: targets, match rules, retries and the strategy with what it needs.
 
 use super::common::*;
+use super::retry::retry_policy;
 use super::targets::{check_header_name, check_header_value, check_name, raw_close, target_url};
 #[cfg(feature = "local-tokenizer")]
 use std::sync::Arc;
@@ -14,6 +15,7 @@ pub(super) fn route(
     errs: &mut Collector,
 ) -> Option<Route> {
     let config_dir = host.config_dir;
+    let retry = retry_policy(&raw, at, errs);
     let name = match raw.name {
         None => {
             errs.push(
@@ -73,6 +75,7 @@ pub(super) fn route(
         strategy: strategy?,
         forward_client_auth: raw.forward_client_auth.unwrap_or(false),
         retries: retries?,
+        retry: retry?,
         #[cfg(feature = "local-tokenizer")]
         tokenizer: tokenizer?,
         cache_controller: cache_controller?,

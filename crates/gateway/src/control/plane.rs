@@ -71,7 +71,8 @@ pub struct Plane {
     drops_logged: u64,
     last_drop_log: Option<Instant>,
     /// Rate-limited log book of failing cache lookups, per (route, problem), and of failing
-    /// adapter loads, per (target, "adapter_load").
+    /// adapter loads, per (target, "adapter_load"); spent retry budgets, per (route,
+    /// "retry_budget").
     lookup_problems: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
     /// LoRA adapter residency per target, for routes that read it.
     pub lora: LoraBook,
@@ -84,6 +85,8 @@ pub struct Plane {
     pub fleet: Option<std::rc::Rc<std::cell::RefCell<crate::fleet::news::FleetControl>>>,
     /// Rate-limited log book of failed attempts, per (target, cause).
     upstream_failures: std::collections::HashMap<(u16, &'static str), (Instant, u64)>,
+    /// Until when each target cools after a 429 some worker saw (sent to every worker).
+    cooling: Vec<Option<Instant>>,
 }
 
 /// Failed attempts are logged at most this often per target and cause (the metrics count
@@ -174,6 +177,7 @@ impl Plane {
             access: None,
             fleet: None,
             upstream_failures: Default::default(),
+            cooling: vec![None; n],
             config,
         }
     }
@@ -201,6 +205,7 @@ impl Plane {
             if let Some(o) = *from {
                 self.scrapes[t] = std::mem::take(&mut old.scrapes[o]);
                 self.ttft[t] = old.ttft[o];
+                self.cooling[t] = old.cooling[o];
             }
         }
     }
@@ -380,6 +385,32 @@ impl Plane {
                 }
             }
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
+            Record::Retry { route, reason } => self.metrics.record_retry(route as usize, reason),
+            Record::Cooldown { target, until } => {
+                let t = target as usize;
+                self.metrics.record_cooldown(t);
+                if let Some(c) = self.cooling.get_mut(t) {
+                    if c.is_none_or(|u| u < until) {
+                        *c = Some(until);
+                    }
+                }
+            }
+            Record::RetryBudgetExhausted { route } => {
+                self.metrics.record_budget_exhausted(route as usize);
+                if let Some((first, since)) =
+                    log_due(&mut self.lookup_problems, (route, "retry_budget"), now)
+                {
+                    let r = &self.config.routes[route as usize];
+                    tracing::warn!(
+                        route = %r.name,
+                        refused = since,
+                        first,
+                        retry_budget = r.retry.budget,
+                        retry_budget_min = r.retry.budget_min,
+                        "the route's retry budget is spent: failed requests get their error without a retry (counted in rolter_retry_budget_exhausted_total)"
+                    );
+                }
+            }
             Record::Request(ref entry) => {
                 if let Some(sink) = &self.access {
                     if !sink.send(line::format(entry, &self.config)) {
@@ -587,6 +618,7 @@ impl Plane {
                     .filter(|_| self.scrape_fresh(t, now))
                     .and_then(|m| m.kv_usage)
                     .map(|k| k as f32),
+                cooling_until: self.cooling_left(t, now).map(|left| now + left),
                 ramp: self.health.ramp(t, now),
             })
             .collect();
@@ -636,6 +668,16 @@ impl Plane {
             .collect()
     }
 
+    /// How long `t` still cools after a 429, if it does.
+    fn cooling_left(&self, t: usize, now: Instant) -> Option<Duration> {
+        self.cooling
+            .get(t)
+            .copied()
+            .flatten()
+            .filter(|u| *u > now)
+            .map(|u| u - now)
+    }
+
     /// `GET /admin/targets`.
     pub fn targets_json(&self, now: Instant) -> serde_json::Value {
         let gauges = self.gauges(now);
@@ -667,6 +709,10 @@ impl Plane {
                     "models": target.models,
                     "max_concurrent": target.max_concurrent,
                     "eligible": self.health.eligible(t),
+                    "cooling": self.cooling_left(t, now).map(|left| serde_json::json!({
+                        "until": humantime::format_rfc3339_millis(std::time::SystemTime::now() + left).to_string(),
+                        "remaining_seconds": left.as_secs_f64(),
+                    })),
                     "health": {
                         "active_checks": h.probed,
                         "healthy": h.healthy,

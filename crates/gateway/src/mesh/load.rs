@@ -1,12 +1,14 @@
 //! A worker's view of every target's load: `in_flight` (this core's exact count plus the
 //! other cores' latest snapshots) and `queue_depth` (the engine's own waiting queue, from the
-//! control thread's scrape), and whether the target is eligible (healthy, not ejected).
+//! control thread's scrape), whether the target is eligible (healthy, not ejected), and
+//! until when it cools after asking to be left alone (a 429 with `Retry-After`).
 //!
 //! Owned by one worker (`Cell`s, no atomics). It must not block or allocate per request:
 //! counting is a cell update, and snapshots are built only on the signal tick.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rolter_core::TargetId;
 use rolter_engine::lora::LoraView;
@@ -25,6 +27,9 @@ pub struct LoadView {
     kv: Box<[Cell<f32>]>,
     /// Healthy and not ejected.
     eligible: Box<[Cell<bool>]>,
+    /// Until when the target cools after a 429 or a 503 with `Retry-After` (seen on this
+    /// core, or on another and sent by the control thread).
+    cooling: Box<[Cell<Option<Instant>>]>,
     /// Slow start's share factor (1 outside a ramp).
     ramp: Box<[Cell<f32>]>,
     /// The other gateway replicas' requests in flight, per target, from the shared state
@@ -46,6 +51,7 @@ impl LoadView {
             queue: cells(0),
             kv: (0..targets).map(|_| Cell::new(f32::NAN)).collect(),
             eligible: (0..targets).map(|_| Cell::new(true)).collect(),
+            cooling: (0..targets).map(|_| Cell::new(None)).collect(),
             ramp: (0..targets).map(|_| Cell::new(1.0)).collect(),
             fleet: cells(0),
             dirty: Cell::new(false),
@@ -134,14 +140,36 @@ impl LoadView {
         *slot = Some(snapshot);
     }
 
-    /// Applies the control thread's view: eligibility and queue depth per target.
+    /// Applies the control thread's view: eligibility, queue depth and cooling per target.
     pub fn apply_targets(&self, targets: &[TargetSignal]) {
         for (t, s) in targets.iter().enumerate().take(self.queue.len()) {
             self.queue[t].set(s.queue_depth);
             self.kv[t].set(s.kv_usage.unwrap_or(f32::NAN));
             self.eligible[t].set(s.eligible);
+            if let Some(until) = s.cooling_until {
+                self.cool(t, until);
+            }
             self.ramp[t].set(s.ramp);
         }
+    }
+
+    /// `t` cools until `until` (a later time already noted stands).
+    pub fn cool(&self, t: TargetId, until: Instant) {
+        let cell = &self.cooling[t];
+        if cell.get().is_none_or(|u| u < until) {
+            cell.set(Some(until));
+        }
+    }
+
+    /// How long `t` still cools at `now`, if it does.
+    #[inline]
+    pub fn cooling_left(&self, t: TargetId, now: Instant) -> Option<Duration> {
+        let until = self.cooling[t].get()?;
+        if until <= now {
+            self.cooling[t].set(None);
+            return None;
+        }
+        Some(until - now)
     }
 
     /// Slow start's share factor for `t`, in (0, 1].
@@ -158,6 +186,8 @@ pub struct TargetSignal {
     pub eligible: bool,
     /// The engine's waiting queue from a fresh scrape; 0 when scraping is off or stale.
     pub queue_depth: u32,
+    /// Until when the target cools after a 429 (or a 503 with `Retry-After`) some core saw.
+    pub cooling_until: Option<Instant>,
     /// The engine's KV-cache use in [0, 1] from a fresh scrape.
     pub kv_usage: Option<f32>,
     /// Slow start: the share factor of a target that joined recently, in (0, 1]; 1 outside
@@ -229,12 +259,14 @@ mod tests {
                 eligible: true,
                 queue_depth: 7,
                 kv_usage: Some(0.5),
+                cooling_until: None,
                 ramp: 1.0,
             },
             TargetSignal {
                 eligible: false,
                 queue_depth: 0,
                 kv_usage: None,
+                cooling_until: None,
                 ramp: 0.5,
             },
         ]);
@@ -244,5 +276,38 @@ mod tests {
         assert!(!v.eligible(1));
         assert_eq!(v.queue_depth(0), 7);
         assert_eq!((v.kv_usage(0), v.kv_usage(1)), (Some(0.5), None));
+    }
+
+    #[test]
+    fn a_cooling_target_returns_when_its_time_is_up() {
+        let v = LoadView::new(2, 1);
+        let t0 = Instant::now();
+        assert_eq!(v.cooling_left(0, t0), None);
+        v.cool(0, t0 + Duration::from_secs(2));
+        // An earlier time does not shorten it.
+        v.cool(0, t0 + Duration::from_secs(1));
+        assert_eq!(v.cooling_left(0, t0), Some(Duration::from_secs(2)));
+        assert_eq!(v.cooling_left(1, t0), None);
+        // Another core's cooling arrives with the control thread's signals.
+        v.apply_targets(&[
+            TargetSignal {
+                eligible: true,
+                queue_depth: 0,
+                kv_usage: None,
+                cooling_until: None,
+                ramp: 1.0,
+            },
+            TargetSignal {
+                eligible: true,
+                queue_depth: 0,
+                kv_usage: None,
+                cooling_until: Some(t0 + Duration::from_secs(3)),
+                ramp: 1.0,
+            },
+        ]);
+        assert_eq!(v.cooling_left(0, t0), Some(Duration::from_secs(2)));
+        assert_eq!(v.cooling_left(1, t0), Some(Duration::from_secs(3)));
+        assert_eq!(v.cooling_left(0, t0 + Duration::from_secs(2)), None);
+        assert_eq!(v.cooling_left(0, t0), None, "cleared once over");
     }
 }

@@ -81,4 +81,15 @@ pub enum Record {
     },
     /// The gateway answered a request itself (no target reached).
     Gateway { status: u16, code: &'static str },
+    /// A request on `route` is tried again after a failure `retry_on` names (`reason`).
+    Retry { route: u16, reason: &'static str },
+    /// A request on `route` was not retried because the route's retry budget on the core
+    /// was spent; the client got the last attempt's error.
+    RetryBudgetExhausted { route: u16 },
+    /// `target` answered a 429 (or a 503 with `Retry-After`) and cools until `until`: out
+    /// of every core's candidates meanwhile.
+    Cooldown {
+        target: u16,
+        until: std::time::Instant,
+    },
 }

@@ -89,6 +89,17 @@ struct Fallback {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteReason {
+    route: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLookupLabel {
     route: String,
     result: &'static str,
@@ -130,6 +141,7 @@ struct TargetSeries {
     completion_tokens: Counter,
     ejections: Counter,
     scrape_failures: Counter,
+    cooldowns: Counter,
 }
 
 /// The gateway's counters and histograms. Owned and mutated by the control thread only.
@@ -158,6 +170,11 @@ pub struct GatewayMetrics {
     route_lookups: Vec<Vec<(&'static str, Counter)>>,
     /// `rolter_gateway_responses_total` per (status, code) seen.
     responses: Vec<(u16, &'static str, Counter)>,
+    retries: Family<RouteReason, Counter>,
+    /// Per route: `rolter_retries_total` per reason seen.
+    route_retries: Vec<Vec<(&'static str, Counter)>>,
+    /// Per route: `rolter_retry_budget_exhausted_total`.
+    budget_exhausted: Vec<Counter>,
     /// One owner: `Send` (moved to the control thread) but not `Sync`.
     _owner: PhantomData<Cell<()>>,
 }
@@ -186,8 +203,15 @@ impl GatewayMetrics {
         let adapter_loads = Family::<AdapterLoadLabel, Counter>::default();
         let ejections = Family::<TargetLabel, Counter>::default();
         let scrape_failures = Family::<TargetLabel, Counter>::default();
+        let cooldowns = Family::<TargetLabel, Counter>::default();
         let interrupted = Family::<RouteTargetCause, Counter>::default();
         let access_log_dropped = Counter::default();
+        let retries = Family::<RouteReason, Counter>::default();
+        let exhausted = Family::<RouteLabel, Counter>::default();
+        let budget_exhausted = route_names
+            .iter()
+            .map(|r| exhausted.get_or_create_owned(&RouteLabel { route: r.clone() }))
+            .collect();
 
         let per_target = target_names
             .iter()
@@ -204,6 +228,7 @@ impl GatewayMetrics {
                     completion_tokens: tokens.get_or_create_owned(&kind("completion")),
                     ejections: ejections.get_or_create_owned(&target),
                     scrape_failures: scrape_failures.get_or_create_owned(&target),
+                    cooldowns: cooldowns.get_or_create_owned(&target),
                 }
             })
             .collect();
@@ -266,6 +291,21 @@ impl GatewayMetrics {
             access_log_dropped.clone(),
         );
         registry.register(
+            "rolter_retries",
+            "Requests tried again on another target, by route and the retry_on reason (connect_failure, reset_before_response, 502, 503, 504, 429, first_byte_timeout)",
+            retries.clone(),
+        );
+        registry.register(
+            "rolter_retry_budget_exhausted",
+            "Retries not made because the route's retry budget (retry_budget, retry_budget_min) was spent on the core; the client got the last attempt's error",
+            exhausted,
+        );
+        registry.register(
+            "rolter_target_cooldowns",
+            "Times the target answered 429 (or 503 with Retry-After) and cooled: out of the candidates for the time it gave, capped by retry_after_max",
+            cooldowns,
+        );
+        registry.register(
             "rolter_ejections",
             "Times passive health checking ejected the target",
             ejections,
@@ -298,6 +338,9 @@ impl GatewayMetrics {
             adapter_loads,
             route_lookups: vec![Vec::new(); route_names.len()],
             responses: Vec::new(),
+            retries,
+            route_retries: vec![Vec::new(); route_names.len()],
+            budget_exhausted,
             _owner: PhantomData,
         }
     }
@@ -433,6 +476,30 @@ impl GatewayMetrics {
         .inc();
     }
 
+    /// A request on `route` was tried again for `reason`.
+    pub fn record_retry(&mut self, route: usize, reason: &'static str) {
+        let valid = route < self.routes.len();
+        debug_assert!(valid, "route {route} out of range");
+        if !valid {
+            return;
+        }
+        let (retries, routes) = (&self.retries, &self.routes);
+        counter_for(&mut self.route_retries[route], reason, || {
+            retries.get_or_create_owned(&RouteReason {
+                route: routes[route].clone(),
+                reason,
+            })
+        })
+        .inc();
+    }
+
+    /// A retry on `route` was refused by its budget.
+    pub fn record_budget_exhausted(&mut self, route: usize) {
+        if let Some(c) = self.budget_exhausted.get(route) {
+            c.inc();
+        }
+    }
+
     /// `route` asked its cache controller before a pick, with `result` (an answer naming
     /// an instance of no route target counts once more as `unknown_instance`).
     pub fn record_cache_lookup(&mut self, route: usize, result: &'static str) {
@@ -488,6 +555,13 @@ impl GatewayMetrics {
     pub fn record_ejection(&mut self, target: usize) {
         if let Some(t) = self.target(target) {
             t.ejections.inc();
+        }
+    }
+
+    /// `target` asked to be left alone and cools.
+    pub fn record_cooldown(&mut self, target: usize) {
+        if let Some(t) = self.target(target) {
+            t.cooldowns.inc();
         }
     }
 

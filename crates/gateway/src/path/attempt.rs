@@ -2,8 +2,8 @@
 //! attempt picks (among the candidates not tried yet), tells the strategy where the request
 //! went, loads the model's LoRA adapter there first when the route asks, writes the
 //! upstream request and runs the exchange; a failure before any byte reached the client is
-//! retried on another target while `retries` and the candidates allow and the failure says
-//! a retry is safe.
+//! retried on another target while `retries`, the candidates, the route's `retry_on`, its
+//! `deadline` and its retry budget allow, after a jittered back-off.
 //!
 //! What the attempts came to (the last target, statuses, flags, timings, tokens) is kept
 //! in a [`Served`] for the request's access-log entry.
@@ -13,16 +13,19 @@
 
 use std::time::Instant;
 
-use rolter_codec::{GatewayError, Retry};
+use rolter_codec::GatewayError;
+use rolter_config::RetryOn;
 use rolter_core::{PickRequest, Usage};
 
 use super::client::{respond, ClientIo, Fate};
 use super::inputs::Inputs;
-use super::relay::{self, ClientSide, Explain, Outcome, Report};
+use super::race::{race, Race};
+use super::relay::{self, ClientSide, Explain, Outcome, Report, TryLimits};
 use super::request::{IoBufs, Request};
 use super::route::Routed;
-use super::{pick, record, upstream_request};
+use super::{pick, record, retry, upstream_request};
 use crate::access_log::Flags;
+use crate::mesh::Record;
 use crate::path::state::WorkerState;
 
 /// What a request's attempts came to, for its access-log entry.
@@ -75,6 +78,12 @@ pub async fn until_answered(
     let write_timeout = state.config.server.limits.write_timeout;
     let explain = req.header("x-rolter-explain").is_some_and(|v| v == b"1");
     let rs = &state.routes[routed.index];
+    let policy = &routed.route.retry;
+    let start = Instant::now();
+    let request_end = policy
+        .deadline
+        .map(|d| monoio::time::Instant::from_std(start + d));
+    rs.retry_budget.request(start);
     let mut tried = [usize::MAX; MAX_ATTEMPTS];
     let mut attempts = 0usize;
     let mut last_err: Option<GatewayError> = None;
@@ -141,7 +150,17 @@ pub async fn until_answered(
                 &io.reader,
                 bufs,
                 client,
-                retries_left > 0,
+                TryLimits {
+                    retry_on: if retries_left > 0 && attempts + 1 < MAX_ATTEMPTS {
+                        policy.on
+                    } else {
+                        RetryOn::NONE
+                    },
+                    per_try_end: policy
+                        .per_try_timeout
+                        .map(|p| monoio::time::Instant::from_std(now + p)),
+                    request_end,
+                },
                 &mut report,
             )
             .await
@@ -155,6 +174,9 @@ pub async fn until_answered(
             &report,
             load_at_send,
         );
+        if let Some(wait) = report.wait {
+            cool(state, tid, wait.min(policy.retry_after_max));
+        }
         tried[attempts] = tid;
         attempts += 1;
         served.attempts = attempts as u8;
@@ -175,7 +197,40 @@ pub async fn until_answered(
                 return Fate::Close;
             }
             Outcome::Failed(e) => {
-                if e.retry == Retry::Allowed && retries_left > 0 && attempts < MAX_ATTEMPTS {
+                let reason = retry::reason(&e).filter(|r| policy.on.contains(*r));
+                let past_end = request_end.is_some_and(|end| monoio::time::Instant::now() >= end);
+                if let Some(reason) =
+                    reason.filter(|_| retries_left > 0 && attempts < MAX_ATTEMPTS && !past_end)
+                {
+                    let route = routed.index as u16;
+                    if !rs
+                        .retry_budget
+                        .try_retry(Instant::now(), policy.budget, policy.budget_min)
+                    {
+                        state.links.record(Record::RetryBudgetExhausted { route });
+                        served.flags.insert(Flags::URX);
+                        return answer(io, bufs, &e, req, served, write_timeout).await;
+                    }
+                    state.links.record(Record::Retry {
+                        route,
+                        reason: reason.name(),
+                    });
+                    let pause = retry::backoff(policy, attempts as u32);
+                    if !pause.is_zero() {
+                        let wake = monoio::time::Instant::now() + pause;
+                        if request_end.is_some_and(|end| wake >= end) {
+                            // The pause would outlast the request's deadline.
+                            served.flags.insert(Flags::URX);
+                            return answer(io, bufs, &e, req, served, write_timeout).await;
+                        }
+                        // Racing a future that never ends: only the client or the pause end it.
+                        if let Race::ClientGone =
+                            race(std::future::pending::<()>(), &io.reader, wake).await
+                        {
+                            served.flags.insert(Flags::DC);
+                            return Fate::Close;
+                        }
+                    }
                     last_err = Some(e);
                     continue;
                 }
@@ -186,6 +241,20 @@ pub async fn until_answered(
             }
         }
     }
+}
+
+/// `tid` asked to be left alone for `wait`: out of this core's candidates at once, and of
+/// the other cores' once the control thread passes it on.
+fn cool(state: &WorkerState, tid: usize, wait: std::time::Duration) {
+    if wait.is_zero() {
+        return;
+    }
+    let until = Instant::now() + wait;
+    state.load.cool(tid, until);
+    state.links.record(Record::Cooldown {
+        target: tid as u16,
+        until,
+    });
 }
 
 /// Answers the client with the gateway's error `e`, noting it in `served`.

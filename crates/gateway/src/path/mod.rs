@@ -10,7 +10,8 @@
 //! 4. [`pick`]: the candidates (eligible, serving the model, under their limit, not tried
 //!    yet) and the strategy's choice;
 //! 5. [`attempt`]: one try on the chosen target (an adapter loaded first when asked), the
-//!    upstream request's bytes ([`upstream_request`]), and the retry decision;
+//!    upstream request's bytes ([`upstream_request`]), and the retry decision (with
+//!    [`retry`]: the reasons, the route's budget and the back-off);
 //! 6. [`relay`]: the exchange with the target, streaming the answer to the client;
 //! 7. [`record`]: what the attempt teaches, to this core's strategies and, by message, to
 //!    the other cores and the control thread.
@@ -36,6 +37,7 @@ pub mod reader;
 pub mod record;
 pub mod relay;
 pub mod request;
+pub mod retry;
 pub mod route;
 pub mod state;
 pub mod upstream_request;

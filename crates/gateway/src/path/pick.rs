@@ -1,7 +1,8 @@
 //! Stage 4 of the request path: the candidates and the strategy's choice among them.
 //!
 //! The candidates are the route's targets that serve the model, are eligible (healthy, not
-//! ejected), are under `max_concurrent` (counted over every core, and over the other
+//! ejected), are not cooling after a 429 (every target cooling: a 429 with the shortest
+//! `Retry-After`), are under `max_concurrent` (counted over every core, and over the other
 //! replicas too with `state.share_load`) and have not failed this request already, each with
 //! its weight, load (with the other replicas' for routes with `fleet_load`), tier, engine
 //! queue, KV-cache use and (for strategies that read it) LoRA adapter residency. Strategies
@@ -17,6 +18,7 @@
 
 use std::time::Instant;
 
+use rolter_codec::h1::retry_after::whole_seconds;
 use rolter_codec::GatewayError;
 use rolter_core::{AsyncInputs, Candidate, Needs, Pick, PickRequest, Residency, TargetId};
 
@@ -93,6 +95,8 @@ fn fill(
     let mut full = 0;
     let mut out = 0;
     let mut drained = 0;
+    // The shortest wait of the targets cooling after a 429.
+    let mut cooling_left = None;
     // Adapter residency only for strategies that read it (the model is hashed once).
     let lora = state.routes[route_idx]
         .needs
@@ -110,6 +114,10 @@ fn fill(
         }
         if !state.load.eligible(t) {
             out += 1;
+            continue;
+        }
+        if let Some(left) = cooling(state, t, now) {
+            cooling_left = Some(cooling_left.map_or(left, |l: std::time::Duration| l.min(left)));
             continue;
         }
         let fleet = state.load.fleet_in_flight(t);
@@ -144,6 +152,14 @@ fn fill(
     drop(lora);
     slow_start(state, &mut cands);
     if cands.is_empty() {
+        if let Some(left) = cooling_left.filter(|_| full == 0) {
+            return Err(GatewayError::internal(
+                429,
+                "targets_rate_limited",
+                "every target for this model asked to be left alone (429 with Retry-After); retry after the time given",
+            )
+            .with_retry_after(whole_seconds(left).max(1)));
+        }
         let msg = if full > 0 {
             ALL_FULL
         } else if out > 0 {
@@ -156,6 +172,12 @@ fn fill(
         return Err(GatewayError::internal(503, "no_available_target", msg).with_retry_after(1));
     }
     Ok(())
+}
+
+/// How long `t` still cools after a 429 (or a 503 with `Retry-After`), if it does: it is
+/// then no candidate.
+fn cooling(state: &WorkerState, t: TargetId, now: Instant) -> Option<std::time::Duration> {
+    state.load.cooling_left(t, now)
 }
 
 /// Slow start, for every strategy: a candidate whose share is ramping up (it joined

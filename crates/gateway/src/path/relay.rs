@@ -21,6 +21,7 @@ use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::h1::response_head::{self, RespFraming, ResponseHead};
 use rolter_codec::h1::write::{write_content_length, write_header, write_status_line};
 use rolter_codec::{GatewayError, Retry};
+use rolter_config::RetryOn;
 use rolter_core::Usage;
 
 use super::race::{race, Race};
@@ -40,11 +41,6 @@ pub enum Outcome {
     ClientGone,
     /// Nothing reached the client; the caller answers or retries.
     Failed(GatewayError),
-}
-
-/// Statuses that may be retried on another target when nothing was sent yet.
-fn retryable_status(status: u16) -> bool {
-    matches!(status, 429 | 502 | 503 | 504)
 }
 
 /// What one exchange observed, for learning, health and metrics.
@@ -69,6 +65,9 @@ pub struct Report {
     /// Non-empty content deltas in a successful event stream (an estimate of its
     /// completion tokens when it reports no usage).
     pub deltas: u32,
+    /// How long the target asked to be left alone: a 429 with `Retry-After` or
+    /// `x-ratelimit-reset-*`, or a 503 with `Retry-After`.
+    pub wait: Option<std::time::Duration>,
 }
 
 /// What the relay needs to know about the client's side of the exchange.
@@ -96,6 +95,34 @@ pub struct Explain {
     pub attempt: usize,
 }
 
+/// What bounds one exchange and which failures the attempt stage may retry.
+#[derive(Debug, Clone, Copy)]
+pub struct TryLimits {
+    /// The failures that may still be retried (`RetryOn::NONE` on the last attempt): a
+    /// response with such a status is held back from the client and reported as failed.
+    pub retry_on: RetryOn,
+    /// The route's `per_try_timeout` from the attempt's start; without it, the target's
+    /// first_byte timeout from the request being written.
+    pub per_try_end: Option<Instant>,
+    /// The route's `deadline` for the whole request.
+    pub request_end: Option<Instant>,
+}
+
+impl TryLimits {
+    /// When the response head must have arrived, for a request written now.
+    fn first_byte_by(&self, first_byte: std::time::Duration) -> Instant {
+        let by = self
+            .per_try_end
+            .unwrap_or_else(|| Instant::now() + first_byte);
+        self.request_end.map_or(by, |end| by.min(end))
+    }
+
+    /// Whether the request's deadline (not the attempt's) has passed.
+    fn past_request_end(&self) -> bool {
+        self.request_end.is_some_and(|end| Instant::now() >= end)
+    }
+}
+
 /// Runs one exchange with target `tid`, on a pooled connection or a fresh one (once more
 /// on a fresh one when the pooled one turns out closed before it took the request).
 /// `bufs.up` holds the request bytes; what happened is written to `report` as it happens.
@@ -107,14 +134,23 @@ pub async fn exchange(
     watch: &Reader,
     bufs: &mut IoBufs,
     client: ClientSide,
-    may_retry: bool,
+    limits: TryLimits,
     report: &mut Report,
 ) -> Outcome {
     let target = &state.config.targets[tid];
     let pooled = state.upstream.pooled(tid);
     let fresh = async || {
         // connect() enforces its own timeout; the outer deadline only backs it up.
-        let deadline = Instant::now() + target.timeouts.connect + std::time::Duration::from_secs(1);
+        let mut deadline =
+            Instant::now() + target.timeouts.connect + std::time::Duration::from_secs(1);
+        if let Some(end) = limits
+            .per_try_end
+            .into_iter()
+            .chain(limits.request_end)
+            .min()
+        {
+            deadline = deadline.min(end);
+        }
         match race(state.upstream.connect(tid), watch, deadline).await {
             Race::Done(Ok(s)) => Ok(s),
             Race::Done(Err(e)) => {
@@ -140,7 +176,7 @@ pub async fn exchange(
         }
     };
     with_connection(pooled, fresh, async |up, reused| match send_and_read_head(
-        state, tid, up, watch, bufs, report, reused,
+        state, tid, up, watch, bufs, report, reused, limits,
     )
     .await
     {
@@ -148,7 +184,10 @@ pub async fn exchange(
         Head::Failed(o) => Step::Done(o),
         Head::Read(up, head) => {
             report.status = head.status;
-            if may_retry && retryable_status(head.status) {
+            if head.status == 429 || (head.status == 503 && head.retry_after.is_some()) {
+                report.wait = head.wait;
+            }
+            if limits.retry_on.status(head.status) {
                 let mut e = GatewayError::upstream(
                     head.status,
                     Retry::Allowed,
@@ -176,6 +215,7 @@ enum Head {
 
 /// Writes the request (`bufs.up`) on `up` and reads the response head, skipping interim
 /// (1xx) responses.
+#[allow(clippy::too_many_arguments)]
 async fn send_and_read_head(
     state: &WorkerState,
     tid: usize,
@@ -184,10 +224,12 @@ async fn send_and_read_head(
     bufs: &mut IoBufs,
     report: &mut Report,
     reused: bool,
+    limits: TryLimits,
 ) -> Head {
     let target = &state.config.targets[tid];
     let req = std::mem::take(&mut bufs.up);
-    let deadline = Instant::now() + target.timeouts.first_byte;
+    let deadline = limits.first_byte_by(target.timeouts.first_byte);
+    let timed_out = || Head::Failed(Outcome::Failed(first_byte_timeout(&target.name, &limits)));
     match race(up.write_all(req), watch, deadline).await {
         Race::Done((Ok(_), req)) => {
             bufs.up = req;
@@ -211,7 +253,7 @@ async fn send_and_read_head(
             };
         }
         Race::ClientGone => return Head::Failed(Outcome::ClientGone),
-        Race::TimedOut => return Head::Failed(Outcome::Failed(first_byte_timeout(&target.name))),
+        Race::TimedOut => return timed_out(),
     }
     bufs.ubuf.clear();
     let mut answered = false;
@@ -251,18 +293,24 @@ async fn send_and_read_head(
                     Err(e) => e.to_string(),
                     Ok(_) => "connection closed".to_string(),
                 };
+                // Before any response byte the engine cannot have answered: a retry is
+                // allowed (`reset_before_response`), after one it is not.
                 let failed = Outcome::Failed(GatewayError::upstream(
                     502,
-                    Retry::Forbidden,
+                    if answered {
+                        Retry::Forbidden
+                    } else {
+                        Retry::Allowed
+                    },
                     "upstream_closed",
                     format!("target `{}` closed before answering: {why}", target.name),
                 ));
                 // A pooled connection closed (FIN, for TLS with or without close_notify)
                 // before any response byte: the keep-alive race, where the engine closed
-                // it as idle and never took the request; it is tried once on a fresh one.
-                // A reset (RST) instead means an engine that may have taken the POST, and
-                // any byte (even an interim response) means it did: no retry, like Go's
-                // transport for non-idempotent requests.
+                // it as idle and never took the request; it is tried once on a fresh one,
+                // whatever the route's retry policy. A reset (RST), or a close of a fresh
+                // connection, is the attempt stage's to retry (`reset_before_response`);
+                // any byte (even an interim response) means the engine took it: no retry.
                 return if reused && !answered && closed {
                     Head::Stale(failed)
                 } else {
@@ -270,19 +318,24 @@ async fn send_and_read_head(
                 };
             }
             Race::ClientGone => return Head::Failed(Outcome::ClientGone),
-            Race::TimedOut => {
-                return Head::Failed(Outcome::Failed(first_byte_timeout(&target.name)))
-            }
+            Race::TimedOut => return timed_out(),
         }
     }
 }
 
-fn first_byte_timeout(name: &str) -> GatewayError {
+fn first_byte_timeout(name: &str, limits: &TryLimits) -> GatewayError {
+    let within = if limits.past_request_end() {
+        "the route's deadline"
+    } else if limits.per_try_end.is_some() {
+        "the route's per_try_timeout"
+    } else {
+        "its first_byte timeout"
+    };
     GatewayError::upstream(
         504,
         Retry::Forbidden,
         "upstream_timeout",
-        format!("target `{name}` did not answer within its first_byte timeout"),
+        format!("target `{name}` did not answer within {within}"),
     )
 }
 

@@ -22,6 +22,7 @@ use crate::mesh::messages::AttemptNotes;
 use crate::mesh::{Record, WorkerLinks};
 use crate::path::models;
 use crate::path::request::IoBufs;
+use crate::path::retry::RetryBudget;
 use crate::route_inputs::adapters::AdapterLoader;
 use crate::route_inputs::cache_lookup::CacheLookup;
 use crate::route_inputs::rotation::Rotation;
@@ -46,6 +47,8 @@ pub struct RouteState {
     pub rotation: Option<Rotation>,
     /// Candidate loads include the other replicas' requests in flight (`fleet_load`).
     pub fleet_load: bool,
+    /// The route's retry budget on this core.
+    pub retry_budget: RetryBudget,
 }
 
 /// What one core keeps for its whole life, whatever configuration it serves: its counts
@@ -207,6 +210,7 @@ impl WorkerState {
                         .filter(|_| needs.contains(Needs::SHARED_ROTATION))
                         .map(Rotation::new),
                     fleet_load: req.store.as_ref().is_some_and(|s| s.fleet_load),
+                    retry_budget: RetryBudget::default(),
                     needs,
                     strategy: RefCell::new(strategy),
                 })
