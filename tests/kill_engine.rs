@@ -61,6 +61,17 @@ enum Saw {
     Broken(String),
 }
 
+impl Saw {
+    /// What went wrong, for the failure message.
+    fn why(&self) -> String {
+        match self {
+            Saw::Error(status, body) => format!("{status}: {body}"),
+            Saw::Broken(what) => what.clone(),
+            Saw::Answer | Saw::CutWithError => String::new(),
+        }
+    }
+}
+
 fn one(addr: SocketAddr, stream: bool) -> Saw {
     let body = format!(
         r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
@@ -144,14 +155,21 @@ fn killing_one_of_two_engines_under_load_fails_no_request_that_had_no_byte() {
         let killed = Instant::now();
         std::thread::sleep(Duration::from_millis(1500));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let saw: Vec<Saw> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+        let saw: Vec<Saw> = clients
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect();
         let _ = engines[1].kill();
         let _ = engines[1].wait();
         let answers = saw.iter().filter(|s| matches!(s, Saw::Answer)).count();
-        let cut = saw.iter().filter(|s| matches!(s, Saw::CutWithError)).count();
-        let errors: Vec<&Saw> = saw
+        let cut = saw
+            .iter()
+            .filter(|s| matches!(s, Saw::CutWithError))
+            .count();
+        let errors: Vec<String> = saw
             .iter()
             .filter(|s| matches!(s, Saw::Error(..) | Saw::Broken(_)))
+            .map(Saw::why)
             .collect();
         assert!(
             errors.is_empty(),
