@@ -605,6 +605,13 @@ impl Plane {
             }
             slot.fresh = fresh;
         }
+        // A target whose cooling is over joins again: slow start ramps it up.
+        for t in 0..n {
+            if self.cooling[t].is_some_and(|until| now >= until) {
+                self.cooling[t] = None;
+                self.health.joined(t, now);
+            }
+        }
         let signals: Arc<[TargetSignal]> = (0..n)
             .map(|t| TargetSignal {
                 eligible: self.health.eligible(t),
