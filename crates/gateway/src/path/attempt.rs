@@ -203,9 +203,15 @@ pub async fn until_answered(
                     reason.filter(|_| retries_left > 0 && attempts < MAX_ATTEMPTS && !past_end)
                 {
                     let route = routed.index as u16;
-                    if !rs
-                        .retry_budget
-                        .try_retry(Instant::now(), policy.budget, policy.budget_min)
+                    // A connection that never opened cost its engine nothing: retrying it
+                    // elsewhere multiplies no load, so the budget does not count it.
+                    let free = retry::never_reached(&e);
+                    if !free
+                        && !rs.retry_budget.try_retry(
+                            Instant::now(),
+                            policy.budget,
+                            policy.budget_min,
+                        )
                     {
                         state.links.record(Record::RetryBudgetExhausted { route });
                         served.flags.insert(Flags::URX);

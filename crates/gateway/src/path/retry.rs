@@ -3,7 +3,8 @@
 //!
 //! The budget is per core and per route over a sliding window of [`WINDOW_SECS`] one-second
 //! slots: a retry is allowed while the retries of the window stay below
-//! `max(retry_budget_min, retry_budget × requests of the window)`. It must not decide
+//! `max(retry_budget_min, retry_budget × requests of the window)`. Retries of attempts that
+//! never reached their engine (refused or timed-out connects) are not charged. It must not decide
 //! whether a byte reached the client (the attempt stage knows) nor touch another core.
 
 use std::cell::Cell;
@@ -28,6 +29,15 @@ pub fn reason(e: &GatewayError) -> Option<RetryReason> {
         "upstream_timeout" => Some(RetryReason::FirstByteTimeout),
         _ => None,
     }
+}
+
+/// Whether the failed attempt never reached its engine (the connection was refused or
+/// timed out): its retry is not charged to the budget.
+pub fn never_reached(e: &GatewayError) -> bool {
+    matches!(
+        e.code,
+        "upstream_connect_failed" | "upstream_connect_timeout"
+    )
 }
 
 /// The pause before retry number `n` (1 = the first retry): full jitter over
