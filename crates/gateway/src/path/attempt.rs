@@ -19,6 +19,7 @@ use rolter_core::{PickRequest, Usage};
 use super::client::{respond, ClientIo, Fate};
 use super::inputs::Inputs;
 use super::relay::{self, ClientSide, Explain, Outcome, Report};
+use super::release::Released;
 use super::request::{IoBufs, Request};
 use super::route::Routed;
 use super::{pick, record, upstream_request};
@@ -132,7 +133,11 @@ pub async fn until_answered(
             }),
             request_id: req.id,
         };
+        let admitted = picked.admitted;
         let outcome = {
+            // The target's place under `max_concurrent` is held for exactly this exchange:
+            // released when it ends, however it ends (the future dropped included).
+            let _admitted = Released::new(admitted, &state.core.waiters);
             let _in_flight = state.load.enter(tid);
             relay::exchange(
                 state,

@@ -8,7 +8,8 @@
 //! 3. [`inputs`]: what the route's strategy asks for before its pick (token ids, a cache
 //!    lookup, the canonical prompt);
 //! 4. [`pick`]: the candidates (eligible, serving the model, under their limit, not tried
-//!    yet) and the strategy's choice;
+//!    yet), the strategy's choice and its admission under `max_concurrent` ([`release`]
+//!    tells this core's waiting requests when a place frees);
 //! 5. [`attempt`]: one try on the chosen target (an adapter loaded first when asked), the
 //!    upstream request's bytes ([`upstream_request`]), and the retry decision;
 //! 6. [`relay`]: the exchange with the target, streaming the answer to the client;
@@ -35,6 +36,7 @@ pub mod race;
 pub mod reader;
 pub mod record;
 pub mod relay;
+pub mod release;
 pub mod request;
 pub mod route;
 pub mod state;

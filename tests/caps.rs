@@ -1,0 +1,177 @@
+//! Hard caps under both drivers: a target's `max_concurrent` holds exactly across workers
+//! (the engine's own count of requests running at once never exceeds it, in a burst over
+//! four workers) and every way an attempt ends gives its place back.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Barrier};
+
+use common::*;
+use rolter::config::DriverChoice;
+use rolter::Gateway;
+
+const COMPLETION: &str = r#"{"model":"m","prompt":"x"}"#;
+
+/// A gateway with `workers` workers in front of `mocks` (targets t0, t1, … with
+/// `target_extra`), one round-robin route with `route_extra`.
+fn gw(
+    d: DriverChoice,
+    workers: usize,
+    mocks: &[&rolter_mock::MockHandle],
+    target_extra: &str,
+    route_extra: &str,
+) -> Gateway {
+    let mut rest = String::new();
+    let mut names = Vec::new();
+    for (i, m) in mocks.iter().enumerate() {
+        let name = format!("t{i}");
+        rest.push_str(&target(
+            &name,
+            m.addr(),
+            &format!(
+                "{target_extra}\n[targets.timeouts]\nconnect = \"500ms\"\nfirst_byte = \"5s\"\nidle = \"5s\""
+            ),
+        ));
+        names.push(format!("\"{name}\""));
+    }
+    rest.push_str(&format!(
+        "[[routes]]\nname = \"r\"\ntargets = [{}]\nstrategy = \"round_robin\"\n{route_extra}\n",
+        names.join(", ")
+    ));
+    gateway_with(d, workers, &rest)
+}
+
+/// Sends `n` requests at once, each on its own connection opened beforehand (so they
+/// spread over the workers), and returns their responses.
+fn burst(
+    addr: SocketAddr,
+    n: usize,
+    headers: &'static [(&'static str, &'static str)],
+) -> Vec<Response> {
+    let start = Arc::new(Barrier::new(n));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                start.wait();
+                c.send(&post("/v1/completions", headers, COMPLETION));
+                c.response().expect("a response")
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn max_concurrent_is_exact_across_four_workers() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = mock("a", |c| c.ttft = std::time::Duration::from_millis(300));
+        let g = gw(d, 4, &[&a], "max_concurrent = 2", "retries = 0");
+        let answers = burst(g.local_addr(), 24, &[]);
+        let ok = answers.iter().filter(|r| r.status == 200).count();
+        for r in &answers {
+            match r.status {
+                200 => {}
+                503 => {
+                    assert_eq!(r.json()["error"]["code"], "no_available_target", "{ctx}");
+                    assert!(r.header("retry-after").is_some(), "{ctx}");
+                }
+                s => panic!("{ctx}: unexpected status {s}: {}", r.text()),
+            }
+        }
+        let stats = a.stats();
+        assert!(
+            stats.peak_running <= 2,
+            "{ctx}: the engine saw {} requests at once with max_concurrent = 2",
+            stats.peak_running
+        );
+        assert!(ok >= 2, "{ctx}: only {ok} of the burst were served");
+        assert_eq!(
+            stats.requests, ok as u64,
+            "{ctx}: each 200 reached the engine once"
+        );
+        // Every place was given back: a full round is served again.
+        let again = burst(g.local_addr(), 2, &[]);
+        assert!(again.iter().all(|r| r.status == 200), "{ctx}");
+        assert!(a.stats().peak_running <= 2, "{ctx}");
+    }
+}
+
+#[test]
+fn every_way_an_attempt_ends_gives_its_place_back() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = mock("a", |_| {});
+        let g = gw(d, 2, &[&a], "max_concurrent = 1", "retries = 0");
+        let addr = g.local_addr();
+        // An engine error.
+        let r = call(
+            addr,
+            &post("/v1/completions", &[("x-mock-status", "500")], COMPLETION),
+        );
+        assert_eq!(r.status, 500, "{ctx}");
+        // A reset before the first byte.
+        let r = call(
+            addr,
+            &post(
+                "/v1/completions",
+                &[("x-mock-reset-after", "0")],
+                COMPLETION,
+            ),
+        );
+        assert_eq!(r.status, 502, "{ctx}: {}", r.text());
+        // A stream cut after its first bytes.
+        {
+            let mut c = Client::connect(addr);
+            c.send(&post(
+                "/v1/chat/completions",
+                &[("x-mock-reset-after", "2"), ("x-mock-tokens", "5")],
+                &chat_body(true),
+            ));
+            assert_eq!(c.head().expect("a head").0, 200, "{ctx}");
+            // The cut stream ends without its terminal chunk.
+            while let Ok(Some(_)) = c.chunk() {}
+        }
+        // A client that goes away while the engine works.
+        {
+            let mut c = Client::connect(addr);
+            c.send(&post(
+                "/v1/completions",
+                &[("x-mock-ttft-ms", "5000")],
+                COMPLETION,
+            ));
+            wait_for("the held request runs", SHORT, || a.stats().running == 1);
+        }
+        wait_for("the abort reaches the engine", SHORT, || {
+            a.stats().aborted == 1
+        });
+        // The one place is free again each time: requests keep being served, on either worker.
+        for _ in 0..6 {
+            let r = call(addr, &post("/v1/completions", &[], COMPLETION));
+            assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+        }
+        assert_eq!(a.stats().peak_running, 1, "{ctx}");
+    }
+}
+
+#[test]
+fn a_full_target_leaves_the_candidates_and_the_other_serves() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = mock("a", |c| c.ttft = std::time::Duration::from_millis(300));
+        let b = mock("b", |c| c.ttft = std::time::Duration::from_millis(300));
+        let g = gw(d, 4, &[&a, &b], "max_concurrent = 1", "retries = 0");
+        let answers = burst(g.local_addr(), 12, &[]);
+        let ok = answers.iter().filter(|r| r.status == 200).count();
+        let (sa, sb) = (a.stats(), b.stats());
+        assert!(
+            sa.peak_running <= 1 && sb.peak_running <= 1,
+            "{ctx}: {sa:?} {sb:?}"
+        );
+        assert_eq!(sa.requests + sb.requests, ok as u64, "{ctx}");
+        assert!(ok >= 2, "{ctx}: {ok}");
+    }
+}
