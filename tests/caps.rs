@@ -175,3 +175,76 @@ fn a_full_target_leaves_the_candidates_and_the_other_serves() {
         assert!(ok >= 2, "{ctx}: {ok}");
     }
 }
+
+/// Starts a gateway from `server` (lines of the `[server]` table) and `rest`.
+fn gateway_text(d: DriverChoice, server: &str, rest: &str) -> Gateway {
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\npin_workers = false\ndriver = \"{}\"\nshutdown_grace = \"2s\"\n{server}\n{TEST_LIMITS}\n[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:0\"\n{rest}",
+        driver_name(d)
+    );
+    let cfg = rolter::config::load_str(&text, "<test>").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    Gateway::start(cfg).expect("start gateway")
+}
+
+#[test]
+fn a_connection_over_max_connections_gets_a_503_and_is_closed() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = mock("a", |_| {});
+        let rest = format!(
+            "{}[[routes]]\nname = \"r\"\ntargets = [\"t0\"]\n",
+            target("t0", a.addr(), "")
+        );
+        let g = gateway_text(d, "workers = 2\nmax_connections = 2", &rest);
+        let addr = g.local_addr();
+        // Two connections, each served once and kept open.
+        let mut held: Vec<Client> = (0..2)
+            .map(|_| {
+                let mut c = Client::connect(addr);
+                c.send(&post("/v1/completions", &[], COMPLETION));
+                assert_eq!(c.response().unwrap().status, 200, "{ctx}");
+                c
+            })
+            .collect();
+        // A third: a 503 in the API's error shape, then the gateway closes.
+        let mut c = Client::connect(addr);
+        c.send(&post("/v1/completions", &[], COMPLETION));
+        let r = c.response().expect("the refusal");
+        assert_eq!(r.status, 503, "{ctx}: {}", r.text());
+        assert_eq!(r.header("connection"), Some("close"), "{ctx}");
+        assert!(r.header("retry-after").is_some(), "{ctx}");
+        let e = &r.json()["error"];
+        assert_eq!(e["code"], "too_many_connections", "{ctx}");
+        assert!(
+            e["message"].as_str().unwrap().contains("max_connections"),
+            "{ctx}"
+        );
+        let mut rest = Vec::new();
+        let n = std::io::Read::read_to_end(&mut c.r, &mut rest).unwrap_or(0);
+        assert_eq!(n, 0, "{ctx}: nothing after the refusal");
+        assert_eq!(
+            a.stats().requests,
+            2,
+            "{ctx}: the refused request never reached the engine"
+        );
+        // The held connections still work.
+        for c in &mut held {
+            c.send(&post("/v1/completions", &[], COMPLETION));
+            assert_eq!(c.response().unwrap().status, 200, "{ctx}");
+        }
+        // One closes: a new connection is served once the gateway has seen the close.
+        drop(held.pop());
+        wait_for("a place frees", SHORT, || {
+            let mut c = Client::connect(addr);
+            c.send(&post("/v1/completions", &[], COMPLETION));
+            c.response().is_ok_and(|r| r.status == 200)
+        });
+        wait_for("the refusal is counted", SHORT, || {
+            admin_series(
+                &g,
+                "rolter_gateway_responses_total{status=\"503\",code=\"too_many_connections\"}",
+            )
+            .is_some_and(|v| v >= 1.0)
+        });
+    }
+}

@@ -351,6 +351,9 @@ pub struct ServerConfig {
     /// How often targets named by a host name are resolved again (`dns_refresh`, default
     /// 30 s; zero: resolved once, at load).
     pub dns_refresh: Duration,
+    /// Client connections open at once over every worker (`max_connections`, default
+    /// 10 000); a connection beyond it is answered 503 and closed. Reloadable.
+    pub max_connections: usize,
 }
 
 /// Client-side protocol limits and timeouts.

@@ -114,6 +114,7 @@ pub(crate) struct RawServer {
     pub driver: Option<String>,
     pub shutdown_grace: Option<toml::Value>,
     pub dns_refresh: Option<toml::Value>,
+    pub max_connections: Option<i64>,
     pub limits: Option<RawLimits>,
     pub control_socket: Option<String>,
 }
@@ -287,6 +288,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "driver",
     "shutdown_grace",
     "dns_refresh",
+    "max_connections",
     "limits",
 ];
 pub(crate) const LIMITS_KEYS: &[&str] = &[
