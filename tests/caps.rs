@@ -248,3 +248,136 @@ fn a_connection_over_max_connections_gets_a_503_and_is_closed() {
         });
     }
 }
+
+/// A gateway with `workers` workers over one mock capped at one request, its route with
+/// `route_extra` (the queue's keys).
+fn queued_gw(
+    d: DriverChoice,
+    workers: usize,
+    a: &rolter_mock::MockHandle,
+    route_extra: &str,
+) -> Gateway {
+    let rest = format!(
+        "{}[[routes]]\nname = \"r\"\ntargets = [\"t0\"]\nretries = 0\n{route_extra}\n",
+        target(
+            "t0",
+            a.addr(),
+            "max_concurrent = 1\n[targets.timeouts]\nconnect = \"500ms\"\nfirst_byte = \"10s\"\nidle = \"10s\""
+        )
+    );
+    gateway_text(d, &format!("workers = {workers}"), &rest)
+}
+
+/// Starts a request on its own connection that the engine holds for `ms`.
+fn held(addr: SocketAddr, ms: u64) -> std::thread::JoinHandle<Response> {
+    std::thread::spawn(move || {
+        let ms = ms.to_string();
+        call(
+            addr,
+            &post("/v1/completions", &[("x-mock-ttft-ms", &ms)], COMPLETION),
+        )
+    })
+}
+
+fn series(g: &Gateway, s: &str) -> f64 {
+    admin_series(g, s).unwrap_or(0.0)
+}
+
+const DEPTH: &str = "rolter_queue_depth{route=\"r\"}";
+
+#[test]
+fn queued_requests_wait_for_a_place_and_are_all_served() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = mock("a", |c| c.ttft = std::time::Duration::from_millis(100));
+        let g = queued_gw(d, 4, &a, "queue_max = 16\nqueue_timeout = \"20s\"");
+        let answers = burst(g.local_addr(), 8, &[]);
+        for r in &answers {
+            assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+        }
+        let s = a.stats();
+        assert_eq!(s.requests, 8, "{ctx}: each request reached the engine once");
+        assert_eq!(
+            s.peak_running, 1,
+            "{ctx}: one at a time, as max_concurrent says"
+        );
+        wait_for("every wait accounted", SHORT, || {
+            series(
+                &g,
+                "rolter_queue_requests_total{route=\"r\",result=\"admitted\"}",
+            ) >= 1.0
+                && series(&g, DEPTH) == 0.0
+        });
+    }
+}
+
+#[test]
+fn a_queued_request_times_out_with_retry_after() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = mock("a", |_| {});
+        let g = queued_gw(d, 2, &a, "queue_max = 4\nqueue_timeout = \"300ms\"");
+        let long = held(g.local_addr(), 3000);
+        wait_for("the place is taken", SHORT, || a.stats().running == 1);
+        let r = call(g.local_addr(), &post("/v1/completions", &[], COMPLETION));
+        assert_eq!(r.status, 503, "{ctx}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "queue_timeout", "{ctx}");
+        assert!(r.header("retry-after").is_some(), "{ctx}");
+        assert_eq!(long.join().unwrap().status, 200, "{ctx}");
+        assert_eq!(
+            a.stats().requests,
+            1,
+            "{ctx}: the timed-out request never reached the engine"
+        );
+        wait_for("the timeout is counted", SHORT, || {
+            series(
+                &g,
+                "rolter_queue_requests_total{route=\"r\",result=\"timeout\"}",
+            ) == 1.0
+        });
+    }
+}
+
+#[test]
+fn a_full_queue_answers_at_once_and_a_client_that_leaves_is_dropped_from_it() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let a = mock("a", |_| {});
+        // One worker, so the whole queue (one place) is on it.
+        let g = queued_gw(d, 1, &a, "queue_max = 1\nqueue_timeout = \"20s\"");
+        let addr = g.local_addr();
+        let long = held(addr, 1500);
+        wait_for("the place is taken", SHORT, || a.stats().running == 1);
+        // One waits…
+        let mut waiting = Client::connect(addr);
+        waiting.send(&post("/v1/completions", &[], COMPLETION));
+        wait_for("one request queued", SHORT, || series(&g, DEPTH) == 1.0);
+        // …so the next finds the queue full: a 503 at once.
+        let r = call(addr, &post("/v1/completions", &[], COMPLETION));
+        assert_eq!(r.status, 503, "{ctx}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "queue_full", "{ctx}");
+        assert!(r.header("retry-after").is_some(), "{ctx}");
+        // The waiting client goes away: it leaves the queue.
+        drop(waiting);
+        wait_for("the queue is empty", SHORT, || {
+            series(&g, DEPTH) == 0.0
+                && series(
+                    &g,
+                    "rolter_queue_requests_total{route=\"r\",result=\"client_gone\"}",
+                ) == 1.0
+        });
+        assert_eq!(long.join().unwrap().status, 200, "{ctx}");
+        // Its request never reached the engine; the place is free for the next.
+        let r = call(addr, &post("/v1/completions", &[], COMPLETION));
+        assert_eq!(r.status, 200, "{ctx}");
+        assert_eq!(a.stats().requests, 2, "{ctx}");
+        assert_eq!(
+            series(
+                &g,
+                "rolter_queue_requests_total{route=\"r\",result=\"overflow\"}"
+            ),
+            1.0,
+            "{ctx}"
+        );
+    }
+}

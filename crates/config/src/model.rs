@@ -468,6 +468,10 @@ pub struct Route {
     pub forward_client_auth: bool,
     /// Extra attempts on other targets before any response byte reached the client.
     pub retries: u32,
+    /// The route's queue (`queue_max`, `queue_timeout`): when every candidate is at its
+    /// `max_concurrent`, a request waits for a place instead of a 503 at once. `None`: no
+    /// queue (the default).
+    pub queue: Option<RouteQueue>,
     /// The local tokenizer the route's strategy named (`tokenizer = "<path>"`), loaded at
     /// configuration time; `None` when it reads no token ids or asks the engine.
     #[cfg(feature = "local-tokenizer")]
@@ -475,6 +479,17 @@ pub struct Route {
     /// The cache controller the route's strategy asks (`controller = "http://…"`),
     /// resolved at configuration time; `None` when it asks none.
     pub cache_controller: Option<CacheController>,
+}
+
+/// A route's bounded queue for requests that find every candidate full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteQueue {
+    /// Most requests waiting at once over the gateway (`queue_max`), split evenly over the
+    /// workers (each holds at most `ceil(max / workers)`); beyond it a 503 at once.
+    pub max: usize,
+    /// Longest a request waits (`queue_timeout`, default 2 s) before a 503 with
+    /// `Retry-After`.
+    pub timeout: Duration,
 }
 
 /// An LMCache controller's HTTP API (`python -m lmcache.v1.api_server`).

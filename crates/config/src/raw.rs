@@ -179,6 +179,8 @@ pub(crate) struct RawRoute {
     pub strategy: Option<toml::Value>,
     pub forward_client_auth: Option<bool>,
     pub retries: Option<i64>,
+    pub queue_max: Option<i64>,
+    pub queue_timeout: Option<toml::Value>,
     #[serde(rename = "match")]
     pub matcher: Option<RawMatch>,
 }
@@ -329,6 +331,8 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "strategy",
     "forward_client_auth",
     "retries",
+    "queue_max",
+    "queue_timeout",
     "match",
 ];
 pub(crate) const MATCH_KEYS: &[&str] = &["paths", "models", "header"];

@@ -79,6 +79,7 @@ pub(crate) fn validate(
                 .expect("the default strategy is registered"),
             forward_client_auth: false,
             retries: DEFAULT_RETRIES,
+            queue: None,
             #[cfg(feature = "local-tokenizer")]
             tokenizer: None,
             cache_controller: None,

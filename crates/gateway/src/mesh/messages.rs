@@ -81,4 +81,13 @@ pub enum Record {
     },
     /// The gateway answered a request itself (no target reached).
     Gateway { status: u16, code: &'static str },
+    /// A request entered `route`'s queue on this core.
+    Queued { route: u16 },
+    /// A request left `route`'s queue (or found it full: `overflow`, not queued), with how
+    /// it ended and how long it waited.
+    Queue {
+        route: u16,
+        result: &'static str,
+        waited: std::time::Duration,
+    },
 }

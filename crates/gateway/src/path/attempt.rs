@@ -22,7 +22,7 @@ use super::relay::{self, ClientSide, Explain, Outcome, Report};
 use super::release::Released;
 use super::request::{IoBufs, Request};
 use super::route::Routed;
-use super::{pick, record, upstream_request};
+use super::{pick, queue, record, upstream_request};
 use crate::access_log::Flags;
 use crate::path::state::WorkerState;
 
@@ -82,24 +82,29 @@ pub async fn until_answered(
     loop {
         // One clock read serves the pick and the routing record.
         let now = Instant::now();
-        let picked = match pick::pick(state, routed, preq, &tried[..attempts], now).await {
-            Ok(p) => p,
-            Err(e) => {
-                if last_err.is_none() {
-                    served.flags.insert(if e.message == pick::ALL_FULL {
-                        Flags::UO
-                    } else {
-                        Flags::UH
-                    });
-                } else {
-                    // Out of candidates after a failure that allowed a retry.
-                    served.flags.insert(Flags::URX);
+        let picked =
+            match queue::pick(state, routed, preq, &tried[..attempts], now, &io.reader).await {
+                Ok(p) => p,
+                Err(e) if e.code == queue::CLIENT_GONE => {
+                    served.flags.insert(Flags::DC);
+                    return Fate::Close;
                 }
-                let e = last_err.take().unwrap_or(e);
-                state.record_gateway(e.status, e.code);
-                return answer(io, bufs, &e, req, served, write_timeout).await;
-            }
-        };
+                Err(e) => {
+                    if last_err.is_none() {
+                        served.flags.insert(if e.message == pick::ALL_FULL {
+                            Flags::UO
+                        } else {
+                            Flags::UH
+                        });
+                    } else {
+                        // Out of candidates after a failure that allowed a retry.
+                        served.flags.insert(Flags::URX);
+                    }
+                    let e = last_err.take().unwrap_or(e);
+                    state.record_gateway(e.status, e.code);
+                    return answer(io, bufs, &e, req, served, write_timeout).await;
+                }
+            };
         let tid = picked.target;
         served.fallback = picked.pick.fallback;
         record::routed(state, routed, preq, inputs, tid, now);

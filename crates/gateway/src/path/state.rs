@@ -48,6 +48,8 @@ pub struct RouteState {
     pub rotation: Option<Rotation>,
     /// Candidate loads include the other replicas' requests in flight (`fleet_load`).
     pub fleet_load: bool,
+    /// Requests waiting in the route's queue on this core.
+    pub queued: Cell<usize>,
 }
 
 /// What one core keeps for its whole life, whatever configuration it serves: its counts
@@ -217,6 +219,7 @@ impl WorkerState {
                         .filter(|_| needs.contains(Needs::SHARED_ROTATION))
                         .map(Rotation::new),
                     fleet_load: req.store.as_ref().is_some_and(|s| s.fleet_load),
+                    queued: Cell::new(0),
                     needs,
                     strategy: RefCell::new(strategy),
                 })
