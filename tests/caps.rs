@@ -290,7 +290,8 @@ fn queued_requests_wait_for_a_place_and_are_all_served() {
     for d in drivers() {
         let ctx = driver_name(d);
         let a = mock("a", |c| c.ttft = std::time::Duration::from_millis(100));
-        let g = queued_gw(d, 4, &a, "queue_max = 16\nqueue_timeout = \"20s\"");
+        // Each of the 4 workers holds up to 64 / 4 = 16 waiters: room for the whole burst on any one.
+        let g = queued_gw(d, 4, &a, "queue_max = 64\nqueue_timeout = \"20s\"");
         let answers = burst(g.local_addr(), 8, &[]);
         for r in &answers {
             assert_eq!(r.status, 200, "{ctx}: {}", r.text());
@@ -346,7 +347,7 @@ fn a_full_queue_answers_at_once_and_a_client_that_leaves_is_dropped_from_it() {
         // One worker, so the whole queue (one place) is on it.
         let g = queued_gw(d, 1, &a, "queue_max = 1\nqueue_timeout = \"20s\"");
         let addr = g.local_addr();
-        let long = held(addr, 1500);
+        let long = held(addr, 4000);
         wait_for("the place is taken", SHORT, || a.stats().running == 1);
         // One waits…
         let mut waiting = Client::connect(addr);

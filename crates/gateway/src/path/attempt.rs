@@ -22,7 +22,7 @@ use super::relay::{self, ClientSide, Explain, Outcome, Report};
 use super::release::Released;
 use super::request::{IoBufs, Request};
 use super::route::Routed;
-use super::{pick, queue, record, upstream_request};
+use super::{queue, record, upstream_request};
 use crate::access_log::Flags;
 use crate::path::state::WorkerState;
 
@@ -91,7 +91,7 @@ pub async fn until_answered(
                 }
                 Err(e) => {
                     if last_err.is_none() {
-                        served.flags.insert(if e.message == pick::ALL_FULL {
+                        served.flags.insert(if queue::is_overflow(&e) {
                             Flags::UO
                         } else {
                             Flags::UH

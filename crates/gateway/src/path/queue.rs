@@ -29,6 +29,12 @@ use crate::path::state::WorkerState;
 /// The code of the error a waiter whose client went away returns (never written).
 pub const CLIENT_GONE: &str = "client_gone_while_queued";
 
+/// Whether `e` says every candidate was full: at once, or after the route's queue was full
+/// or its wait timed out (the access log's `UO`, overflow).
+pub fn is_overflow(e: &GatewayError) -> bool {
+    e.message == pick::ALL_FULL || matches!(e.code, "queue_full" | "queue_timeout")
+}
+
 /// Picks a target; on a route with a queue, waits for a place when every candidate is
 /// full (see the module's documentation).
 pub async fn pick<'s>(
