@@ -47,8 +47,9 @@ pub struct Picked<'s> {
     pub admitted: Admitted<'s>,
 }
 
-/// Builds the candidate set and asks the route's strategy; the 503 to answer when no
-/// candidate is left or the strategy finds none acceptable.
+/// Builds the candidate set, asks the route's strategy and admits its choice; the 503 to
+/// answer when no candidate is left (`ALL_FULL` when they are all at their cap) or the
+/// strategy finds none acceptable.
 pub async fn pick<'s>(
     state: &'s WorkerState,
     routed: &Routed<'_>,
