@@ -52,7 +52,7 @@ fn start(driver: DriverChoice) -> (Gateway, MockHandle, MockHandle) {
          [routes.match]\nheader = { name = \"x-route\", value = \"fast\" }\n\
          [[routes]]\nname = \"dead\"\ntargets = [\"t2\"]\nretries = 0\n\
          [routes.match]\nmodels = [\"d\"]\n\
-         [[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"round_robin\"\n\
+         [[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"round_robin\"\nqueue_max = 4\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n",
     );
     (gateway(driver, &rest), a, b)
@@ -64,12 +64,13 @@ fn chat(addr: SocketAddr, headers: &[(&str, &str)], body: &str) -> rolter_mock::
 
 /// Traffic of every kind the page describes, then the page once every attempt is in it.
 /// Series the traffic must have produced, so a quiet page cannot pass.
-const REQUIRED: [&str; 5] = [
+const REQUIRED: [&str; 6] = [
     "rolter_requests_total{route=\"dead\",target=\"t2\",code=\"none\"}",
     "rolter_strategy_fallbacks_total{route=\"fast\",strategy=\"fastest\",reason=\"cold\"}",
     "rolter_gateway_responses_total{status=\"413\",code=\"body_too_large\"}",
     "rolter_dns_resolutions_total{target=\"t2\",result=\"failed\"}",
     "rolter_build_info{",
+    "rolter_queue_depth{route=\"r\"}",
 ];
 
 fn traffic_then_metrics(g: &Gateway) -> String {

@@ -371,6 +371,9 @@ pub struct ServerConfig {
     /// How often targets named by a host name are resolved again (`dns_refresh`, default
     /// 30 s; zero: resolved once, at load).
     pub dns_refresh: Duration,
+    /// Client connections open at once over every worker (`max_connections`, default
+    /// 10 000); a connection beyond it is answered 503 and closed. Reloadable.
+    pub max_connections: usize,
 }
 
 /// Client-side protocol limits and timeouts.
@@ -487,6 +490,10 @@ pub struct Route {
     pub retries: u32,
     /// When and how those extra attempts are made (`retry_on`, timeouts, back-off, budget).
     pub retry: RetryPolicy,
+    /// The route's queue (`queue_max`, `queue_timeout`): when every candidate is at its
+    /// `max_concurrent`, a request waits for a place instead of a 503 at once. `None`: no
+    /// queue (the default).
+    pub queue: Option<RouteQueue>,
     /// The local tokenizer the route's strategy named (`tokenizer = "<path>"`), loaded at
     /// configuration time; `None` when it reads no token ids or asks the engine.
     #[cfg(feature = "local-tokenizer")]
@@ -620,6 +627,17 @@ impl RetryOn {
     pub fn status(self, status: u16) -> bool {
         RetryReason::for_status(status).is_some_and(|r| self.contains(r))
     }
+}
+
+/// A route's bounded queue for requests that find every candidate full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteQueue {
+    /// Most requests waiting at once over the gateway (`queue_max`), split evenly over the
+    /// workers (each holds at most `ceil(max / workers)`); beyond it a 503 at once.
+    pub max: usize,
+    /// Longest a request waits (`queue_timeout`, default 2 s) before a 503 with
+    /// `Retry-After`.
+    pub timeout: Duration,
 }
 
 /// An LMCache controller's HTTP API (`python -m lmcache.v1.api_server`).

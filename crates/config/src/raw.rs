@@ -120,6 +120,7 @@ pub(crate) struct RawServer {
     pub driver: Option<String>,
     pub shutdown_grace: Option<toml::Value>,
     pub dns_refresh: Option<toml::Value>,
+    pub max_connections: Option<i64>,
     pub limits: Option<RawLimits>,
     pub control_socket: Option<String>,
 }
@@ -192,6 +193,8 @@ pub(crate) struct RawRoute {
     pub retry_budget: Option<f64>,
     pub retry_budget_min: Option<i64>,
     pub retry_after_max: Option<toml::Value>,
+    pub queue_max: Option<i64>,
+    pub queue_timeout: Option<toml::Value>,
     #[serde(rename = "match")]
     pub matcher: Option<RawMatch>,
 }
@@ -301,6 +304,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "driver",
     "shutdown_grace",
     "dns_refresh",
+    "max_connections",
     "limits",
 ];
 pub(crate) const LIMITS_KEYS: &[&str] = &[
@@ -349,6 +353,8 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "retry_budget",
     "retry_budget_min",
     "retry_after_max",
+    "queue_max",
+    "queue_timeout",
     "match",
 ];
 pub(crate) const MATCH_KEYS: &[&str] = &["paths", "models", "header"];

@@ -67,7 +67,7 @@ impl Admission {
             // The slot passes directly to the next waiter.
             w.granted.set(true);
             dec(&self.stats.waiting);
-            inc(&self.stats.running);
+            self.stats.admit();
             if let Some(waker) = w.waker.borrow_mut().take() {
                 waker.wake();
             }
@@ -95,7 +95,7 @@ impl Future for Acquire {
                     || (adm.running.get() < adm.limit && adm.queue.borrow().is_empty())
                 {
                     adm.running.set(adm.running.get() + 1);
-                    inc(&adm.stats.running);
+                    adm.stats.admit();
                     this.done = true;
                     return Poll::Ready(Permit { adm: adm.clone() });
                 }

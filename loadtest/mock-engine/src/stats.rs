@@ -19,6 +19,8 @@ pub struct StatsSnapshot {
     pub running: u64,
     /// Requests currently queued behind `max_running`.
     pub waiting: u64,
+    /// The most requests ever admitted at once (the highest `running` seen since start).
+    pub peak_running: u64,
     /// Tokens generated (streamed or returned), over all requests.
     pub generation_tokens: u64,
     /// Requests cut short by an injected reset or stall fault.
@@ -76,6 +78,7 @@ pub(crate) struct Stats {
     pub completed: AtomicU64,
     pub aborted: AtomicU64,
     pub running: AtomicU64,
+    pub peak_running: AtomicU64,
     pub waiting: AtomicU64,
     pub generation_tokens: AtomicU64,
     pub prompt_tokens: AtomicU64,
@@ -97,6 +100,12 @@ pub(crate) fn dec(c: &AtomicU64) {
 }
 
 impl Stats {
+    /// One more request admitted: `running` goes up and `peak_running` follows it.
+    pub fn admit(&self) {
+        let now = self.running.fetch_add(1, Relaxed) + 1;
+        self.peak_running.fetch_max(now, Relaxed);
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             requests: self.requests.load(Relaxed),
@@ -104,6 +113,7 @@ impl Stats {
             aborted: self.aborted.load(Relaxed),
             running: self.running.load(Relaxed),
             waiting: self.waiting.load(Relaxed),
+            peak_running: self.peak_running.load(Relaxed),
             generation_tokens: self.generation_tokens.load(Relaxed),
             faulted: self.faulted.load(Relaxed),
             connections: self.connections.load(Relaxed),

@@ -263,6 +263,35 @@ fn retry_policy_errors_name_the_key() {
     }
 }
 
+#[test]
+fn queue_keys() {
+    let route =
+        |extra: &str| format!("{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n{extra}\n");
+    let c = load(&route("")).unwrap();
+    assert_eq!(c.routes[0].queue, None, "no queue by default");
+    let c = load(&route("queue_max = 32")).unwrap();
+    assert_eq!(
+        c.routes[0].queue,
+        Some(RouteQueue {
+            max: 32,
+            timeout: std::time::Duration::from_secs(2)
+        })
+    );
+    let c = load(&route("queue_max = 4\nqueue_timeout = \"250ms\"")).unwrap();
+    assert_eq!(
+        c.routes[0].queue.unwrap().timeout,
+        std::time::Duration::from_millis(250)
+    );
+    let errs = errors(&route("queue_max = 0"));
+    assert!(error_at(&errs, "routes[0].queue_max").message.contains('0'));
+    let errs = errors(&route("queue_timeout = \"1s\""));
+    assert!(error_at(&errs, "routes[0].queue_timeout")
+        .fix
+        .contains("queue_max"));
+    let errs = errors(&route("queue_max = 4\nqueue_timeout = \"0s\""));
+    error_at(&errs, "routes[0].queue_timeout");
+}
+
 // ------------------------------------------------------------------ strategies
 
 #[test]

@@ -377,3 +377,14 @@ fn log_errors_name_the_key_and_the_fix() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn max_connections_defaults_and_errors() {
+    let c = load(ONE_TARGET).unwrap();
+    assert_eq!(c.server.max_connections, crate::DEFAULT_MAX_CONNECTIONS);
+    let c = load(&format!("[server]\nmax_connections = 64\n{ONE_TARGET}")).unwrap();
+    assert_eq!(c.server.max_connections, 64);
+    let errs = errors(&format!("[server]\nmax_connections = 0\n{ONE_TARGET}"));
+    let e = error_at(&errs, "server.max_connections");
+    assert!(e.message.contains('0') && e.fix.contains("10000"), "{e:?}");
+}

@@ -55,6 +55,11 @@ pub const FORBIDDEN_TARGET_HEADERS: &[&str] = &[
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// `server.max_connections` when not set: client connections open at once, over every
+/// worker; beyond it a new connection gets a 503 and is closed.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// A route's `queue_timeout` when it has a queue and does not set it.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(2);
 /// `server.dns_refresh` when not set.
 pub const DEFAULT_DNS_REFRESH: Duration = Duration::from_secs(30);
 /// The shortest non-zero `server.dns_refresh`.

@@ -27,9 +27,9 @@ use targets::{check_unique_names, target};
 pub(crate) use common::{EnvLookup, Host, Resolver};
 pub use common::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FIRST_BYTE_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_POOL_MAX_IDLE,
-    DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STRATEGY, FORBIDDEN_TARGET_HEADERS,
-    IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_IDLE_TIMEOUT,
+    DEFAULT_POOL_MAX_IDLE, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STRATEGY,
+    FORBIDDEN_TARGET_HEADERS, IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
 };
 
 /// Validates everything in `raw`; returns the config only when no error was pushed.
@@ -81,6 +81,7 @@ pub(crate) fn validate(
             forward_client_auth: false,
             retries: DEFAULT_RETRIES,
             retry: RetryPolicy::default(),
+            queue: None,
             #[cfg(feature = "local-tokenizer")]
             tokenizer: None,
             cache_controller: None,

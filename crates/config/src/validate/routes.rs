@@ -55,6 +55,8 @@ pub(super) fn route(
         }
     };
 
+    let queue = route_queue(raw.queue_max, raw.queue_timeout.as_ref(), at, errs);
+
     let matcher = match raw.matcher {
         None => Some(RouteMatch::default()),
         Some(m) => route_match(
@@ -76,6 +78,7 @@ pub(super) fn route(
         forward_client_auth: raw.forward_client_auth.unwrap_or(false),
         retries: retries?,
         retry: retry?,
+        queue: queue?,
         #[cfg(feature = "local-tokenizer")]
         tokenizer: tokenizer?,
         cache_controller: cache_controller?,
@@ -425,4 +428,42 @@ pub(super) fn header_match(
         Some(v) => check_header_value(&v, &join(at, "value"), errs).then_some(v),
     };
     Some((name?, value?))
+}
+
+/// `queue_max` and `queue_timeout`: no queue unless `queue_max` is set.
+fn route_queue(
+    max: Option<i64>,
+    timeout: Option<&toml::Value>,
+    at: &str,
+    errs: &mut Collector,
+) -> Option<Option<RouteQueue>> {
+    let timeout_key = join(at, "queue_timeout");
+    let given = timeout.is_some();
+    let timeout = duration(timeout, &timeout_key, DEFAULT_QUEUE_TIMEOUT, false, errs);
+    match max {
+        None => {
+            if given {
+                errs.push(
+                    timeout_key,
+                    "queue_timeout is set but the route has no queue",
+                    "add queue_max = <most requests waiting> to the route, or remove queue_timeout",
+                );
+                return None;
+            }
+            Some(None)
+        }
+        Some(n) if n <= 0 || n > 1_000_000 => {
+            errs.push(
+                join(at, "queue_max"),
+                format!("queue_max is {n}; it must be between 1 and 1000000"),
+                "set the most requests that may wait for a place on this route, or remove \
+                 queue_max for no queue (a 503 at once when every target is full)",
+            );
+            None
+        }
+        Some(n) => Some(Some(RouteQueue {
+            max: n as usize,
+            timeout: timeout?,
+        })),
+    }
 }

@@ -58,6 +58,21 @@ pub(super) fn server(
         errs,
     );
     let dns_refresh = dns_refresh(raw.dns_refresh.as_ref(), errs);
+    let max_connections = match raw.max_connections {
+        None => Some(DEFAULT_MAX_CONNECTIONS),
+        Some(n) if n <= 0 => {
+            errs.push(
+                "server.max_connections",
+                format!("max_connections is {n}; it must be greater than 0"),
+                format!(
+                    "remove the key for the default of {DEFAULT_MAX_CONNECTIONS}, or set the \
+                     most client connections the gateway keeps open at once"
+                ),
+            );
+            None
+        }
+        Some(n) => Some(n as usize),
+    };
     let limits = limits(raw.limits.unwrap_or_default(), errs);
     let control_socket = match raw.control_socket.as_deref() {
         None => Some(None),
@@ -88,6 +103,7 @@ pub(super) fn server(
         shutdown_grace: shutdown_grace?,
         control_socket: control_socket?,
         dns_refresh: dns_refresh?,
+        max_connections: max_connections?,
     })
 }
 

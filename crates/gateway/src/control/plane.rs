@@ -47,6 +47,8 @@ pub struct Plane {
     pub config: Arc<Config>,
     pub health: HealthBook,
     pub metrics: GatewayMetrics,
+    /// The routes' queue series.
+    pub queues: crate::metrics::queue::QueueMetrics,
     pub switches: Arc<Switches>,
     /// The latest in-flight snapshot from each worker.
     loads: Vec<Option<Arc<[u32]>>>,
@@ -160,6 +162,13 @@ impl Plane {
             mirrors,
             health: HealthBook::new(&config.health, &config.targets, &config.routes),
             metrics: GatewayMetrics::new(&route_names, &strategy_names, &target_names),
+            queues: crate::metrics::queue::QueueMetrics::new(
+                config
+                    .routes
+                    .iter()
+                    .map(|r| r.queue.map(|_| r.name.clone()))
+                    .collect(),
+            ),
             switches,
             loads: vec![None; workers],
             scrapes: (0..n).map(|_| ScrapeSlot::default()).collect(),
@@ -411,6 +420,12 @@ impl Plane {
                     );
                 }
             }
+            Record::Queued { route } => self.queues.queued(route),
+            Record::Queue {
+                route,
+                result,
+                waited,
+            } => self.queues.left(route, result, waited),
             Record::Request(ref entry) => {
                 if let Some(sink) = &self.access {
                     if !sink.send(line::format(entry, &self.config)) {
@@ -807,6 +822,7 @@ impl Plane {
         }
         let names: Vec<String> = self.config.targets.iter().map(|t| t.name.clone()).collect();
         crate::metrics::dns::render(&names, &self.dns.counts(), out);
+        self.queues.render(out);
         crate::metrics::process::render(&crate::metrics::process::ProcessStats::read(), out);
     }
 

@@ -92,4 +92,13 @@ pub enum Record {
         target: u16,
         until: std::time::Instant,
     },
+    /// A request entered `route`'s queue on this core.
+    Queued { route: u16 },
+    /// A request left `route`'s queue (or found it full: `overflow`, not queued), with how
+    /// it ended and how long it waited.
+    Queue {
+        route: u16,
+        result: &'static str,
+        waited: std::time::Duration,
+    },
 }

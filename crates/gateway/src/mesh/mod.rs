@@ -6,12 +6,16 @@
 //!   and the LoRA residency table.
 //! - [`messages`]: what travels: load snapshots, attempt samples, shared routing state,
 //!   records for the control thread, target signals and LoRA tables for the workers.
+//! - [`caps`]: the hard caps every core shares: each target's exact admission count
+//!   (`max_concurrent`) and the process's client connections (`server.max_connections`),
+//!   the only atomics the cores share on the request path.
 //! - [`links`]: both ends of the bounded crossbeam channels, the heartbeat that re-sends a
 //!   full snapshot so a dropped one heals, and the drop counters.
 //!
 //! Workers only push into channels (`try_send`) and drain them (`try_recv`); nothing here
 //! blocks, locks or does I/O.
 
+pub mod caps;
 pub mod links;
 pub mod load;
 pub mod messages;

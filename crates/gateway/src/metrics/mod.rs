@@ -17,6 +17,7 @@
 //! - [`kv_events`]: the KV-event plane's per-target series, from its reports at render time.
 //! - [`reloads`]: the running configuration's digest and the reload counters.
 //! - [`dns`]: lookups of targets' host names, from the control thread's counts.
+//! - [`queue`]: the routes' queues (depth, wait, how waits ended).
 //! - [`process`]: the `process_*` series from `/proc/self` and `rolter_build_info`.
 
 pub mod dns;
@@ -24,6 +25,7 @@ pub mod gateway;
 pub mod gauges;
 pub mod kv_events;
 pub mod process;
+pub mod queue;
 pub mod reloads;
 
 #[cfg(test)]

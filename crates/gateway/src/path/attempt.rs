@@ -21,9 +21,10 @@ use super::client::{respond, ClientIo, Fate};
 use super::inputs::Inputs;
 use super::race::{race, Race};
 use super::relay::{self, ClientSide, Explain, Outcome, Report, TryLimits};
+use super::release::Released;
 use super::request::{IoBufs, Request};
 use super::route::Routed;
-use super::{pick, record, retry, upstream_request};
+use super::{queue, record, retry, upstream_request};
 use crate::access_log::Flags;
 use crate::mesh::Record;
 use crate::path::state::WorkerState;
@@ -90,24 +91,29 @@ pub async fn until_answered(
     loop {
         // One clock read serves the pick and the routing record.
         let now = Instant::now();
-        let picked = match pick::pick(state, routed, preq, &tried[..attempts], now).await {
-            Ok(p) => p,
-            Err(e) => {
-                if last_err.is_none() {
-                    served.flags.insert(if e.message == pick::ALL_FULL {
-                        Flags::UO
-                    } else {
-                        Flags::UH
-                    });
-                } else {
-                    // Out of candidates after a failure that allowed a retry.
-                    served.flags.insert(Flags::URX);
+        let picked =
+            match queue::pick(state, routed, preq, &tried[..attempts], now, &io.reader).await {
+                Ok(p) => p,
+                Err(e) if e.code == queue::CLIENT_GONE => {
+                    served.flags.insert(Flags::DC);
+                    return Fate::Close;
                 }
-                let e = last_err.take().unwrap_or(e);
-                state.record_gateway(e.status, e.code);
-                return answer(io, bufs, &e, req, served, write_timeout).await;
-            }
-        };
+                Err(e) => {
+                    if last_err.is_none() {
+                        served.flags.insert(if queue::is_overflow(&e) {
+                            Flags::UO
+                        } else {
+                            Flags::UH
+                        });
+                    } else {
+                        // Out of candidates after a failure that allowed a retry.
+                        served.flags.insert(Flags::URX);
+                    }
+                    let e = last_err.take().unwrap_or(e);
+                    state.record_gateway(e.status, e.code);
+                    return answer(io, bufs, &e, req, served, write_timeout).await;
+                }
+            };
         let tid = picked.target;
         served.fallback = picked.pick.fallback;
         record::routed(state, routed, preq, inputs, tid, now);
@@ -141,7 +147,11 @@ pub async fn until_answered(
             }),
             request_id: req.id,
         };
+        let admitted = picked.admitted;
         let outcome = {
+            // The target's place under `max_concurrent` is held for exactly this exchange:
+            // released when it ends, however it ends (the future dropped included).
+            let _admitted = Released::new(admitted, &state.core.waiters);
             let _in_flight = state.load.enter(tid);
             relay::exchange(
                 state,

@@ -2,6 +2,10 @@
 //! endpoints or forward, and keep the connection alive for the next (possibly pipelined)
 //! request.
 //!
+//! A connection beyond `server.max_connections` (counted over every worker, `mesh::caps`)
+//! is answered 503 `too_many_connections` with `Connection: close` before anything is
+//! read, and closed.
+//!
 //! Owns the client socket and its reusable buffers for the connection's whole life. Every
 //! rejection of a malformed request answers with an OpenAI-shaped error and closes the
 //! connection; recoverable errors after a well-formed request keep it open.
@@ -11,7 +15,7 @@ use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, Splitable};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 use rolter_codec::h1::chunked::{ChunkError, ChunkedDecoder};
@@ -46,6 +50,40 @@ enum HeadRead {
     /// The client closed, or went idle past the keep-alive timeout, between requests.
     Closed,
     Reject(GatewayError),
+}
+
+/// How long a refused connection is kept for its answer to be read before it is closed.
+const REFUSE_LINGER: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A connection over `server.max_connections`: a 503 at once with `Connection: close`,
+/// counted; then the write side is shut and what the client already sent is read (briefly)
+/// so that closing does not reset the answer away before the client reads it.
+async fn refuse(worker: &Generations, mut stream: TcpStream) {
+    let e = GatewayError::internal(
+        503,
+        "too_many_connections",
+        "the gateway has server.max_connections client connections open; retry shortly",
+    )
+    .with_retry_after(1);
+    worker.current().record_gateway(e.status, e.code);
+    let mut out = Vec::with_capacity(512);
+    e.write_response(&mut out, true);
+    let _ = monoio::time::timeout(REFUSE_LINGER, async {
+        let (r, _) = stream.write_all(out).await;
+        if r.is_err() {
+            return;
+        }
+        let _ = stream.shutdown().await;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let (r, b) = stream.read(buf).await;
+            buf = b;
+            if !matches!(r, Ok(n) if n > 0) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Counts an open connection for the worker's drain logic.
@@ -85,6 +123,11 @@ const READER_CAP: usize = 64 * 1024;
 /// configuration once its head is complete and keeps it to its end.
 pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr) {
     let core = worker.core.clone();
+    let max = worker.current().config.server.max_connections;
+    let Some(_open) = core.connection_cap.try_open(Some(max)) else {
+        refuse(&worker, stream).await;
+        return;
+    };
     core.connections.set(core.connections.get() + 1);
     let _guard = ConnGuard(&core);
     let _ = stream.set_nodelay(true);

@@ -8,7 +8,9 @@
 //! 3. [`inputs`]: what the route's strategy asks for before its pick (token ids, a cache
 //!    lookup, the canonical prompt);
 //! 4. [`pick`]: the candidates (eligible, serving the model, under their limit, not tried
-//!    yet) and the strategy's choice;
+//!    yet), the strategy's choice and its admission under `max_concurrent`; [`queue`]
+//!    waits for a place when the route has a queue and every candidate is full
+//!    ([`release`] wakes the waiters);
 //! 5. [`attempt`]: one try on the chosen target (an adapter loaded first when asked), the
 //!    upstream request's bytes ([`upstream_request`]), and the retry decision (with
 //!    [`retry`]: the reasons, the route's budget and the back-off);
@@ -32,10 +34,12 @@ pub mod inputs;
 pub mod local;
 pub mod models;
 pub mod pick;
+pub mod queue;
 pub mod race;
 pub mod reader;
 pub mod record;
 pub mod relay;
+pub mod release;
 pub mod request;
 pub mod retry;
 pub mod route;

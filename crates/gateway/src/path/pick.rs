@@ -2,8 +2,9 @@
 //!
 //! The candidates are the route's targets that serve the model, are eligible (healthy, not
 //! ejected), are not cooling after a 429 (every target cooling: a 429 with the shortest
-//! `Retry-After`), are under `max_concurrent` (counted over every core, and over the other
-//! replicas too with `state.share_load`) and have not failed this request already, each with
+//! `Retry-After`), are under `max_concurrent` (the exact count over every core, from the
+//! shared admission counters, plus the other replicas' requests with `state.share_load`)
+//! and have not failed this request already, each with
 //! its weight, load (with the other replicas' for routes with `fleet_load`), tier, engine
 //! queue, KV-cache use and (for strategies that read it) LoRA adapter residency. Strategies
 //! only ever see candidates.
@@ -12,7 +13,12 @@
 //! the candidates first, waiting at most `state.pick_timeout`; the candidates are built
 //! again after the wait (other requests ran meanwhile) and the strategy is given the answer.
 //!
-//! Owns the candidate filter, in a scratch list reused by every pick. It must not allocate
+//! The chosen target is then admitted: one compare-and-swap on its shared counter
+//! (`mesh::caps`). Another core may have taken the last place between the filter and the
+//! admission; the candidates are then built again (that target now shows full), at most
+//! once per target of the route. The returned [`Picked`] holds the place until it drops.
+//!
+//! Owns the candidate filter and admission, in a scratch list reused by every pick. It must not allocate
 //! per request (the rotation's ask to the store carries its own copy of the member set),
 //! and it applies what the other cores sent before it reads the load view.
 
@@ -23,6 +29,7 @@ use rolter_codec::GatewayError;
 use rolter_core::{AsyncInputs, Candidate, Needs, Pick, PickRequest, Residency, TargetId};
 
 use super::route::Routed;
+use crate::mesh::caps::Admitted;
 use crate::mesh::Record;
 use crate::path::state::WorkerState;
 
@@ -30,32 +37,36 @@ use crate::path::state::WorkerState;
 /// log's `UO`, overflow).
 pub const ALL_FULL: &str = "every target for this model is at its max_concurrent limit";
 
-/// The strategy's choice.
-pub struct Picked {
+/// The strategy's choice, admitted.
+pub struct Picked<'s> {
     pub target: TargetId,
     /// Other candidates left for a retry.
     pub others: usize,
     pub pick: Pick,
     /// The chosen target's LoRA residency of the requested model, as the strategy saw it.
     pub residency: Residency,
+    /// The target's place under its `max_concurrent`, held until the attempt ends.
+    pub admitted: Admitted<'s>,
 }
 
-/// Builds the candidate set and asks the route's strategy; the 503 to answer when no
-/// candidate is left or the strategy finds none acceptable.
-pub async fn pick(
-    state: &WorkerState,
+/// Builds the candidate set, asks the route's strategy and admits its choice; the 503 to
+/// answer when no candidate is left (`ALL_FULL` when they are all at their cap) or the
+/// strategy finds none acceptable.
+pub async fn pick<'s>(
+    state: &'s WorkerState,
     routed: &Routed<'_>,
     preq: &PickRequest<'_>,
     tried: &[TargetId],
     now: Instant,
-) -> Result<Picked, GatewayError> {
+) -> Result<Picked<'s>, GatewayError> {
     let rs = &state.routes[routed.index];
     if let (Some(rotation), Some(link)) = (&rs.rotation, &state.core.store) {
         let members: Vec<(u16, f64)> = {
             fill(state, routed, preq, tried, now)?;
             let cands = state.candidates.borrow();
             if cands.len() < 2 {
-                return choose(state, routed.index, preq, now);
+                drop(cands);
+                return admit(state, routed, preq, tried, now, true);
             }
             cands.iter().map(|c| (c.target as u16, c.weight)).collect()
         };
@@ -72,11 +83,35 @@ pub async fn pick(
         };
         // Other requests on this core used the scratch list while this one waited.
         let now = Instant::now();
-        fill(state, routed, &preq, tried, now)?;
-        return choose(state, routed.index, &preq, now);
+        return admit(state, routed, &preq, tried, now, false);
     }
-    fill(state, routed, preq, tried, now)?;
-    choose(state, routed.index, preq, now)
+    admit(state, routed, preq, tried, now, false)
+}
+
+/// Chooses among the candidates (filled already when `filled`) and admits the choice,
+/// building the candidates again when another core took the chosen target's last place.
+fn admit<'s>(
+    state: &'s WorkerState,
+    routed: &Routed<'_>,
+    preq: &PickRequest<'_>,
+    tried: &[TargetId],
+    now: Instant,
+    filled: bool,
+) -> Result<Picked<'s>, GatewayError> {
+    for round in 0..=routed.route.targets.len() {
+        if round > 0 || !filled {
+            fill(state, routed, preq, tried, now)?;
+        }
+        if let Some(p) = choose(state, routed.index, preq, now)? {
+            return Ok(p);
+        }
+    }
+    Err(all_full())
+}
+
+/// The 503 when every candidate is at its cap.
+fn all_full() -> GatewayError {
+    GatewayError::internal(503, "no_available_target", ALL_FULL).with_retry_after(1)
 }
 
 /// Fills the worker's scratch candidate list; the 503 when no target is left.
@@ -121,13 +156,11 @@ fn fill(
             continue;
         }
         let fleet = state.load.fleet_in_flight(t);
-        let mut in_flight = state.load.in_flight(t);
-        if state.fleet_caps {
-            in_flight += fleet;
-        }
+        // Exact over this gateway's cores; the other replicas' share is a soft addition.
+        let counted = u64::from(state.caps.admitted(t)) + if state.fleet_caps { fleet } else { 0 };
         if target
             .max_concurrent
-            .is_some_and(|m| in_flight >= u64::from(m))
+            .is_some_and(|m| counted >= u64::from(m))
         {
             full += 1;
             continue;
@@ -160,9 +193,10 @@ fn fill(
             )
             .with_retry_after(whole_seconds(left).max(1)));
         }
-        let msg = if full > 0 {
-            ALL_FULL
-        } else if out > 0 {
+        if full > 0 {
+            return Err(all_full());
+        }
+        let msg = if out > 0 {
             "every target for this model is unhealthy or ejected"
         } else if drained > 0 {
             "every target for this model is drained (weight = 0)"
@@ -203,13 +237,14 @@ fn slow_start(state: &WorkerState, cands: &mut Vec<Candidate>) {
     }
 }
 
-/// Asks the route's strategy to choose among the filled candidates.
-fn choose(
-    state: &WorkerState,
+/// Asks the route's strategy to choose among the filled candidates and admits the choice;
+/// `None` when another core took its last place meanwhile.
+fn choose<'s>(
+    state: &'s WorkerState,
     route_idx: usize,
     preq: &PickRequest<'_>,
     now: Instant,
-) -> Result<Picked, GatewayError> {
+) -> Result<Option<Picked<'s>>, GatewayError> {
     let cands = state.candidates.borrow();
     let pick = state.routes[route_idx]
         .strategy
@@ -224,12 +259,16 @@ fn choose(
                 });
             }
             let chosen = &cands[p.index];
-            Ok(Picked {
+            let Some(admitted) = state.caps.try_admit(chosen.target) else {
+                return Ok(None);
+            };
+            Ok(Some(Picked {
                 target: chosen.target,
                 others: cands.len() - 1,
                 pick: p,
                 residency: chosen.lora,
-            })
+                admitted,
+            }))
         }
         _ => Err(GatewayError::internal(
             503,

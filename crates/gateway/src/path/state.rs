@@ -17,10 +17,12 @@ use rolter_core::{Candidate, Needs, Sample, ShareSink, Verdict};
 use rolter_strategy::Strategy;
 
 use crate::fleet::StoreLink;
+use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::load::LoadView;
 use crate::mesh::messages::AttemptNotes;
 use crate::mesh::{Record, WorkerLinks};
 use crate::path::models;
+use crate::path::release::Waiters;
 use crate::path::request::IoBufs;
 use crate::path::retry::RetryBudget;
 use crate::route_inputs::adapters::AdapterLoader;
@@ -49,6 +51,8 @@ pub struct RouteState {
     pub fleet_load: bool,
     /// The route's retry budget on this core.
     pub retry_budget: RetryBudget,
+    /// Requests waiting in the route's queue on this core.
+    pub queued: Cell<usize>,
 }
 
 /// What one core keeps for its whole life, whatever configuration it serves: its counts
@@ -69,12 +73,18 @@ pub struct WorkerCore {
     spare_bufs: RefCell<Vec<IoBufs>>,
     /// The state thread, when `[state]` is configured (it lives as long as the process).
     pub store: Option<StoreLink>,
+    /// The process's client connections over every worker (`server.max_connections`).
+    pub connection_cap: Arc<ConnectionCap>,
+    /// Requests waiting in a route's queue on this core, woken when a place may have freed.
+    pub waiters: Waiters,
 }
 
 impl WorkerCore {
-    pub fn new(id: usize, store: Option<StoreLink>) -> Self {
+    pub fn new(id: usize, store: Option<StoreLink>, connection_cap: Arc<ConnectionCap>) -> Self {
         WorkerCore {
             store,
+            connection_cap,
+            waiters: Waiters::default(),
             id,
             draining: Cell::new(false),
             cut_at: Cell::new(None),
@@ -105,6 +115,8 @@ pub struct WorkerState {
     pub upstream: Upstreams,
     /// In-flight counts (this core exact, other cores by snapshot), queue depth, eligibility.
     pub load: LoadView,
+    /// Each target's exact admission count over every core (`max_concurrent`).
+    pub caps: Arc<TargetCaps>,
     /// Channels to the other cores and the control thread.
     pub links: WorkerLinks,
     /// What this core's strategies learned from routing this tick, for the other cores.
@@ -160,10 +172,12 @@ impl WorkerState {
     /// This core's state for `config`. With `previous` (a reload), unchanged routes keep
     /// their strategy instance (and what it learned), and unchanged targets their idle
     /// keep-alive connections.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         core: Rc<WorkerCore>,
         config: Arc<Config>,
         tls: Arc<UpstreamTls>,
+        caps: Arc<TargetCaps>,
         strategies: &StrategyFactory,
         links: WorkerLinks,
         workers: usize,
@@ -211,6 +225,7 @@ impl WorkerState {
                         .map(Rotation::new),
                     fleet_load: req.store.as_ref().is_some_and(|s| s.fleet_load),
                     retry_budget: RetryBudget::default(),
+                    queued: Cell::new(0),
                     needs,
                     strategy: RefCell::new(strategy),
                 })
@@ -232,6 +247,7 @@ impl WorkerState {
             routes,
             upstream,
             load: LoadView::new(config.targets.len(), workers),
+            caps,
             links,
             share: RefCell::new(ShareSink::default()),
             models_body: models::list_body(&config, created),

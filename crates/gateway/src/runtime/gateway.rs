@@ -23,6 +23,7 @@ use super::supervisor::Supervisor;
 use super::worker::{self, WorkerSetup};
 use crate::access_log::AccessLog;
 use crate::lifecycle::Lifecycle;
+use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::mesh;
 use crate::notify;
 use crate::reload::{ReloadError, ReloadReport, ReloadStats};
@@ -154,9 +155,13 @@ impl Gateway {
         };
         let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
         let mut workers = Vec::with_capacity(count);
+        let caps = TargetCaps::new(&config.targets, None);
+        let connections = Arc::new(ConnectionCap::default());
         for (id, l) in listeners.into_iter().enumerate() {
             let config = config.clone();
             let tls = tls.clone();
+            let caps = caps.clone();
+            let connections = connections.clone();
             let lifecycle = lifecycle.clone();
             let strategies = strategies.clone();
             let blocking = blocking.clone();
@@ -179,6 +184,8 @@ impl Gateway {
                             id,
                             config,
                             tls,
+                            caps,
+                            connections,
                             listener: l,
                             lifecycle,
                             strategies,
@@ -220,6 +227,7 @@ impl Gateway {
         })?;
         let supervisor = Arc::new(Mutex::new(Supervisor {
             config: config.clone(),
+            caps,
             engine: Some(engine),
             kv_view,
             switches: switches.clone(),

@@ -22,6 +22,7 @@ use rolter_core::{KvView, Switches};
 use super::control_thread::Adopt;
 use super::engine_threads::EngineThreads;
 use super::worker::Handoff;
+use crate::mesh::caps::TargetCaps;
 use crate::mesh::mesh;
 use crate::reload::{ReloadError, ReloadReport, ReloadStats};
 use crate::strategies::StrategyFactory;
@@ -32,6 +33,8 @@ const SWITCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Supervisor {
     pub config: Arc<Config>,
+    /// The running configuration's admission counters (unchanged targets keep theirs).
+    pub caps: Arc<TargetCaps>,
     pub engine: Option<EngineThreads>,
     pub kv_view: Option<KvView>,
     pub switches: Arc<Switches>,
@@ -109,6 +112,7 @@ impl Supervisor {
             .iter()
             .filter(|t| t.is_some())
             .count();
+        let caps = TargetCaps::new(&new.targets, Some((&self.caps, &self.config.targets)));
         let config = Arc::new(new);
         let strategies = Arc::new(StrategyFactory::new(
             &config,
@@ -139,6 +143,7 @@ impl Supervisor {
             let handoff = Handoff {
                 config: config.clone(),
                 tls: tls.clone(),
+                caps: caps.clone(),
                 strategies: strategies.clone(),
                 links,
                 done: switched_tx.clone(),
@@ -176,6 +181,7 @@ impl Supervisor {
             targets_kept,
         };
         self.config = config;
+        self.caps = caps;
         Ok(report)
     }
 }

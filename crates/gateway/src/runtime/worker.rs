@@ -15,6 +15,7 @@ use monoio::net::TcpListener;
 use rolter_config::Config;
 
 use crate::lifecycle::Lifecycle;
+use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::WorkerLinks;
 use crate::path::conn;
 use crate::path::generation::Generations;
@@ -35,6 +36,10 @@ pub struct WorkerSetup {
     pub id: usize,
     pub config: Arc<Config>,
     pub tls: Arc<UpstreamTls>,
+    /// Each target's admission counter, shared by every worker.
+    pub caps: Arc<TargetCaps>,
+    /// The process's client connections, shared by every worker.
+    pub connections: Arc<ConnectionCap>,
     pub listener: StdListener,
     pub lifecycle: Arc<Lifecycle>,
     /// Builds this core's instance of every route's strategy.
@@ -53,6 +58,7 @@ pub struct WorkerSetup {
 pub struct Handoff {
     pub config: Arc<Config>,
     pub tls: Arc<UpstreamTls>,
+    pub caps: Arc<TargetCaps>,
     pub strategies: Arc<StrategyFactory>,
     pub links: WorkerLinks,
     /// Receives the worker's id once new requests use the new configuration.
@@ -73,6 +79,8 @@ pub async fn run(setup: WorkerSetup) {
         id,
         config,
         tls,
+        caps,
+        connections,
         listener,
         lifecycle,
         strategies,
@@ -81,8 +89,17 @@ pub async fn run(setup: WorkerSetup) {
         handoffs,
         store,
     } = setup;
-    let core = Rc::new(WorkerCore::new(id, store));
-    let first = WorkerState::new(core.clone(), config, tls, &strategies, links, workers, None);
+    let core = Rc::new(WorkerCore::new(id, store, connections));
+    let first = WorkerState::new(
+        core.clone(),
+        config,
+        tls,
+        caps,
+        &strategies,
+        links,
+        workers,
+        None,
+    );
     let worker = Rc::new(Generations::new(first));
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
@@ -129,6 +146,7 @@ pub async fn run(setup: WorkerSetup) {
                 core.clone(),
                 h.config,
                 h.tls,
+                h.caps,
                 &h.strategies,
                 h.links,
                 workers,
@@ -138,6 +156,8 @@ pub async fn run(setup: WorkerSetup) {
             let _ = h.done.send(id);
         }
         worker.signal_tick();
+        // Places freed on other cores: this core's queued requests try again.
+        core.waiters.wake_all();
         ticks += 1;
         if ticks < HOUSEKEEPING_EVERY && !lifecycle.stopped() {
             continue;
