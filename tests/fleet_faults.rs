@@ -23,18 +23,7 @@ fn engine(name: &str, listen: SocketAddr) -> MockHandle {
 
 fn served_by(addr: SocketAddr, n: usize) -> Vec<String> {
     (0..n)
-        .map(|_| {
-            let r = call(
-                addr,
-                &post(
-                    "/v1/chat/completions",
-                    &[("x-rolter-explain", "1")],
-                    &chat_body(false),
-                ),
-            );
-            assert_eq!(r.status, 200, "a request failed: {}", r.text());
-            r.header("x-rolter-target").unwrap().to_string()
-        })
+        .map(|_| explained(addr, &chat_body(false)).target)
         .collect()
 }
 
