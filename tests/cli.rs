@@ -10,6 +10,15 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rolter");
 
+/// `rolter check --config <path>`.
+fn check(path: &std::path::Path) -> std::process::Output {
+    Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
 use common::process::Kill;
 
 #[test]
@@ -116,11 +125,7 @@ strategy = "fastestt"
 "#,
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check(&path);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     for needle in [
@@ -179,11 +184,7 @@ targets = ["a"]
 strategy = { name = "round_robin", atomic = true }
 "#;
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check(&path);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     for needle in [
@@ -199,11 +200,7 @@ strategy = { name = "round_robin", atomic = true }
         format!("{text}\n[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n"),
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check(&path);
     assert!(
         out.status.success(),
         "{}",
@@ -237,11 +234,7 @@ fn check_shows_each_routes_strategy_and_its_options() {
          name = \"active_passive\"\nwithin_tier = { name = \"cache_aware\", threshold = 0.7 }\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check(&path);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(

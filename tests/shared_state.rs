@@ -648,26 +648,7 @@ fn books_kept_while_the_store_is_away_reach_it_when_it_answers_again() {
     ] {
         assert!(page.contains(series), "no {series} in\n{page}");
     }
-    if let Ok(mut child) = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-    {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(page.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let said = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && said.trim().is_empty(),
-            "promtool: {said}"
-        );
+    if let Some((ok, said)) = promtool_check(&page) {
+        assert!(ok && said.trim().is_empty(), "promtool: {said}");
     }
 }

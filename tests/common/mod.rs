@@ -163,3 +163,30 @@ pub fn explained(addr: SocketAddr, body: &str) -> Explained {
         fallback: r.header("x-rolter-fallback").map(str::to_string),
     }
 }
+
+/// `promtool check metrics` on a `/metrics` page: `None` when promtool is not installed,
+/// else what it said (empty when it found nothing wrong) and whether it exited 0.
+pub fn promtool_check(page: &str) -> Option<(bool, String)> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((out.status.success(), said))
+}
