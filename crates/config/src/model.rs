@@ -524,6 +524,20 @@ pub struct RetryPolicy {
     pub budget_min: u32,
     /// Longest a target cools after a 429 (or a 503 with `Retry-After`).
     pub retry_after_max: Duration,
+    /// When a second attempt races the first (`hedge_after`); `None`: no hedging (the
+    /// default).
+    pub hedge_after: Option<HedgeAfter>,
+}
+
+/// When a request is hedged: a second attempt goes to another target while the first has
+/// sent no response byte.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HedgeAfter {
+    /// This long after the first attempt started (`hedge_after = "300ms"`).
+    Delay(Duration),
+    /// This percentile of the route's recent times to a response head, learnt on each
+    /// core (`hedge_after = "p95"`); no hedge until enough times are known.
+    Percentile(f64),
 }
 
 impl Default for RetryPolicy {
@@ -537,6 +551,7 @@ impl Default for RetryPolicy {
             budget: DEFAULT_RETRY_BUDGET,
             budget_min: DEFAULT_RETRY_BUDGET_MIN,
             retry_after_max: DEFAULT_RETRY_AFTER_MAX,
+            hedge_after: None,
         }
     }
 }

@@ -193,6 +193,7 @@ pub(crate) struct RawRoute {
     pub retry_budget: Option<f64>,
     pub retry_budget_min: Option<i64>,
     pub retry_after_max: Option<toml::Value>,
+    pub hedge_after: Option<toml::Value>,
     pub queue_max: Option<i64>,
     pub queue_timeout: Option<toml::Value>,
     #[serde(rename = "match")]
@@ -353,6 +354,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "retry_budget",
     "retry_budget_min",
     "retry_after_max",
+    "hedge_after",
     "queue_max",
     "queue_timeout",
     "match",

@@ -228,6 +228,45 @@ fn retry_policy_defaults_and_values() {
 }
 
 #[test]
+fn hedge_after_is_a_delay_or_a_percentile_on_a_route_of_two_targets() {
+    let two = format!(
+        "{ONE_TARGET}[[targets]]\nname = \"b\"\nurl = \"http://127.0.0.1:9\"\n[[routes]]\nname = \"r\"\ntargets = [\"a\", \"b\"]\n"
+    );
+    assert_eq!(load(&two).unwrap().routes[0].retry.hedge_after, None);
+    let with = |v: &str| format!("{two}hedge_after = {v}\n");
+    assert_eq!(
+        load(&with("\"250ms\"")).unwrap().routes[0]
+            .retry
+            .hedge_after,
+        Some(HedgeAfter::Delay(Duration::from_millis(250)))
+    );
+    assert_eq!(
+        load(&with("\"p95\"")).unwrap().routes[0].retry.hedge_after,
+        Some(HedgeAfter::Percentile(95.0))
+    );
+    for (v, says) in [
+        ("\"p101\"", "p99.9"),
+        ("\"p10\"", "p50"),
+        ("\"0s\"", "zero"),
+        ("300", "unit"),
+    ] {
+        let errs = errors(&with(v));
+        let e = error_at(&errs, "routes[0].hedge_after");
+        assert!(
+            format!("{} {}", e.message, e.fix).contains(says),
+            "{v}: {e:?}"
+        );
+    }
+    // One target: nowhere to send the hedge.
+    let one =
+        format!("{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\nhedge_after = \"1s\"\n");
+    let errs = errors(&one);
+    assert!(error_at(&errs, "routes[0].hedge_after")
+        .fix
+        .contains("second target"));
+}
+
+#[test]
 fn retry_policy_errors_name_the_key() {
     for (extra, key, says) in [
         (

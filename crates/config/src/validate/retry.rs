@@ -78,6 +78,7 @@ pub(super) fn retry_policy(raw: &RawRoute, at: &str, errs: &mut Collector) -> Op
         true,
         errs,
     );
+    let hedge_after = hedge_after(raw, at, errs);
     Some(RetryPolicy {
         on: on?,
         per_try_timeout: per_try_timeout?,
@@ -87,7 +88,42 @@ pub(super) fn retry_policy(raw: &RawRoute, at: &str, errs: &mut Collector) -> Op
         budget: budget?,
         budget_min: budget_min?,
         retry_after_max: retry_after_max?,
+        hedge_after: hedge_after?,
     })
+}
+
+/// `hedge_after`: a duration, or a percentile of the route's times to a response head
+/// (`"p50"` to `"p99.9"`). Hedging needs a second target to send the hedge to.
+fn hedge_after(raw: &RawRoute, at: &str, errs: &mut Collector) -> Option<Option<HedgeAfter>> {
+    let key = join(at, "hedge_after");
+    let Some(v) = raw.hedge_after.as_ref() else {
+        return Some(None);
+    };
+    if raw.targets.as_ref().is_some_and(|t| t.len() < 2) {
+        errs.push(
+            key,
+            "hedging sends a second attempt to another target, and this route has one",
+            "add a second target to the route, or remove hedge_after",
+        );
+        return None;
+    }
+    if let toml::Value::String(s) = v {
+        if let Some(p) = s.trim().strip_prefix('p') {
+            return match p.parse::<f64>() {
+                Ok(p) if (50.0..=99.9).contains(&p) => Some(Some(HedgeAfter::Percentile(p))),
+                _ => {
+                    errs.push(
+                        key,
+                        format!("`{s}` is not a percentile hedge_after takes"),
+                        "write a percentile from \"p50\" to \"p99.9\" (e.g. \"p95\"), or a duration such as \"300ms\"",
+                    );
+                    None
+                }
+            };
+        }
+    }
+    duration(Some(v), &key, Duration::from_millis(300), false, errs)
+        .map(|d| Some(HedgeAfter::Delay(d)))
 }
 
 fn retry_on(list: Option<&[String]>, key: &str, errs: &mut Collector) -> Option<RetryOn> {

@@ -21,6 +21,7 @@ use rolter_strategy::Strategy;
 use super::dns::{self, DnsBook};
 use crate::access_log::{line, AccessSink};
 use crate::mesh::load::TargetSignal;
+use crate::mesh::messages::HedgeEvent;
 use crate::mesh::{Kind, MeshDrops, Record, ToControl};
 use crate::metrics::{GatewayMetrics, ScrapeStatus, TargetGauges};
 use crate::strategies::StrategyFactory;
@@ -395,6 +396,11 @@ impl Plane {
             }
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
             Record::Retry { route, reason } => self.metrics.record_retry(route as usize, reason),
+            Record::Hedge { route, event } => match event {
+                HedgeEvent::Sent => self.metrics.record_hedge(route as usize, false),
+                HedgeEvent::Won => self.metrics.record_hedge(route as usize, true),
+                HedgeEvent::Skipped(why) => self.metrics.record_hedge_skipped(route as usize, why),
+            },
             Record::Cooldown { target, until } => {
                 let t = target as usize;
                 self.metrics.record_cooldown(t);

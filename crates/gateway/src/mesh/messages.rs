@@ -83,6 +83,9 @@ pub enum Record {
     Gateway { status: u16, code: &'static str },
     /// A request on `route` is tried again after a failure `retry_on` names (`reason`).
     Retry { route: u16, reason: &'static str },
+    /// A hedge on `route` was sent, won its race, or was not sent (`Skipped` with why:
+    /// `budget`, `no_target`).
+    Hedge { route: u16, event: HedgeEvent },
     /// A request on `route` was not retried because the route's retry budget on the core
     /// was spent; the client got the last attempt's error.
     RetryBudgetExhausted { route: u16 },
@@ -101,4 +104,12 @@ pub enum Record {
         result: &'static str,
         waited: std::time::Duration,
     },
+}
+
+/// What became of a route's hedge (`hedge_after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HedgeEvent {
+    Sent,
+    Won,
+    Skipped(&'static str),
 }

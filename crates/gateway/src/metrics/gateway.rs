@@ -175,6 +175,10 @@ pub struct GatewayMetrics {
     route_retries: Vec<Vec<(&'static str, Counter)>>,
     /// Per route: `rolter_retry_budget_exhausted_total`.
     budget_exhausted: Vec<Counter>,
+    /// Per route: `rolter_hedges_sent_total` and `rolter_hedges_won_total`.
+    hedges_sent: Vec<Counter>,
+    hedges_won: Vec<Counter>,
+    hedges_skipped: Family<RouteReason, Counter>,
     /// One owner: `Send` (moved to the control thread) but not `Sync`.
     _owner: PhantomData<Cell<()>>,
 }
@@ -212,6 +216,17 @@ impl GatewayMetrics {
             .iter()
             .map(|r| exhausted.get_or_create_owned(&RouteLabel { route: r.clone() }))
             .collect();
+        let per_route = |family: &Family<RouteLabel, Counter>| -> Vec<Counter> {
+            route_names
+                .iter()
+                .map(|r| family.get_or_create_owned(&RouteLabel { route: r.clone() }))
+                .collect()
+        };
+        let sent = Family::<RouteLabel, Counter>::default();
+        let won = Family::<RouteLabel, Counter>::default();
+        let hedges_sent = per_route(&sent);
+        let hedges_won = per_route(&won);
+        let hedges_skipped = Family::<RouteReason, Counter>::default();
 
         let per_target = target_names
             .iter()
@@ -301,6 +316,21 @@ impl GatewayMetrics {
             exhausted,
         );
         registry.register(
+            "rolter_hedges_sent",
+            "Hedges sent: second attempts raced against a first that had sent no response byte within the route's hedge_after",
+            sent,
+        );
+        registry.register(
+            "rolter_hedges_won",
+            "Hedges whose response head arrived first and was relayed (the first attempt was dropped, its engine let go)",
+            won,
+        );
+        registry.register(
+            "rolter_hedges_skipped",
+            "Hedges due but not sent, by reason (budget: the route's retry budget was spent; no_target: no other candidate)",
+            hedges_skipped.clone(),
+        );
+        registry.register(
             "rolter_target_cooldowns",
             "Times the target answered 429 (or 503 with Retry-After) and cooled: out of the candidates for the time it gave, capped by retry_after_max",
             cooldowns,
@@ -341,6 +371,9 @@ impl GatewayMetrics {
             retries,
             route_retries: vec![Vec::new(); route_names.len()],
             budget_exhausted,
+            hedges_sent,
+            hedges_won,
+            hedges_skipped,
             _owner: PhantomData,
         }
     }
@@ -491,6 +524,31 @@ impl GatewayMetrics {
             })
         })
         .inc();
+    }
+
+    /// A hedge on `route` was sent (`won`: its head arrived first and was relayed).
+    pub fn record_hedge(&mut self, route: usize, won: bool) {
+        let counters = if won {
+            &self.hedges_won
+        } else {
+            &self.hedges_sent
+        };
+        if let Some(c) = counters.get(route) {
+            c.inc();
+        }
+    }
+
+    /// A hedge on `route` was due but not sent, for `reason`.
+    pub fn record_hedge_skipped(&mut self, route: usize, reason: &'static str) {
+        let Some(name) = self.routes.get(route) else {
+            return;
+        };
+        self.hedges_skipped
+            .get_or_create(&RouteReason {
+                route: name.clone(),
+                reason,
+            })
+            .inc();
     }
 
     /// A retry on `route` was refused by its budget.

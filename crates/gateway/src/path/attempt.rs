@@ -3,7 +3,8 @@
 //! went, loads the model's LoRA adapter there first when the route asks, writes the
 //! upstream request and runs the exchange; a failure before any byte reached the client is
 //! retried on another target while `retries`, the candidates, the route's `retry_on`, its
-//! `deadline` and its retry budget allow, after a jittered back-off.
+//! `deadline` and its retry budget allow, after a jittered back-off. A route with
+//! `hedge_after` runs its first attempt through `hedge`, which may race a second one.
 //!
 //! What the attempts came to (the last target, statuses, flags, timings, tokens) is kept
 //! in a [`Served`] for the request's access-log entry.
@@ -24,7 +25,7 @@ use super::relay::{self, ClientSide, Explain, Outcome, Report, TryLimits};
 use super::release::Released;
 use super::request::{IoBufs, Request};
 use super::route::Routed;
-use super::{queue, record, retry, upstream_request};
+use super::{hedge, queue, record, retry, upstream_request};
 use crate::access_log::Flags;
 use crate::mesh::Record;
 use crate::path::state::WorkerState;
@@ -135,7 +136,6 @@ pub async fn until_answered(
         let target = &state.config.targets[tid];
         upstream_request::build(&mut bufs.up, req, &routed.facts, routed.route, target);
         let load_at_send = state.load.load(tid);
-        let mut report = Report::default();
         let client = ClientSide {
             http10: req.head.http10,
             close: req.close,
@@ -147,33 +147,64 @@ pub async fn until_answered(
             }),
             request_id: req.id,
         };
-        let admitted = picked.admitted;
-        let outcome = {
-            // The target's place under `max_concurrent` is held for exactly this exchange:
-            // released when it ends, however it ends (the future dropped included).
-            let _admitted = Released::new(admitted, &state.core.waiters);
-            let _in_flight = state.load.enter(tid);
-            relay::exchange(
-                state,
-                tid,
-                &mut io.wr,
-                &io.reader,
-                bufs,
+        let limits = TryLimits {
+            retry_on: if retries_left > 0 && attempts + 1 < MAX_ATTEMPTS {
+                policy.on
+            } else {
+                RetryOn::NONE
+            },
+            per_try_end: policy
+                .per_try_timeout
+                .map(|p| monoio::time::Instant::from_std(now + p)),
+            request_end,
+        };
+        // Hedging: the first attempt only, with room for a second.
+        let hedge_after = policy
+            .hedge_after
+            .filter(|_| attempts == 0 && picked.others > 0)
+            .and_then(|h| rs.head_times.delay(h));
+        let (tid, outcome, report, load_at_send) = if let Some(after) = hedge_after {
+            let first = hedge::First {
+                target: tid,
+                admitted: picked.admitted,
+                load_at_send,
                 client,
-                TryLimits {
-                    retry_on: if retries_left > 0 && attempts + 1 < MAX_ATTEMPTS {
-                        policy.on
-                    } else {
-                        RetryOn::NONE
-                    },
-                    per_try_end: policy
-                        .per_try_timeout
-                        .map(|p| monoio::time::Instant::from_std(now + p)),
-                    request_end,
+                // While the legs race, a status the route retries is held back either way.
+                limits: TryLimits {
+                    retry_on: policy.on,
+                    ..limits
                 },
-                &mut report,
-            )
-            .await
+            };
+            let hedged =
+                hedge::exchange(state, io, req, bufs, routed, inputs, preq, first, after).await;
+            if let Some(other) = hedged.other {
+                tried[attempts] = other;
+                attempts += 1;
+            }
+            let leg = hedged.leg;
+            (leg.target, leg.outcome, leg.report, leg.load_at_send)
+        } else {
+            let mut report = Report::default();
+            let admitted = picked.admitted;
+            let outcome = {
+                // The target's place under `max_concurrent` is held for exactly this
+                // exchange: released when it ends, however it ends (the future dropped
+                // included).
+                let _admitted = Released::new(admitted, &state.core.waiters);
+                let _in_flight = state.load.enter(tid);
+                relay::exchange(
+                    state,
+                    tid,
+                    &mut io.wr,
+                    &io.reader,
+                    bufs,
+                    client,
+                    limits,
+                    &mut report,
+                )
+                .await
+            };
+            (tid, outcome, report, load_at_send)
         };
         record::attempt(
             state,
@@ -184,9 +215,7 @@ pub async fn until_answered(
             &report,
             load_at_send,
         );
-        if let Some(wait) = report.wait {
-            cool(state, tid, wait.min(policy.retry_after_max));
-        }
+        record::cooling(state, tid, report.wait, policy);
         tried[attempts] = tid;
         attempts += 1;
         served.attempts = attempts as u8;
@@ -257,20 +286,6 @@ pub async fn until_answered(
             }
         }
     }
-}
-
-/// `tid` asked to be left alone for `wait`: out of this core's candidates at once, and of
-/// the other cores' once the control thread passes it on.
-fn cool(state: &WorkerState, tid: usize, wait: std::time::Duration) {
-    if wait.is_zero() {
-        return;
-    }
-    let until = Instant::now() + wait;
-    state.load.cool(tid, until);
-    state.links.record(Record::Cooldown {
-        target: tid as u16,
-        until,
-    });
 }
 
 /// Answers the client with the gateway's error `e`, noting it in `served`.

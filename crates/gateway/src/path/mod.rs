@@ -13,7 +13,8 @@
 //!    ([`release`] wakes the waiters);
 //! 5. [`attempt`]: one try on the chosen target (an adapter loaded first when asked), the
 //!    upstream request's bytes ([`upstream_request`]), and the retry decision (with
-//!    [`retry`]: the reasons, the route's budget and the back-off);
+//!    [`retry`]: the reasons, the route's budget and the back-off); [`hedge`] races a
+//!    second attempt against a slow first one ([`head_times`] learns the delay);
 //! 6. [`relay`]: the exchange with the target, streaming the answer to the client;
 //! 7. [`record`]: what the attempt teaches, to this core's strategies and, by message, to
 //!    the other cores and the control thread.
@@ -30,6 +31,8 @@ pub mod client;
 pub mod conn;
 pub mod forward;
 pub mod generation;
+pub mod head_times;
+pub mod hedge;
 pub mod inputs;
 pub mod local;
 pub mod models;

@@ -11,13 +11,13 @@
 //! Owns the verdict rules and the sampling decision. It must not log or block; records
 //! leave by message only.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::Method;
 use rolter_codec::h1::request_head::RequestHead;
 use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::GatewayError;
-use rolter_config::AccessLogDest;
+use rolter_config::{AccessLogDest, RetryPolicy};
 use rolter_core::{PickRequest, Sample, TargetId, Verdict};
 
 use super::inputs::Inputs;
@@ -66,6 +66,15 @@ pub fn attempt(
     let verdict = verdict(outcome, report);
     let finished = Instant::now();
     let sent = report.sent.unwrap_or(finished);
+    // A head that answered (not a server error or a rate limit) teaches the route's
+    // send-to-head percentile, for `hedge_after = "pNN"`.
+    if let (Some(s), Some(h)) = (report.sent, report.head) {
+        if report.status < 500 && report.status != 429 {
+            state.routes[route]
+                .head_times
+                .note(h.saturating_duration_since(s));
+        }
+    }
     state.record_attempt(
         route,
         Sample {
@@ -89,6 +98,29 @@ pub fn attempt(
             },
         },
     );
+}
+
+/// `target` asked to be left alone for `wait` (a 429's or a 503's `Retry-After`, capped by
+/// the route's `retry_after_max`): out of this core's candidates at once, and of the other
+/// cores' once the control thread passes it on.
+pub fn cooling(
+    state: &WorkerState,
+    target: TargetId,
+    wait: Option<Duration>,
+    policy: &RetryPolicy,
+) {
+    let Some(wait) = wait.map(|w| w.min(policy.retry_after_max)) else {
+        return;
+    };
+    if wait.is_zero() {
+        return;
+    }
+    let until = Instant::now() + wait;
+    state.load.cool(target, until);
+    state.links.record(Record::Cooldown {
+        target: target as u16,
+        until,
+    });
 }
 
 /// Completion tokens counted from a successful stream's deltas when it reported no usage.

@@ -50,6 +50,8 @@ pub struct Report {
     pub sent: Option<std::time::Instant>,
     /// The final response status (0 when no response head arrived).
     pub status: u16,
+    /// When the final response head arrived.
+    pub head: Option<std::time::Instant>,
     /// When the first response body byte arrived (the head, for an empty body).
     pub first_byte: Option<std::time::Instant>,
     /// The response was relayed to its end.
@@ -123,8 +125,7 @@ impl TryLimits {
     }
 }
 
-/// Runs one exchange with target `tid`, on a pooled connection or a fresh one (once more
-/// on a fresh one when the pooled one turns out closed before it took the request).
+/// Runs one exchange with target `tid`: [`open`], then [`relay`] of the response.
 /// `bufs.up` holds the request bytes; what happened is written to `report` as it happens.
 #[allow(clippy::too_many_arguments)]
 pub async fn exchange(
@@ -137,6 +138,37 @@ pub async fn exchange(
     limits: TryLimits,
     report: &mut Report,
 ) -> Outcome {
+    match open(state, tid, watch, bufs, limits, report).await {
+        Opened::Done(outcome) => outcome,
+        Opened::Head(up, head) => {
+            relay(state, tid, up, head, wr, watch, bufs, client, report).await
+        }
+    }
+}
+
+/// What opening an exchange gave.
+pub enum Opened {
+    /// A response head to relay (its bytes in `bufs.hdrs`, what followed it in `bufs.ubuf`),
+    /// with the connection it arrived on.
+    Head(UpstreamConn, ResponseHead),
+    /// The exchange is over before any byte reached the client: a failure (a status the
+    /// attempt stage may retry included), or the client went away.
+    Done(Outcome),
+}
+
+/// The first half of an exchange with target `tid`, up to the response head: on a pooled
+/// connection or a fresh one (once more on a fresh one when the pooled one turns out closed
+/// before it took the request), the request (`bufs.up`) written and the head read. A
+/// status `limits.retry_on` names is held back from the client and reported as failed.
+/// Dropping the future closes its connection, so the engine sees the abort.
+pub async fn open(
+    state: &WorkerState,
+    tid: usize,
+    watch: &Reader,
+    bufs: &mut IoBufs,
+    limits: TryLimits,
+    report: &mut Report,
+) -> Opened {
     let target = &state.config.targets[tid];
     let pooled = state.upstream.pooled(tid);
     let fresh = async || {
@@ -159,20 +191,20 @@ pub async fn exchange(
                     ConnectError::Tcp(_) => (502, "upstream_connect_failed"),
                     ConnectError::Tls(_) => (502, "upstream_tls_failed"),
                 };
-                Err(Outcome::Failed(GatewayError::upstream(
+                Err(Opened::Done(Outcome::Failed(GatewayError::upstream(
                     status,
                     Retry::Allowed,
                     code,
                     format!("could not connect to target `{}`: {e}", target.name),
-                )))
+                ))))
             }
-            Race::ClientGone => Err(Outcome::ClientGone),
-            Race::TimedOut => Err(Outcome::Failed(GatewayError::upstream(
+            Race::ClientGone => Err(Opened::Done(Outcome::ClientGone)),
+            Race::TimedOut => Err(Opened::Done(Outcome::Failed(GatewayError::upstream(
                 504,
                 Retry::Allowed,
                 "upstream_connect_timeout",
                 format!("connecting to target `{}` timed out", target.name),
-            ))),
+            )))),
         }
     };
     with_connection(pooled, fresh, async |up, reused| match send_and_read_head(
@@ -180,10 +212,11 @@ pub async fn exchange(
     )
     .await
     {
-        Head::Stale(o) => Step::Stale(o),
-        Head::Failed(o) => Step::Done(o),
+        Head::Stale(o) => Step::Stale(Opened::Done(o)),
+        Head::Failed(o) => Step::Done(Opened::Done(o)),
         Head::Read(up, head) => {
             report.status = head.status;
+            report.head = Some(std::time::Instant::now());
             if head.status == 429 || (head.status == 503 && head.retry_after.is_some()) {
                 report.wait = head.wait;
             }
@@ -195,9 +228,9 @@ pub async fn exchange(
                     format!("target `{}` answered {}", target.name, head.status),
                 );
                 e.retry_after = head.retry_after;
-                return Step::Done(Outcome::Failed(e));
+                return Step::Done(Opened::Done(Outcome::Failed(e)));
             }
-            Step::Done(relay_body(state, tid, up, head, wr, watch, bufs, client, report).await)
+            Step::Done(Opened::Head(up, head))
         }
     })
     .await
@@ -406,9 +439,10 @@ fn feed_body(
     }
 }
 
-/// Streams the response to the client.
+/// The second half of an exchange: streams the response whose head [`open`] read to the
+/// client.
 #[allow(clippy::too_many_arguments)]
-async fn relay_body(
+pub async fn relay(
     state: &WorkerState,
     tid: usize,
     mut up: UpstreamConn,

@@ -21,6 +21,7 @@ use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::load::LoadView;
 use crate::mesh::messages::AttemptNotes;
 use crate::mesh::{Record, WorkerLinks};
+use crate::path::head_times::HeadTimes;
 use crate::path::models;
 use crate::path::release::Waiters;
 use crate::path::request::IoBufs;
@@ -53,6 +54,8 @@ pub struct RouteState {
     pub retry_budget: RetryBudget,
     /// Requests waiting in the route's queue on this core.
     pub queued: Cell<usize>,
+    /// The route's recent send-to-head times on this core (`hedge_after = "pNN"`).
+    pub head_times: HeadTimes,
 }
 
 /// What one core keeps for its whole life, whatever configuration it serves: its counts
@@ -226,6 +229,7 @@ impl WorkerState {
                     fleet_load: req.store.as_ref().is_some_and(|s| s.fleet_load),
                     retry_budget: RetryBudget::default(),
                     queued: Cell::new(0),
+                    head_times: HeadTimes::default(),
                     needs,
                     strategy: RefCell::new(strategy),
                 })
