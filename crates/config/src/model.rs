@@ -212,6 +212,9 @@ pub struct KvEventsConfig {
     /// A target whose publisher has been unreachable this long loses its entries and is
     /// no longer trusted until it publishes again.
     pub stale_after: Duration,
+    /// How long a replay from a target's `replay_endpoint` may take; past it the target's
+    /// entries are dropped and it is not live until repaired.
+    pub repair_timeout: Duration,
 }
 
 impl Default for KvEventsConfig {
@@ -220,6 +223,7 @@ impl Default for KvEventsConfig {
             block_size: 16,
             max_blocks_per_target: 1 << 17,
             stale_after: Duration::from_secs(10),
+            repair_timeout: Duration::from_secs(2),
         }
     }
 }

@@ -63,6 +63,7 @@ pub(crate) struct RawKvEvents {
     pub block_size: Option<i64>,
     pub max_blocks_per_target: Option<i64>,
     pub stale_after: Option<toml::Value>,
+    pub repair_timeout: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -382,7 +383,12 @@ pub(crate) const HEALTH_KEYS: &[&str] = &[
 pub(crate) const SCRAPE_KEYS: &[&str] = &["enabled", "path", "interval", "timeout", "stale_after"];
 pub(crate) const ADMIN_KEYS: &[&str] = &["listen", "token"];
 pub(crate) const ADAPTIVE_KEYS: &[&str] = &["enabled"];
-pub(crate) const KV_EVENTS_KEYS: &[&str] = &["block_size", "max_blocks_per_target", "stale_after"];
+pub(crate) const KV_EVENTS_KEYS: &[&str] = &[
+    "block_size",
+    "max_blocks_per_target",
+    "stale_after",
+    "repair_timeout",
+];
 pub(crate) const TARGET_KV_EVENTS_KEYS: &[&str] = &["endpoint", "replay_endpoint", "topic"];
 
 /// One step of a key path.

@@ -457,6 +457,26 @@ fn kv_events_endpoints_and_settings_are_checked() {
     error_at(&errs, "kv_events.block_size");
 }
 
+#[test]
+fn kv_events_repair_timeout_defaults_to_two_seconds_and_must_be_a_positive_duration() {
+    let c = load(ONE_TARGET).unwrap();
+    assert_eq!(c.kv_events.repair_timeout, Duration::from_secs(2));
+    let c = load(&format!(
+        "{ONE_TARGET}[kv_events]\nrepair_timeout = \"750ms\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.kv_events.repair_timeout, Duration::from_millis(750));
+    let errs = errors(&format!(
+        "{ONE_TARGET}[kv_events]\nrepair_timeout = \"0s\"\n"
+    ));
+    let e = error_at(&errs, "kv_events.repair_timeout");
+    assert!(e.message.contains("zero"), "{e}");
+    assert!(e.fix.contains("\"2s\""), "{e}");
+    let errs = errors(&format!("{ONE_TARGET}[kv_events]\nrepair_timeout = 5\n"));
+    let e = error_at(&errs, "kv_events.repair_timeout");
+    assert!(e.fix.contains("\"5s\""), "{e}");
+}
+
 // ------------------------------------------------------------------ lmcache_aware
 
 fn lmcache_route(target_extra: &str, options: &str) -> String {

@@ -95,9 +95,16 @@ pub(super) fn kv_events(raw: Option<RawKvEvents>, errs: &mut Collector) -> Optio
         d.stale_after,
         errs,
     );
+    let repair_timeout = nonzero_duration(
+        raw.repair_timeout.as_ref(),
+        "kv_events.repair_timeout",
+        d.repair_timeout,
+        errs,
+    );
     Some(KvEventsConfig {
         block_size: block_size?,
         max_blocks_per_target: max_blocks?,
         stale_after: stale_after?,
+        repair_timeout: repair_timeout?,
     })
 }

@@ -60,7 +60,6 @@ impl EngineThreads {
 mod kv {
     use std::io;
     use std::sync::Arc;
-    use std::time::Duration;
 
     use rolter_config::Config;
     use rolter_core::KvView;
@@ -107,9 +106,13 @@ mod kv {
                     .is_some_and(|k| k.replay_endpoint.is_some())
             })
             .collect();
-        let (transport, frames) = KvTransport::start(subscriptions, KvTransportOptions::default())
+        let repair_timeout = cfg.repair_timeout;
+        let transport_opts = KvTransportOptions {
+            replay_timeout: repair_timeout,
+            ..KvTransportOptions::default()
+        };
+        let (transport, frames) = KvTransport::start(subscriptions, transport_opts)
             .map_err(|e| io::Error::other(format!("KV events: {e}")))?;
-        let repair_timeout = Duration::from_secs(2);
         let repair = KvRepair::new(index, view.clone(), can_replay, repair_timeout);
         let plane = KvPlane::start(
             transport,
