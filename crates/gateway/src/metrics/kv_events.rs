@@ -71,7 +71,7 @@ pub(super) fn registry(target_names: &[String], reports: &[KvTargetReport]) -> R
         ),
         (
             "rolter_kv_events_replays",
-            "Replays requested from the target's replay socket after a gap",
+            "Replays requested from the target's replay socket after a gap or a reconnect",
             |r| r.replays,
         ),
         (
