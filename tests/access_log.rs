@@ -1,8 +1,9 @@
 //! The access log, the request id and the request-outcome metrics, under both drivers:
 //! one JSON line per request with the right fields and response flags for a success, a
-//! retry, an upstream failure, timeouts, a client that goes away mid-stream and a request
-//! no route takes; the request id kept, generated, returned and seen by the engine; cut
-//! streams counted as interrupted, not 200; tokens counted from a stream without usage.
+//! retry, an upstream failure, timeouts, a client that goes away mid-stream, a request
+//! no route takes and requests a route's queue turns away (full, timed out); the request
+//! id kept, generated, returned and seen by the engine; cut streams counted as
+//! interrupted, not 200; tokens counted from a stream without usage.
 
 mod common;
 
@@ -383,6 +384,107 @@ fn a_client_gone_mid_stream_is_flagged_dc() {
             1.0,
             "{ctx}"
         );
+    }
+}
+
+/// The line of request `id`, once it is written.
+fn wait_line(log: &Path, id: &str) -> Value {
+    let mut found = Value::Null;
+    wait_for(&format!("the access-log line of {id}"), WAIT, || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        found = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .find(|l| l["request_id"] == id)
+            .unwrap_or(Value::Null);
+        !found.is_null()
+    });
+    found
+}
+
+#[test]
+fn a_queue_timeout_and_a_full_queue_are_flagged_uo() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let dir = temp_dir(&format!("uo-{ctx}"));
+        let log = dir.join("access.log");
+        let m = mock("a", |_| {});
+        // One worker and one target taking one request at a time. Requests with
+        // `x-queue: short` wait at most 300 ms (route `short`); the others have a queue of
+        // one place and a long wait (route `r`).
+        let rest = format!(
+            "[log]\naccess = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n{}\
+             [[routes]]\nname = \"short\"\ntargets = [\"t0\"]\nretries = 0\nqueue_max = 4\n\
+             queue_timeout = \"300ms\"\n\
+             [routes.match]\nheader = {{ name = \"x-queue\", value = \"short\" }}\n\
+             [[routes]]\nname = \"r\"\ntargets = [\"t0\"]\nretries = 0\nqueue_max = 1\n\
+             queue_timeout = \"20s\"\n",
+            log.display(),
+            target(
+                "t0",
+                m.addr(),
+                "max_concurrent = 1\n[targets.timeouts]\nconnect = \"500ms\"\nfirst_byte = \"10s\"\nidle = \"10s\""
+            ),
+        );
+        let g = gateway(d, &rest);
+        let addr = g.local_addr();
+        // The engine holds the target's only place.
+        let held = std::thread::spawn(move || {
+            chat(
+                addr,
+                "uo-held",
+                &[("x-mock-ttft-ms", "5000")],
+                &chat_body(false),
+            )
+        });
+        wait_for("the place is taken", SHORT, || m.stats().running == 1);
+
+        // Waits in the short queue until queue_timeout.
+        let r = chat(
+            addr,
+            "uo-timeout",
+            &[("x-queue", "short")],
+            &chat_body(false),
+        );
+        assert_eq!(r.status, 503, "{ctx}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "queue_timeout", "{ctx}");
+
+        // One waits in route r's single place, so the next finds its queue full.
+        let mut waiting = rolter_mock::client::Client::connect(addr);
+        waiting.send(&post(
+            CHAT,
+            &[("x-request-id", "uo-waiting")],
+            &chat_body(false),
+        ));
+        wait_for("one request queued", SHORT, || {
+            series(&g, "rolter_queue_depth{route=\"r\"}") == 1.0
+        });
+        let r = chat(addr, "uo-full", &[], &chat_body(false));
+        assert_eq!(r.status, 503, "{ctx}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "queue_full", "{ctx}");
+        drop(waiting);
+        assert_eq!(held.join().unwrap().status, 200, "{ctx}");
+        assert_eq!(
+            m.stats().requests,
+            1,
+            "{ctx}: only the held request reached the engine"
+        );
+
+        for (id, route, code) in [
+            ("uo-timeout", "short", "queue_timeout"),
+            ("uo-full", "r", "queue_full"),
+        ] {
+            let l = wait_line(&log, id);
+            assert_eq!(l["status"], 503, "{ctx}: {l}");
+            assert_eq!(l["error"], code, "{ctx}: {l}");
+            assert_eq!(l["route"], route, "{ctx}: {l}");
+            assert_eq!(l["flags"], "UO", "{ctx}: {l}");
+            assert_eq!(l["attempts"], 0, "{ctx}: {l}");
+            assert_eq!(l["target"], Value::Null, "{ctx}: {l}");
+        }
+        let l = wait_line(&log, "uo-held");
+        assert_eq!(l["status"], 200, "{ctx}: {l}");
+        assert_eq!(l["flags"], "-", "{ctx}: {l}");
     }
 }
 
