@@ -27,7 +27,7 @@ pub struct KvTargetReport {
     pub replay_failures: u64,
     /// Publisher restarts (the sequence went back).
     pub seq_resets: u64,
-    /// Times the target's entries were dropped (unrepaired gap, stale publisher).
+    /// Times the target's entries were dropped (an unrepaired gap or return, a restart).
     pub drops: u64,
     /// Blocks the index holds for the target, and blocks evicted by its memory bound.
     pub blocks: u64,

@@ -86,7 +86,7 @@ pub(super) fn registry(target_names: &[String], reports: &[KvTargetReport]) -> R
         ),
         (
             "rolter_kv_index_drops",
-            "Times the target's index entries were dropped (unrepaired gap, stale publisher)",
+            "Times the target's index entries were dropped (a gap or a return that could not be repaired from the replay, a publisher restart)",
             |r| r.drops,
         ),
         (
