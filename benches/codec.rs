@@ -109,6 +109,7 @@ headers = { "Authorization" = "Bearer upstream-key" }
         id: rolter::codec::h1::request_id::RequestId::generate(),
         started: std::time::Instant::now(),
         time: std::time::SystemTime::now(),
+        surface: rolter::codec::Surface::OpenAi,
     };
     let mut out = Vec::with_capacity(4096);
     let mut g = c.benchmark_group("rewrite");

@@ -2,7 +2,7 @@
 # The test command: installs what the tests need on a fresh machine when it is missing —
 # system packages with apt-get (curl, python3 with pip, g++, Python's ZMQ and msgpack
 # bindings, redis-server, and Prometheus's promtool where the distribution ships it), the
-# OpenAI Python SDK with pip, the pinned Rust toolchain with rustup — saying what it
+# OpenAI and Anthropic Python SDKs with pip, the pinned Rust toolchain with rustup — saying what it
 # installs, then runs formatting, lints, the module-import check and the whole test suite:
 # the default build, then the lean build (`--no-default-features`: no ZMQ, no local
 # tokenizer, no demo), whose dependency tree is checked to hold none of them.
@@ -58,6 +58,13 @@ if ! python3 -c 'import openai' >/dev/null 2>&1; then
   log "installing the openai Python package"
   python3 -m pip install --quiet 'openai>=1.40' \
     || python3 -m pip install --quiet --break-system-packages 'openai>=1.40'
+fi
+
+# The official Anthropic Python SDK, used by tests/anthropic_sdk.rs as a real client.
+if ! python3 -c 'import anthropic' >/dev/null 2>&1; then
+  log "installing the anthropic Python package"
+  python3 -m pip install --quiet 'anthropic>=0.40' \
+    || python3 -m pip install --quiet --break-system-packages 'anthropic>=0.40'
 fi
 
 # The toolchain pinned in rust-toolchain.toml, with rustfmt and clippy. When the installed

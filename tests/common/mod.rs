@@ -5,6 +5,7 @@
 pub mod client;
 pub mod process;
 pub mod scripted;
+pub mod sdk;
 pub mod seccomp;
 
 use std::net::SocketAddr;

@@ -84,6 +84,46 @@ def main(base_url: str) -> None:
         check(False, "unknown model raises")
     except openai.NotFoundError as e:
         check(e.status_code == 404, f"unknown model -> NotFoundError {e.status_code}")
+        check(e.code == "model_not_found", f"unknown model code {e.code!r}")
+        check("no-such-model" in e.message, f"unknown model message {e.message!r}")
+
+    check_cut_streams(client)
+
+
+def check_cut_streams(client) -> None:
+    """Streams the engine cuts mid-way end with the API's own error event: the SDK raises
+    `APIError` for chat, and yields the Responses API's `error` event."""
+    cut = {"x-mock-reset-after": "2"}
+    got = []
+    try:
+        stream = client.chat.completions.create(
+            model="m", messages=MESSAGES, stream=True, extra_headers=cut
+        )
+        for chunk in stream:
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    got.append(choice.delta.content)
+        check(False, "a cut chat stream raises")
+    except openai.APIError as e:
+        check(type(e) is openai.APIError, f"cut chat stream -> {type(e).__name__}")
+        check(len(got) == 2, f"{len(got)} chat deltas before the cut")
+        check("incomplete" in e.message, f"cut chat message {e.message!r}")
+        check(e.code == "upstream_stream_interrupted", f"cut chat code {e.code!r}")
+
+    events = []
+    try:
+        stream = client.responses.create(model="m", input="Hello", stream=True, extra_headers=cut)
+        for event in stream:
+            events.append(event)
+    except Exception as e:  # noqa: BLE001 - the transport error after the event is expected
+        print(f"after the error event: {type(e).__name__}")
+    errors = [e for e in events if e.type == "error"]
+    check(len(errors) == 1, f"responses stream error events {[e.type for e in events]}")
+    err = errors[0]
+    check(err.code == "upstream_stream_interrupted", f"responses error code {err.code!r}")
+    check("incomplete" in err.message, f"responses error message {err.message!r}")
+    before = [e.sequence_number for e in events if e.type != "error"]
+    check(err.sequence_number == before[-1] + 1, f"error numbered {err.sequence_number} after {before}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,44 @@
 //! The gateway's error type, typed by side (client, upstream, internal) and by whether the
 //! request may be retried on another target.
 //!
-//! Owns the mapping from a failure to an HTTP status and an OpenAI-shaped body. It must not
-//! do I/O; the connection loop writes what `write_response` produces.
+//! Owns the mapping from a failure to an HTTP status and a body in the shape of the API the
+//! request called ([`Surface`]): OpenAI's for OpenAI's surfaces, Anthropic's for
+//! `/v1/messages`, and each one's mid-stream error event. A response to HEAD carries the
+//! head only. It must not do I/O; the connection loop writes what `write_reply` produces.
 
 use std::borrow::Cow;
 
-use crate::h1::write::write_head_and_body;
+use crate::h1::write::{write_head, write_head_and_body};
+use crate::surface::Surface;
+
+/// How a gateway error answers the request it answers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reply<'a> {
+    /// The API the request called.
+    pub surface: Surface,
+    /// The request was HEAD: the head only, no body (RFC 9110 §9.3.2).
+    pub head_only: bool,
+    /// `Connection: close` on the answer.
+    pub close: bool,
+    /// Returned as `x-request-id` (and in Anthropic's body as `request_id`).
+    pub request_id: Option<&'a str>,
+}
+
+/// Anthropic's `error.type` for a status (its SDK raises by status; the type names it).
+pub fn anthropic_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    }
+}
 
 /// Who caused the failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,13 +160,91 @@ impl GatewayError {
         .unwrap_or_default()
     }
 
-    /// Appends a complete response (head and JSON body) to `out`.
-    pub fn write_response(&self, out: &mut Vec<u8>, close: bool) {
-        self.write_response_with_id(out, close, None);
+    /// The body in `surface`'s shape (`request_id`, when known, goes into Anthropic's).
+    pub fn body_in(&self, surface: Surface, request_id: Option<&str>) -> Vec<u8> {
+        match surface {
+            Surface::OpenAi | Surface::Responses => self.body(),
+            Surface::Anthropic => {
+                #[derive(serde::Serialize)]
+                struct Inner<'a> {
+                    #[serde(rename = "type")]
+                    kind: &'a str,
+                    message: &'a str,
+                }
+                #[derive(serde::Serialize)]
+                struct Outer<'a> {
+                    #[serde(rename = "type")]
+                    kind: &'a str,
+                    error: Inner<'a>,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    request_id: Option<&'a str>,
+                }
+                serde_json::to_vec(&Outer {
+                    kind: "error",
+                    error: Inner {
+                        kind: anthropic_type(self.status),
+                        message: &self.message,
+                    },
+                    request_id,
+                })
+                .unwrap_or_default()
+            }
+        }
     }
 
-    /// [`Self::write_response`] with an `x-request-id` header when `request_id` is given.
-    pub fn write_response_with_id(&self, out: &mut Vec<u8>, close: bool, request_id: Option<&str>) {
+    /// The event that ends a stream this error cut, in `surface`'s shape, blank line
+    /// included: OpenAI's `data:` line with the error object; the Responses API's
+    /// `event: error` (numbered after `last_sequence`, the stream's last
+    /// `sequence_number`); Anthropic's `event: error`.
+    pub fn stream_event(&self, surface: Surface, last_sequence: Option<u64>) -> Vec<u8> {
+        let mut ev = Vec::with_capacity(64 + self.message.len());
+        match surface {
+            Surface::OpenAi => {
+                ev.extend_from_slice(b"data: ");
+                ev.extend_from_slice(&self.body());
+            }
+            Surface::Responses => {
+                #[derive(serde::Serialize)]
+                struct Event<'a> {
+                    #[serde(rename = "type")]
+                    kind: &'a str,
+                    code: &'a str,
+                    message: &'a str,
+                    param: Option<&'a str>,
+                    sequence_number: u64,
+                }
+                ev.extend_from_slice(b"event: error\ndata: ");
+                let e = Event {
+                    kind: "error",
+                    code: self.code,
+                    message: &self.message,
+                    param: self.param,
+                    sequence_number: last_sequence.map_or(0, |s| s + 1),
+                };
+                ev.extend_from_slice(&serde_json::to_vec(&e).unwrap_or_default());
+            }
+            Surface::Anthropic => {
+                ev.extend_from_slice(b"event: error\ndata: ");
+                ev.extend_from_slice(&self.body_in(Surface::Anthropic, None));
+            }
+        }
+        ev.extend_from_slice(b"\n\n");
+        ev
+    }
+
+    /// Appends a complete response (head and OpenAI-shaped JSON body) to `out`.
+    pub fn write_response(&self, out: &mut Vec<u8>, close: bool) {
+        self.write_reply(
+            out,
+            Reply {
+                close,
+                ..Reply::default()
+            },
+        );
+    }
+
+    /// Appends the response answering `to` (its surface's body; the head only for HEAD).
+    pub fn write_reply(&self, out: &mut Vec<u8>, to: Reply<'_>) {
         let mut ra = itoa::Buffer::new();
         let mut extra: [(&str, &str); 2] = [("", ""); 2];
         let mut n = 0;
@@ -142,18 +252,30 @@ impl GatewayError {
             extra[n] = ("retry-after", ra.format(s));
             n += 1;
         }
-        if let Some(id) = request_id {
+        if let Some(id) = to.request_id {
             extra[n] = ("x-request-id", id);
             n += 1;
         }
-        write_head_and_body(
-            out,
-            self.status,
-            "application/json",
-            &extra[..n],
-            &self.body(),
-            close,
-        );
+        let body = self.body_in(to.surface, to.request_id);
+        if to.head_only {
+            write_head(
+                out,
+                self.status,
+                "application/json",
+                &extra[..n],
+                body.len(),
+                to.close,
+            );
+        } else {
+            write_head_and_body(
+                out,
+                self.status,
+                "application/json",
+                &extra[..n],
+                &body,
+                to.close,
+            );
+        }
     }
 }
 
@@ -193,5 +315,65 @@ mod tests {
         assert!(s.contains("\r\nconnection: close\r\n"));
         let body = &s[s.find("\r\n\r\n").unwrap() + 4..];
         assert!(s.contains(&format!("content-length: {}\r\n", body.len())));
+    }
+
+    #[test]
+    fn anthropic_body_and_events_follow_each_api() {
+        let e = GatewayError::client(404, "model_not_found", "no model `x`");
+        let v: serde_json::Value =
+            serde_json::from_slice(&e.body_in(Surface::Anthropic, Some("req-1"))).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"type":"error","error":{"type":"not_found_error","message":"no model `x`"},"request_id":"req-1"})
+        );
+        for (status, kind) in [
+            (400, "invalid_request_error"),
+            (401, "authentication_error"),
+            (403, "permission_error"),
+            (413, "request_too_large"),
+            (429, "rate_limit_error"),
+            (431, "invalid_request_error"),
+            (500, "api_error"),
+            (502, "api_error"),
+            (503, "overloaded_error"),
+            (504, "timeout_error"),
+        ] {
+            assert_eq!(anthropic_type(status), kind, "{status}");
+        }
+        let cut =
+            GatewayError::upstream(502, Retry::Forbidden, "upstream_stream_interrupted", "cut");
+        let ev = String::from_utf8(cut.stream_event(Surface::OpenAi, None)).unwrap();
+        assert!(
+            ev.starts_with("data: {\"error\":{") && ev.ends_with("}\n\n"),
+            "{ev}"
+        );
+        let ev = String::from_utf8(cut.stream_event(Surface::Anthropic, None)).unwrap();
+        assert_eq!(
+            ev,
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"cut\"}}\n\n"
+        );
+        let ev = String::from_utf8(cut.stream_event(Surface::Responses, Some(6))).unwrap();
+        assert_eq!(
+            ev,
+            "event: error\ndata: {\"type\":\"error\",\"code\":\"upstream_stream_interrupted\",\"message\":\"cut\",\"param\":null,\"sequence_number\":7}\n\n"
+        );
+    }
+
+    #[test]
+    fn an_answer_to_head_is_the_head_alone() {
+        let e = GatewayError::client(405, "method_not_allowed", "POST only");
+        let mut get = Vec::new();
+        e.write_reply(&mut get, Reply::default());
+        let mut head = Vec::new();
+        e.write_reply(
+            &mut head,
+            Reply {
+                head_only: true,
+                ..Reply::default()
+            },
+        );
+        let end = get.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(head, get[..end], "the same head, no body");
+        assert!(get.len() > end);
     }
 }

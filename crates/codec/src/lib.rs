@@ -5,7 +5,8 @@
 //!   heads from upstreams, and response serialisation.
 //! - [`api`]: the proxied inference paths, the request facts routing needs (one borrowed
 //!   JSON pass), the canonical prompt, the usage scan of responses.
-//! - [`error`]: the gateway's error, typed by side and retryability, and its API-shaped body.
+//! - [`error`]: the gateway's error, typed by side and retryability, and its body and
+//!   mid-stream event in the shape of the API called ([`surface`]).
 //!
 //! Everything here is synchronous and pure: no I/O, no clocks, no logging, no routing.
 //! Depends only on the core crate.
@@ -13,5 +14,7 @@
 pub mod api;
 pub mod error;
 pub mod h1;
+pub mod surface;
 
-pub use error::{GatewayError, Retry, Side};
+pub use error::{GatewayError, Reply, Retry, Side};
+pub use surface::Surface;

@@ -8,6 +8,7 @@
 pub mod canonical;
 pub mod deltas;
 pub mod facts;
+pub mod sequence;
 pub mod usage;
 
 /// The inference endpoints the gateway proxies.

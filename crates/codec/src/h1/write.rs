@@ -42,17 +42,30 @@ pub fn write_head_and_body(
     body: &[u8],
     close: bool,
 ) {
+    write_head(out, status, content_type, extra, body.len(), close);
+    out.extend_from_slice(body);
+}
+
+/// The head [`write_head_and_body`] writes for a body of `body_len` bytes, without the
+/// body: the answer to HEAD, whose Content-Length is the one GET would carry.
+pub fn write_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_type: &str,
+    extra: &[(&str, &str)],
+    body_len: usize,
+    close: bool,
+) {
     write_status_line(out, status);
     write_header(out, b"content-type", content_type.as_bytes());
     for (n, v) in extra {
         write_header(out, n.as_bytes(), v.as_bytes());
     }
-    write_content_length(out, body.len() as u64);
+    write_content_length(out, body_len as u64);
     if close {
         write_header(out, b"connection", b"close");
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(body);
 }
 
 /// The interim response sent for `Expect: 100-continue`.

@@ -146,6 +146,7 @@ pub async fn until_answered(
                 attempt: attempts + 1,
             }),
             request_id: req.id,
+            surface: req.surface,
         };
         let limits = TryLimits {
             retry_on: if retries_left > 0 && attempts + 1 < MAX_ATTEMPTS {
@@ -297,15 +298,7 @@ async fn answer(
     served: &mut Served,
     write_timeout: std::time::Duration,
 ) -> Fate {
-    let fate = respond(
-        &mut io.wr,
-        &mut bufs.out,
-        e,
-        req.close,
-        &req.id,
-        write_timeout,
-    )
-    .await;
+    let fate = respond(&mut io.wr, &mut bufs.out, e, req.reply(), write_timeout).await;
     let written = if fate == Fate::KeepAlive {
         bufs.out.len()
     } else {

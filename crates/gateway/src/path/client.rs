@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use monoio::io::{AsyncWriteRentExt, OwnedWriteHalf};
 use monoio::net::TcpStream;
-use rolter_codec::h1::request_id::RequestId;
-use rolter_codec::GatewayError;
+use rolter_codec::{GatewayError, Reply};
 
 use super::reader::Reader;
 
@@ -36,18 +35,18 @@ pub enum Fate {
     Close,
 }
 
-/// Writes an error response carrying the request's id; the connection stays open unless
-/// `close`. `out` keeps the response's bytes when the write succeeded.
+/// Writes an error response answering `to` (its API's shape, its id, the head only for
+/// HEAD); the connection stays open unless `to.close`. `out` keeps the response's bytes
+/// when the write succeeded.
 pub async fn respond(
     wr: &mut OwnedWriteHalf<TcpStream>,
     out: &mut Vec<u8>,
     e: &GatewayError,
-    close: bool,
-    id: &RequestId,
+    to: Reply<'_>,
     write_timeout: Duration,
 ) -> Fate {
     out.clear();
-    e.write_response_with_id(out, close, Some(id.as_str()));
+    e.write_reply(out, to);
     write_out(wr, out, write_timeout).await
 }
 

@@ -24,7 +24,7 @@ use rolter_codec::h1::request_head::{
 };
 use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::h1::write::CONTINUE_100;
-use rolter_codec::GatewayError;
+use rolter_codec::{GatewayError, Reply, Surface};
 use rolter_config::Limits;
 
 use super::client::{respond, ClientIo, Fate};
@@ -177,7 +177,7 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
             HeadRead::Reject(e) => {
                 state.record_gateway(e.status, e.code);
                 let id = RequestId::generate();
-                reject(&mut io, &mut bufs.out, &e, &id, limits.write_timeout).await;
+                reject(&mut io, &mut bufs.out, &e, &id, None, limits.write_timeout).await;
                 record::rejected(&state, peer, None, &id, &e);
                 return;
             }
@@ -188,8 +188,17 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
                 Err(Some(e)) => {
                     state.record_gateway(e.status, e.code);
                     let id = RequestId::generate();
-                    reject(&mut io, &mut bufs.out, &e, &id, limits.write_timeout).await;
-                    record::rejected(&state, peer, Some((&head, &rbuf)), &id, &e);
+                    let called = Some((&head, &rbuf[..]));
+                    reject(
+                        &mut io,
+                        &mut bufs.out,
+                        &e,
+                        &id,
+                        called,
+                        limits.write_timeout,
+                    )
+                    .await;
+                    record::rejected(&state, peer, called, &id, &e);
                     return;
                 }
                 Err(None) => return,
@@ -219,6 +228,7 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
                 id,
                 started: std::time::Instant::now(),
                 time: std::time::SystemTime::now(),
+                surface: Surface::of_path(head.path(&rbuf)),
             };
             dispatch(&state, &mut io, &req, &mut bufs, &limits).await
         };
@@ -251,16 +261,24 @@ async fn dispatch(
     local::answer(state, io, req, bufs, limits).await
 }
 
-/// Answers a rejected request and closes (RFC 9112 §6.1: close after a framing error).
+/// Answers a rejected request and closes (RFC 9112 §6.1: close after a framing error): in
+/// the shape of the API it called, and without a body to HEAD, when its head was read.
 async fn reject(
     io: &mut ClientIo,
     out: &mut Vec<u8>,
     e: &GatewayError,
     id: &RequestId,
+    head: Option<(&RequestHead, &[u8])>,
     write_timeout: std::time::Duration,
 ) {
     // The request was not read whole: the answer carries a fresh id.
-    let _ = respond(&mut io.wr, out, e, true, id, write_timeout).await;
+    let to = Reply {
+        surface: head.map_or(Surface::OpenAi, |(h, buf)| Surface::of_path(h.path(buf))),
+        head_only: head.is_some_and(|(h, _)| h.method == http::Method::HEAD),
+        close: true,
+        request_id: Some(id.as_str()),
+    };
+    let _ = respond(&mut io.wr, out, e, to, write_timeout).await;
     let _ = monoio::time::timeout(write_timeout, io.wr.shutdown()).await;
     linger(io, out).await;
 }

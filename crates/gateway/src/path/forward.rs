@@ -27,15 +27,7 @@ pub async fn forward(
         Err(e) => {
             state.record_gateway(e.status, e.code);
             let write_timeout = state.config.server.limits.write_timeout;
-            let fate = respond(
-                &mut io.wr,
-                &mut bufs.out,
-                &e,
-                req.close,
-                &req.id,
-                write_timeout,
-            )
-            .await;
+            let fate = respond(&mut io.wr, &mut bufs.out, &e, req.reply(), write_timeout).await;
             let written = bufs.out.len() as u64;
             record::finished(state, req, |entry| {
                 entry.status = e.status;

@@ -56,8 +56,7 @@ pub async fn answer(
                 &mut io.wr,
                 &mut bufs.out,
                 &e,
-                req.close,
-                &req.id,
+                req.reply(),
                 limits.write_timeout,
             )
             .await;

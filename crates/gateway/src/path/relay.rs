@@ -15,12 +15,13 @@ use monoio::net::TcpStream;
 use monoio::time::Instant;
 
 use rolter_codec::api::deltas::DeltaCounter;
+use rolter_codec::api::sequence::last_sequence_number;
 use rolter_codec::api::usage;
 use rolter_codec::h1::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
 use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::h1::response_head::{self, RespFraming, ResponseHead};
 use rolter_codec::h1::write::{write_content_length, write_header, write_status_line};
-use rolter_codec::{GatewayError, Retry};
+use rolter_codec::{GatewayError, Retry, Surface};
 use rolter_config::RetryOn;
 use rolter_core::Usage;
 
@@ -83,6 +84,8 @@ pub struct ClientSide {
     pub explain: Option<Explain>,
     /// Returned in the response head.
     pub request_id: RequestId,
+    /// The API called: the shape of the error event that ends a cut stream.
+    pub surface: Surface,
 }
 
 /// Why a request went where it did, for `x-rolter-explain`.
@@ -523,6 +526,7 @@ pub async fn relay(
 
     let mut tail = SseTail {
         count_deltas: scan_usage && head.is_sse,
+        track_sequence: head.is_sse && client.surface == Surface::Responses,
         ..SseTail::default()
     };
     let first = &bufs.ubuf[head.len..];
@@ -650,6 +654,7 @@ pub async fn relay(
                 &head,
                 client_chunked,
                 &err,
+                client.surface,
                 &tail,
                 write_timeout,
                 report,
@@ -675,12 +680,20 @@ struct SseTail {
     /// Count the content deltas (a successful event stream).
     count_deltas: bool,
     deltas: DeltaCounter,
+    /// Note the last `sequence_number` relayed (a Responses API stream).
+    track_sequence: bool,
+    sequence: Option<u64>,
 }
 
 impl SseTail {
     fn note(&mut self, payload: &[u8]) {
         if self.count_deltas {
             self.deltas.feed(payload);
+        }
+        if self.track_sequence {
+            if let Some(n) = last_sequence_number(payload) {
+                self.sequence = Some(n);
+            }
         }
         for &b in payload.iter().rev().take(3).rev() {
             self.last = [self.last[1], self.last[2], b];
@@ -704,8 +717,9 @@ impl SseTail {
 }
 
 /// Ends a response whose upstream failed after bytes reached the client (or that the end of
-/// a drain cuts): an SSE error event for event streams, then a close without the terminal
-/// chunk, so no client mistakes the cut-off for a complete answer.
+/// a drain cuts): an SSE error event for event streams, in the shape of the API called
+/// (`surface`), then a close without the terminal chunk, so no client mistakes the cut-off
+/// for a complete answer.
 #[allow(clippy::too_many_arguments)]
 async fn fail_midstream(
     wr: &mut OwnedWriteHalf<TcpStream>,
@@ -713,6 +727,7 @@ async fn fail_midstream(
     head: &ResponseHead,
     client_chunked: bool,
     err: &GatewayError,
+    surface: Surface,
     tail: &SseTail,
     write_timeout: std::time::Duration,
     report: &mut Report,
@@ -723,9 +738,7 @@ async fn fail_midstream(
     if head.is_sse && !matches!(head.framing, RespFraming::Length(_)) {
         let mut event = Vec::with_capacity(256);
         event.extend_from_slice(tail.separator());
-        event.extend_from_slice(b"data: ");
-        event.extend_from_slice(&err.body());
-        event.extend_from_slice(b"\n\n");
+        event.extend_from_slice(&err.stream_event(surface, tail.sequence));
         if client_chunked {
             encode_chunk(out, &event);
         } else {

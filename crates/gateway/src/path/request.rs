@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime};
 
 use rolter_codec::h1::request_head::{HeaderSpan, RequestHead};
 use rolter_codec::h1::request_id::RequestId;
+use rolter_codec::{Reply, Surface};
 
 /// A parsed request, borrowed from the connection's buffers.
 pub struct Request<'a> {
@@ -26,6 +27,8 @@ pub struct Request<'a> {
     /// When the request was read (for the access log's duration and time).
     pub started: Instant,
     pub time: SystemTime,
+    /// The API the request called: the shape of the gateway's own answers to it.
+    pub surface: Surface,
 }
 
 impl Request<'_> {
@@ -34,6 +37,16 @@ impl Request<'_> {
             .iter()
             .find(|s| s.is(self.buf, lower_name))
             .map(|s| s.value(self.buf))
+    }
+
+    /// How the gateway's own error answers this request.
+    pub fn reply(&self) -> Reply<'_> {
+        Reply {
+            surface: self.surface,
+            head_only: self.head.method == http::Method::HEAD,
+            close: self.close,
+            request_id: Some(self.id.as_str()),
+        }
     }
 
     /// The request's size as read: head and body.
