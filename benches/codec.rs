@@ -26,6 +26,7 @@ fn bench_head(c: &mut Criterion) {
         max_head_bytes: 32 * 1024,
         max_headers: 100,
         max_uri_bytes: 8192,
+        underscores: Default::default(),
     };
     let mut spans = Vec::with_capacity(32);
     let mut g = c.benchmark_group("head");
@@ -93,6 +94,7 @@ headers = { "Authorization" = "Bearer upstream-key" }
         max_head_bytes: 32 * 1024,
         max_headers: 100,
         max_uri_bytes: 8192,
+        underscores: Default::default(),
     };
     let mut spans = Vec::new();
     let head = head::parse(&raw, &limits, &mut spans).unwrap().unwrap();

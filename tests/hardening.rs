@@ -1,6 +1,7 @@
-//! HTTP hardening: cases P1–P34 of docs `http-hardening.md` plus ported request-smuggling
-//! payloads (http_desync_guardian `severe.yaml`, HTTP Garden), as raw bytes over a socket
-//! against the real gateway and a recording mock engine, under both drivers.
+//! HTTP hardening: cases P1–P34 of docs `http-hardening.md`, P37–P39 (Host values,
+//! fragments, header names with underscores) and ported request-smuggling payloads
+//! (http_desync_guardian `severe.yaml`, HTTP Garden), as raw bytes over a socket against
+//! the real gateway and a recording mock engine, under both drivers.
 //!
 //! Every rejection must: carry the exact status, an OpenAI-shaped error body, close the
 //! connection, and leave the upstream untouched. Every forwarded request must reach the
@@ -1333,4 +1334,139 @@ fn x_request_split_across_many_reads() {
         check_forwarded(&up, e.d(), &e.target_host());
         assert_eq!(up.body, b.as_bytes());
     });
+}
+
+// ---------------------------------------------------------------------------------------
+// Host, fragments, header names (RFC 9112 §3.2, RFC 3986; nginx's underscores_in_headers)
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn p37_invalid_host_values_are_refused() {
+    each_driver(|e| {
+        let b = body();
+        for host in [
+            "user@a",
+            "user:secret@a",
+            "a b",
+            "a/path",
+            "a,b",
+            "a, b",
+            "a:b",
+            "a:99999999",
+            "[::1",
+            "a%zz",
+        ] {
+            let raw = format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n{b}",
+                b.len()
+            );
+            let r = e.reject(&format!("Host: {host}"), raw.as_bytes(), 400);
+            assert!(
+                r.text().contains("invalid Host"),
+                "[{}] {host}: {}",
+                e.d(),
+                r.text()
+            );
+        }
+        // Valid forms are served.
+        for host in [
+            "a",
+            "a:8080",
+            "10.1.2.3:80",
+            "[::1]:8000",
+            "api.example.com",
+        ] {
+            let b = body();
+            let raw = format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n{b}",
+                b.len()
+            );
+            e.accept(&format!("Host: {host}"), raw.as_bytes());
+        }
+    });
+}
+
+#[test]
+fn p38_a_fragment_in_the_target_is_refused() {
+    each_driver(|e| {
+        let b = body();
+        for target in [
+            "/v1/chat/completions#x",
+            "/v1/chat/completions?a=1#/../../admin",
+            "http://h/v1/chat/completions#f",
+        ] {
+            let raw = format!(
+                "POST {target} HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{b}",
+                b.len()
+            );
+            let r = e.reject(target, raw.as_bytes(), 400);
+            assert!(
+                r.text().contains("fragment"),
+                "[{}] {target}: {}",
+                e.d(),
+                r.text()
+            );
+        }
+        let r = e.reject(
+            "GET with a fragment",
+            b"GET /health#x HTTP/1.1\r\nHost: a\r\n\r\n",
+            400,
+        );
+        assert!(r.text().contains("fragment"), "{}", r.text());
+    });
+}
+
+#[test]
+fn p39_underscore_header_names_are_dropped_by_default() {
+    each_driver(|e| {
+        // Beside a Content-Length, a `Transfer_Encoding` that a hop mapping `_` to `-` would
+        // read as chunked: neither read here nor forwarded.
+        let b = body();
+        let raw = format!(
+            "{R}Transfer_Encoding: chunked\r\nX_Custom: 1\r\nX-Kept: yes\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        );
+        let (r, up) = e.accept("underscore names", raw.as_bytes());
+        assert_eq!(r.json()["object"], "chat.completion");
+        for (n, _) in &up.headers {
+            assert!(!n.contains('_'), "[{}] `{n}` forwarded", e.d());
+        }
+        assert_eq!(up.header("x-kept"), Some("yes"));
+        assert_eq!(up.body, b.as_bytes());
+        check_forwarded(&up, e.d(), &e.target_host());
+    });
+}
+
+#[test]
+fn p39_underscore_header_names_refused_or_forwarded_as_configured() {
+    for d in drivers() {
+        let m = mock("a", |_| {});
+        for (choice, status) in [("reject", 400), ("forward", 200)] {
+            let text = format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\npin_workers = false\ndriver = \"{}\"\nunderscores_in_headers = \"{choice}\"\n[log]\naccess = \"off\"\n{}[[routes]]\nname = \"r\"\ntargets = [\"t0\"]\n",
+                driver_name(d),
+                target("t0", m.addr(), "")
+            );
+            let g = Gateway::start(rolter::config::load_str(&text, "<test>").unwrap()).unwrap();
+            let before = m.requests().len();
+            let mut c = Conn::open(g.local_addr());
+            c.send(&valid_post("X_Custom: 1\r\nConnection: close\r\n"));
+            let r = c.response().unwrap();
+            assert_eq!(
+                r.status,
+                status,
+                "[{}] {choice}: {}",
+                driver_name(d),
+                r.text()
+            );
+            if choice == "forward" {
+                let up = m.requests().pop().unwrap();
+                assert_eq!(up.header("x_custom"), Some("1"), "[{}]", driver_name(d));
+            } else {
+                assert!(r.text().contains("underscore"), "{}", r.text());
+                c.expect_close(&format!("[{}] reject", driver_name(d)));
+                assert_eq!(m.requests().len(), before);
+            }
+        }
+    }
 }

@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use rolter_codec::h1::request_head::UnderscoreHeaders;
+
 pub use rolter_core::{Price, TargetId};
 pub use rolter_strategy::StrategySpec;
 
@@ -378,6 +380,9 @@ pub struct ServerConfig {
     /// Client connections open at once over every worker (`max_connections`, default
     /// 10 000); a connection beyond it is answered 503 and closed. Reloadable.
     pub max_connections: usize,
+    /// Request headers whose name holds an underscore (`underscores_in_headers`): dropped
+    /// (the default), refused with 400, or forwarded. Reloadable.
+    pub underscores_in_headers: UnderscoreHeaders,
 }
 
 /// Client-side protocol limits and timeouts.

@@ -124,6 +124,7 @@ pub(crate) struct RawServer {
     pub max_connections: Option<i64>,
     pub limits: Option<RawLimits>,
     pub control_socket: Option<String>,
+    pub underscores_in_headers: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -307,6 +308,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "shutdown_grace",
     "dns_refresh",
     "max_connections",
+    "underscores_in_headers",
     "limits",
 ];
 pub(crate) const LIMITS_KEYS: &[&str] = &[

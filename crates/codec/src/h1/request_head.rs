@@ -20,6 +20,22 @@ pub struct HeadLimits {
     pub max_head_bytes: usize,
     pub max_headers: usize,
     pub max_uri_bytes: usize,
+    /// Header names with an underscore.
+    pub underscores: UnderscoreHeaders,
+}
+
+/// What becomes of a request header whose name holds an underscore (`Transfer_Encoding`):
+/// hops that map `_` to `-` (CGI-style servers, some proxies) would read it as another
+/// header than the gateway did, so by default it is dropped, as nginx does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnderscoreHeaders {
+    /// Ignored: neither read by the gateway nor forwarded.
+    #[default]
+    Drop,
+    /// The request is refused (400).
+    Reject,
+    /// Kept and forwarded like any other header.
+    Forward,
 }
 
 /// Position of one header field inside the head buffer.
@@ -197,6 +213,11 @@ pub fn parse(
     if target.len() > limits.max_uri_bytes {
         return Err(HeadError::UriTooLong);
     }
+    // A fragment is the client's own business (RFC 9110 §4.2.5) and has no place in a
+    // request target (RFC 9112 §3.2); one here is a malformed or crafted request.
+    if target.contains('#') {
+        return Err(HeadError::BadRequest("request target with a fragment (#)"));
+    }
     let target_start = off(target.as_bytes()) as usize;
     // Origin form, or absolute form whose authority is ignored: upstreams come only from
     // the configuration, never from the request.
@@ -229,6 +250,15 @@ pub fn parse(
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let value = h.value;
+        if name.contains(&b'_') {
+            match limits.underscores {
+                UnderscoreHeaders::Drop => continue,
+                UnderscoreHeaders::Reject => {
+                    return Err(HeadError::BadRequest("header name with an underscore"))
+                }
+                UnderscoreHeaders::Forward => {}
+            }
+        }
         spans.push(HeaderSpan {
             name: (off(name), off(name) + name.len() as u32),
             value: (off(value), off(value) + value.len() as u32),
@@ -245,6 +275,9 @@ pub fn parse(
             chunked = true;
         } else if name.eq_ignore_ascii_case(b"host") {
             host_count += 1;
+            if !valid_host(value) {
+                return Err(HeadError::BadRequest("invalid Host"));
+            }
         } else if name.eq_ignore_ascii_case(b"expect") {
             if http10 {
                 continue;
@@ -390,6 +423,56 @@ fn oversize_error(buf: &[u8], limits: &HeadLimits) -> HeadError {
     }
 }
 
+/// A Host value as RFC 9112 §3.2 and RFC 3986 §3.2.2 have it: `uri-host [":" port]`, where
+/// uri-host is an IP literal in brackets, or a reg-name (IPv4 addresses included) of
+/// unreserved characters, percent-encodings and sub-delimiters. Refused: userinfo (`@`),
+/// spaces, a path, and a comma (a list: more than one host). Empty is allowed (a target
+/// without authority).
+fn valid_host(v: &[u8]) -> bool {
+    let v = trim_ows(v);
+    let (host, port) = if let Some(rest) = v.strip_prefix(b"[") {
+        let Some(close) = rest.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = &rest[..close];
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        {
+            return false;
+        }
+        (&b""[..], &rest[close + 1..])
+    } else {
+        match v.iter().position(|&b| b == b':') {
+            Some(i) => (&v[..i], &v[i..]),
+            None => (v, &b""[..]),
+        }
+    };
+    let port_ok = match port.split_first() {
+        None => true,
+        Some((b':', digits)) => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    };
+    let mut i = 0;
+    while i < host.len() {
+        let b = host[i];
+        if b == b'%' {
+            let hex = |j: usize| host.get(j).is_some_and(u8::is_ascii_hexdigit);
+            if !(hex(i + 1) && hex(i + 2)) {
+                return false;
+            }
+            i += 3;
+            continue;
+        }
+        if !(b.is_ascii_alphanumeric() || b"-._~!$&'()*+;=".contains(&b)) {
+            return false;
+        }
+        i += 1;
+    }
+    port_ok
+}
+
 /// RFC 9110 token character.
 #[inline]
 pub fn is_tchar(b: u8) -> bool {
@@ -401,6 +484,7 @@ mod tests {
     use super::*;
 
     const L: HeadLimits = HeadLimits {
+        underscores: UnderscoreHeaders::Drop,
         max_head_bytes: 32 * 1024,
         max_headers: 100,
         max_uri_bytes: 8192,
@@ -548,5 +632,96 @@ mod tests {
             p(b"POST / HTTP/1.1\r\nHost: a\r\nExpect: foo\r\n\r\n").unwrap_err(),
             HeadError::ExpectationFailed
         );
+    }
+
+    #[test]
+    fn host_values_follow_rfc_9112_and_3986() {
+        for ok in [
+            "a",
+            "api.example.com",
+            "api.example.com:8443",
+            "10.0.0.1:80",
+            "[::1]",
+            "[2001:db8::1]:8080",
+            "xn--bcher-kva.example",
+            "a%2Db",
+            "",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {ok}\r\n\r\n");
+            assert!(p(raw.as_bytes()).unwrap().is_some(), "{ok:?}");
+        }
+        for bad in [
+            "user@host",
+            "user:pw@host",
+            "a b",
+            "host/path",
+            "a,b",
+            "a, b",
+            "host:80:81",
+            "host:port",
+            "host:123456",
+            "[::1",
+            "[zz::1]",
+            "a%2",
+            "a%zz",
+            "a\\b",
+            "a?b",
+            "a#b",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
+            assert_eq!(
+                p(raw.as_bytes()).unwrap_err(),
+                HeadError::BadRequest("invalid Host"),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fragment_in_the_target_is_refused() {
+        for raw in [
+            &b"GET /v1/models#x HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"POST /v1/chat/completions?a=1#/../admin HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET http://h/v1/models#f HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(
+                p(raw).unwrap_err(),
+                HeadError::BadRequest("request target with a fragment (#)"),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+    }
+
+    #[test]
+    fn underscore_header_names_are_dropped_refused_or_kept() {
+        let raw = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer_Encoding: chunked\r\nX_Y: 1\r\nContent-Length: 2\r\n\r\nhi";
+        let mut spans = Vec::new();
+        let h = parse(raw, &L, &mut spans).unwrap().unwrap();
+        assert_eq!(
+            h.framing,
+            BodyFraming::Length(2),
+            "never read as Transfer-Encoding"
+        );
+        let names: Vec<&[u8]> = spans
+            .iter()
+            .map(|s| &raw[s.name.0 as usize..s.name.1 as usize])
+            .collect();
+        assert_eq!(names, [&b"Host"[..], b"Content-Length"]);
+        let reject = HeadLimits {
+            underscores: UnderscoreHeaders::Reject,
+            ..L
+        };
+        assert_eq!(
+            parse(raw, &reject, &mut spans).unwrap_err(),
+            HeadError::BadRequest("header name with an underscore")
+        );
+        let forward = HeadLimits {
+            underscores: UnderscoreHeaders::Forward,
+            ..L
+        };
+        let h = parse(raw, &forward, &mut spans).unwrap().unwrap();
+        assert_eq!(h.framing, BodyFraming::Length(2));
+        assert_eq!(spans.len(), 4);
     }
 }

@@ -94,6 +94,19 @@ pub(super) fn server(
             Some(Some(path))
         }
     };
+    let underscores_in_headers = match raw.underscores_in_headers.as_deref() {
+        None | Some("drop") => Some(UnderscoreHeaders::Drop),
+        Some("reject") => Some(UnderscoreHeaders::Reject),
+        Some("forward") => Some(UnderscoreHeaders::Forward),
+        Some(other) => {
+            errs.push(
+                "server.underscores_in_headers",
+                format!("`{other}` is not a choice for header names with an underscore"),
+                "use \"drop\" (the default: ignored, not forwarded), \"reject\" (400) or \"forward\"",
+            );
+            None
+        }
+    };
     Some(ServerConfig {
         listen: listen?,
         workers: workers?,
@@ -104,6 +117,7 @@ pub(super) fn server(
         control_socket: control_socket?,
         dns_refresh: dns_refresh?,
         max_connections: max_connections?,
+        underscores_in_headers: underscores_in_headers?,
     })
 }
 

@@ -259,6 +259,7 @@ impl WorkerState {
                 max_head_bytes: limits.max_head_bytes,
                 max_headers: limits.max_headers,
                 max_uri_bytes: limits.max_uri_bytes,
+                underscores: config.server.underscores_in_headers,
             },
             candidates: RefCell::new(Vec::with_capacity(config.targets.len())),
             ramped_out: RefCell::new(Vec::with_capacity(config.targets.len())),
