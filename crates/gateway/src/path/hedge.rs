@@ -33,7 +33,7 @@ use crate::mesh::caps::Admitted;
 use crate::mesh::load::InFlight;
 use crate::mesh::messages::HedgeEvent;
 use crate::mesh::Record;
-use crate::path::state::WorkerState;
+use crate::path::state::{PooledBufs, WorkerState};
 
 /// The first attempt, picked and admitted.
 pub struct First<'s> {
@@ -75,10 +75,12 @@ struct Plan<'a, 'r, 'p> {
 /// The hedge leg's target once picked, and its load when sent.
 type Sent = Cell<Option<(TargetId, u64, ClientSide)>>;
 
-/// A hedge leg that opened, with its places held while it relays.
+/// A hedge leg that opened, with its places held while it relays and the buffer set it
+/// was sent with (taken from the core's spares only when the hedge goes out).
 struct Second<'s> {
     opened: Opened,
     held: (Released<'s>, InFlight<'s>),
+    bufs: PooledBufs<'s>,
 }
 
 /// Runs the first attempt with a hedge `after` its start (see the module's documentation);
@@ -101,7 +103,6 @@ pub async fn exchange<'s>(
         state.load.enter(tid),
     );
     let hedge_at = monoio::time::Instant::now() + after;
-    let mut spare = state.core.take_bufs();
     let mut report = Report::default();
     let mut second_report = Report::default();
     let sent: Sent = Cell::new(None);
@@ -137,7 +138,7 @@ pub async fn exchange<'s>(
         })
         .await;
         if a.is_none() {
-            let mut b_leg = pin!(launch(state, plan, &mut spare, &mut second_report, &sent));
+            let mut b_leg = pin!(launch(state, plan, &mut second_report, &sent));
             std::future::poll_fn(|cx| {
                 if a.is_none() {
                     if let Poll::Ready(o) = a_leg.as_mut().poll(cx) {
@@ -245,7 +246,8 @@ pub async fn exchange<'s>(
                 route: routed.index as u16,
                 event: HedgeEvent::Won,
             });
-            // The winner's head and what followed it are in the spare set.
+            // The winner's head and what followed it are in the hedge's buffer set.
+            let mut spare = second.bufs;
             std::mem::swap(&mut bufs.ubuf, &mut spare.ubuf);
             std::mem::swap(&mut bufs.hdrs, &mut spare.hdrs);
             let _held = second.held;
@@ -279,7 +281,6 @@ pub async fn exchange<'s>(
 async fn launch<'s>(
     state: &'s WorkerState,
     plan: Plan<'_, '_, '_>,
-    bufs: &mut IoBufs,
     report: &mut Report,
     sent: &Sent,
 ) -> Option<Second<'s>> {
@@ -306,6 +307,7 @@ async fn launch<'s>(
         Err(_) => return skipped("no_target"),
     };
     let t = picked.target;
+    let mut bufs = state.core.take_bufs();
     record::routed(state, routed, plan.preq, plan.inputs, t, now);
     if let Some(loader) = &rs.adapters {
         loader
@@ -343,6 +345,6 @@ async fn launch<'s>(
             .map(|p| monoio::time::Instant::from_std(now + p)),
         ..plan.limits
     };
-    let opened = relay::open(state, t, plan.watch, bufs, limits, report).await;
-    Some(Second { opened, held })
+    let opened = relay::open(state, t, plan.watch, &mut bufs, limits, report).await;
+    Some(Second { opened, held, bufs })
 }
