@@ -48,8 +48,12 @@ struct Top<'a> {
 pub struct RequestFacts<'a> {
     /// The requested model, unescaped.
     pub model: Cow<'a, str>,
-    /// Byte range of the `model` JSON string (quotes included) in the body.
+    /// Byte range of the `model` value in the body: the JSON string (quotes included), or
+    /// a form field's raw value (see `model_is_json`).
     pub model_span: Option<Range<usize>>,
+    /// The span holds a JSON string (a swapped-in name is written quoted), not a form
+    /// field's raw bytes.
+    pub model_is_json: bool,
     pub stream: bool,
     /// `stream_options.include_usage`.
     pub include_usage: bool,
@@ -113,6 +117,7 @@ pub fn extract(body: &[u8]) -> Result<RequestFacts<'_>, GatewayError> {
     Ok(RequestFacts {
         model,
         model_span,
+        model_is_json: true,
         stream: top.stream.unwrap_or(false),
         include_usage: top
             .stream_options
