@@ -678,10 +678,32 @@ pub struct CacheController {
 /// All present rules must hold for a request to match. An empty rule set matches everything.
 #[derive(Debug, Clone, Default)]
 pub struct RouteMatch {
-    /// Exact request paths (without query). Empty: any proxied path.
+    /// Exact request paths (without query). Empty: any proxied path, unless `passthrough`
+    /// is set (then none).
     pub paths: Vec<String>,
+    /// Path prefixes of other endpoints forwarded as they are: any method but `HEAD`, the
+    /// body unread, no model (so `models` and the targets' model lists do not apply).
+    pub passthrough: Vec<String>,
     /// Requested model names. Empty: any model served by one of the route's targets.
     pub models: Vec<String>,
     /// A request header (lowercase name) that must equal the value.
     pub header: Option<(String, String)>,
+}
+
+impl RouteMatch {
+    /// Does this rule set take a request for proxied path `path` (its model aside)?
+    pub fn takes_proxied(&self, path: &str) -> bool {
+        if self.paths.is_empty() {
+            self.passthrough.is_empty()
+        } else {
+            self.paths.iter().any(|p| p == path)
+        }
+    }
+
+    /// Does one of the `passthrough` prefixes cover `path`?
+    pub fn takes_passthrough(&self, path: &str) -> bool {
+        self.passthrough
+            .iter()
+            .any(|p| path.starts_with(p.as_str()))
+    }
 }

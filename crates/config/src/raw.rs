@@ -205,6 +205,7 @@ pub(crate) struct RawRoute {
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct RawMatch {
     pub paths: Option<Vec<String>>,
+    pub passthrough: Option<Vec<String>>,
     pub models: Option<Vec<String>>,
     pub header: Option<RawHeaderMatch>,
 }
@@ -362,7 +363,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "queue_timeout",
     "match",
 ];
-pub(crate) const MATCH_KEYS: &[&str] = &["paths", "models", "header"];
+pub(crate) const MATCH_KEYS: &[&str] = &["paths", "passthrough", "models", "header"];
 pub(crate) const HEADER_MATCH_KEYS: &[&str] = &["name", "value"];
 pub(crate) const HEALTH_KEYS: &[&str] = &[
     "active",

@@ -139,6 +139,75 @@ header = { name = \"X-Tenant\", value = \"blue\" }
 }
 
 #[test]
+fn passthrough_prefixes_load_and_select_their_requests() {
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+models = [\"m1\"]
+[[routes]]
+name = \"custom\"
+targets = [\"a\"]
+[routes.match]
+passthrough = [\"/v1/custom/\", \"/metrics-proxy/\"]
+[[routes]]
+name = \"both\"
+targets = [\"a\"]
+[routes.match]
+paths = [\"/v1/embeddings\"]
+passthrough = [\"/x\"]
+[[routes]]
+name = \"rest\"
+targets = [\"a\"]
+";
+    let c = load(text).unwrap();
+    let [custom, both, rest] = &c.routes[..] else {
+        panic!("three routes")
+    };
+    assert_eq!(
+        custom.matcher.passthrough,
+        vec!["/v1/custom/", "/metrics-proxy/"]
+    );
+    assert!(custom.matcher.takes_passthrough("/v1/custom/a/b"));
+    assert!(!custom.matcher.takes_passthrough("/v1/custom"));
+    // A passthrough route takes proxied paths only when it lists them.
+    assert!(!custom.matcher.takes_proxied("/v1/chat/completions"));
+    assert!(both.matcher.takes_proxied("/v1/embeddings"));
+    assert!(!both.matcher.takes_proxied("/v1/completions"));
+    assert!(both.matcher.takes_passthrough("/xyz"));
+    assert!(rest.matcher.takes_proxied("/v1/completions"));
+    assert!(!rest.matcher.takes_passthrough("/v1/custom/a"));
+}
+
+#[test]
+fn passthrough_errors() {
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1\"
+[[routes]]
+name = \"r\"
+targets = [\"a\"]
+[routes.match]
+passthrough = [\"custom/\", \"/a b\", \"/v1/rerank\", \"/q?x\", \"\", \"/ok\", \"/ok\"]
+";
+    // Empty and repeated entries first; the others are checked once the list is clean.
+    let errs = errors(text);
+    error_at(&errs, "routes[0].match.passthrough[4]");
+    error_at(&errs, "routes[0].match.passthrough[6]");
+    assert_eq!(errs.len(), 2, "{}", ConfigErrors { errors: errs });
+    let text = text.replace(", \"\", \"/ok\", \"/ok\"", "");
+    let errs = errors(&text);
+    let e = error_at(&errs, "routes[0].match.passthrough[0]");
+    assert!(e.fix.contains("\"/custom/\""), "{e}");
+    error_at(&errs, "routes[0].match.passthrough[1]");
+    let e = error_at(&errs, "routes[0].match.passthrough[2]");
+    assert!(e.fix.contains("match.paths"), "{e}");
+    error_at(&errs, "routes[0].match.passthrough[3]");
+    assert_eq!(errs.len(), 4, "{}", ConfigErrors { errors: errs });
+}
+
+#[test]
 fn match_errors() {
     let text = "\
 [[targets]]

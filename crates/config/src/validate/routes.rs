@@ -347,6 +347,8 @@ pub(super) fn route_match(
         }
     }
 
+    let passthrough = passthrough_prefixes(raw.passthrough, &join(at, "passthrough"), errs);
+
     let raw_models = raw.models.unwrap_or_default();
     if let Some(ids) = route_targets {
         // Only when every target of the route is valid and lists its models.
@@ -387,9 +389,50 @@ pub(super) fn route_match(
     }
     Some(RouteMatch {
         paths,
+        passthrough: passthrough?,
         models: models?,
         header: header?,
     })
+}
+
+/// `match.passthrough`: distinct path prefixes, each an origin-form path other than a
+/// proxied one (those are routed by `paths`).
+fn passthrough_prefixes(
+    raw: Option<Vec<String>>,
+    key: &str,
+    errs: &mut Collector,
+) -> Option<Vec<String>> {
+    let list = string_list(raw, key, "passthrough prefix", errs)?;
+    let mut ok = true;
+    for (i, p) in list.iter().enumerate() {
+        let at = format!("{key}[{i}]");
+        if !p.starts_with('/') {
+            errs.push(
+                at,
+                format!("passthrough prefix `{p}` does not start with `/`"),
+                format!("write the path prefix as requests carry it, e.g. \"/{p}\""),
+            );
+            ok = false;
+        } else if p
+            .bytes()
+            .any(|b| !b.is_ascii_graphic() || b == b'?' || b == b'#')
+        {
+            errs.push(
+                at,
+                format!("passthrough prefix `{p}` holds a space, control character, `?` or `#`"),
+                "write only the path part of the URL (no query, no fragment)",
+            );
+            ok = false;
+        } else if PROXIED_PATHS.contains(&p.as_str()) {
+            errs.push(
+                at,
+                format!("`{p}` is a proxied path, routed by `model`, not a passthrough prefix"),
+                format!("move \"{p}\" to match.paths"),
+            );
+            ok = false;
+        }
+    }
+    ok.then_some(list)
 }
 
 pub(super) fn header_match(
