@@ -23,6 +23,10 @@
 //!    targets), and load breaks the tie, then a random choice. This is the normal path for
 //!    new prefixes, not a fallback.
 //!
+//! A request with no prompt (a passthrough path, or an endpoint such as `/rerank` whose
+//! body carries none) has nothing to score or warm: after the guard and the session pin,
+//! the least-loaded candidate wins, marked as fallback `no_prompt`.
+//!
 //! `routed` inserts the prompt into the chosen target's index and shares it as chained
 //! chunk keys ([`PromptKeys::encode`]: one eighth of the prompt's size, no rehash on the
 //! receiving core); explicit sessions are pinned and the pin shared. `apply_shared` applies
@@ -41,9 +45,12 @@ use crate::shared::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
 use crate::shared::sessions::SessionPins;
 use crate::traits::Trait;
 use crate::{
-    choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError, Pick, PickRequest,
-    ShareSink, Shared, Strategy, StrategyOptions, TargetId,
+    choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
+    Pick, PickRequest, ShareSink, Shared, Strategy, StrategyOptions, TargetId,
 };
+
+/// Fallback reason of a pick for a request with no prompt to compare.
+pub const NO_PROMPT: &str = "no_prompt";
 
 /// The options of `cache_aware`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -214,6 +221,10 @@ impl Strategy for CacheAware {
             }
         }
         let prompt = req.prompt;
+        if prompt.is_empty() {
+            let i = choose_least_loaded(&mut self.rng, candidates)?;
+            return Some(Pick::fallback(i, NO_PROMPT));
+        }
         let mut best = 0;
         self.matched.clear();
         if !prompt.is_empty() {
@@ -500,11 +511,14 @@ mod tests {
         // 0 and 3 hold the prompt with the lowest load among holders; 1 is idle but cold.
         assert_eq!((counts[1], counts[2]), (0, 0), "{counts:?}");
         assert!((1700..=2300).contains(&counts[0]), "{counts:?}");
-        // Empty prompt: everybody scores 0; the only cold target (3000 bytes is beyond the
-        // 1 KiB tie margin) wins, whatever its load.
+        // Empty prompt (a passthrough request): nothing to score or warm, so the coldest
+        // target would take every such request; load decides instead, said as a fallback.
         let c = cands(&[(1.0, 2), (1.0, 9), (1.0, 1), (1.0, 2)]);
         let pick = s.pick(&rq(b"", None), &c, now).unwrap();
-        assert_eq!((pick.index, pick.score), (1, Some(0.0)));
+        assert_eq!(
+            (pick.index, pick.score, pick.fallback),
+            (2, None, Some(NO_PROMPT))
+        );
     }
 
     #[test]
