@@ -253,7 +253,7 @@ async fn dispatch(
     bufs: &mut IoBufs,
     limits: &Limits,
 ) -> Fate {
-    if local::is_forwarded(req) {
+    if local::is_forwarded(state, req) {
         // Boxed: the forwarding state machine (exchange, relay, timers) is several KiB,
         // and unboxed it would sit in every idle keep-alive connection's task.
         return Box::pin(forward(state, io, req, bufs)).await;

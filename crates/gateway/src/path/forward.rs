@@ -52,7 +52,12 @@ pub async fn forward(
         model: &routed.facts.model,
         session: SessionKey {
             header: req.header("x-session-id").filter(|v| !v.is_empty()),
-            prompt,
+            // A passthrough request has no prompt: its path keys the session instead.
+            prompt: if routed.passthrough {
+                &req.buf[req.head.path.clone()]
+            } else {
+                prompt
+            },
         },
         prompt,
         prompt_tokens: routed.facts.prompt_tokens,

@@ -1,8 +1,9 @@
-//! The gateway's own endpoints on the client listener: `GET /health`, `GET /v1/models`
-//! (its body built once, see [`models`](super::models)), and the errors for unknown paths
-//! and wrong methods; everything else is an inference request to forward.
+//! The gateway's own endpoints on the client listener: `GET /health`, `GET /v1/models` and
+//! `GET /v1/models/{id}` (their bodies built once, see [`models`](super::models)), and the
+//! errors for unknown paths and wrong methods; everything else (a proxied path, or one a
+//! route's `passthrough` prefix covers) is a request to forward.
 //!
-//! Owns those answers. It must not query engines.
+//! Owns those answers and which requests are forwarded. It must not query engines.
 
 use http::Method;
 use rolter_codec::api::is_proxied_path;
@@ -11,13 +12,38 @@ use rolter_codec::GatewayError;
 use rolter_config::Limits;
 
 use super::client::{respond, write_out, ClientIo, Fate};
+use super::models;
 use super::record;
 use super::request::{IoBufs, Request};
+use super::route::{model_not_found, not_found};
 use crate::path::state::WorkerState;
 
-/// Whether `req` is an inference request the gateway forwards.
-pub fn is_forwarded(req: &Request<'_>) -> bool {
-    req.head.method == Method::POST && is_proxied_path(req.head.path(req.buf))
+/// The path prefix of `GET /v1/models/{id}`.
+const MODEL_PREFIX: &str = "/v1/models/";
+
+/// Whether `req` is a request the gateway forwards: a `POST` to a proxied path, or a
+/// passthrough request (any method but `HEAD`, whose answer would have no body to relay, on
+/// a path a route's `passthrough` prefix covers). Proxied paths and the gateway's own
+/// endpoints are never passthrough.
+pub fn is_forwarded(state: &WorkerState, req: &Request<'_>) -> bool {
+    let path = req.head.path(req.buf);
+    if is_proxied_path(path) {
+        return req.head.method == Method::POST;
+    }
+    req.head.method != Method::HEAD && !is_own(path) && is_passthrough(state, path)
+}
+
+/// Is `path` one of the gateway's own endpoints?
+fn is_own(path: &str) -> bool {
+    path == "/health" || path == "/v1/models" || path.starts_with(MODEL_PREFIX)
+}
+
+fn is_passthrough(state: &WorkerState, path: &str) -> bool {
+    state
+        .config
+        .routes
+        .iter()
+        .any(|r| r.matcher.takes_passthrough(path))
 }
 
 /// Answers a request that is not forwarded.
@@ -37,16 +63,24 @@ pub async fn answer(
         )),
         (&Method::GET, "/health") => Ok(br#"{"status":"ok"}"#),
         (&Method::GET, "/v1/models") => Ok(&state.models_body),
-        (_, "/health") | (_, "/v1/models") => Err(GatewayError::client(
+        (&Method::GET, p) if p.starts_with(MODEL_PREFIX) => {
+            let id = models::decode_id(&p[MODEL_PREFIX.len()..]);
+            match state.model_bodies.get(id.as_ref()) {
+                Some(body) => Ok(body),
+                None => Err(model_not_found(&id)),
+            }
+        }
+        (_, p) if is_own(p) => Err(GatewayError::client(
             405,
             "method_not_allowed",
             format!("{path} accepts only GET"),
         )),
-        _ => Err(GatewayError::client(
-            404,
-            "not_found",
-            format!("no such endpoint: {path}"),
+        (_, p) if is_passthrough(state, p) => Err(GatewayError::client(
+            405,
+            "method_not_allowed",
+            format!("{path} is a passthrough path; it accepts any method but HEAD"),
         )),
+        _ => Err(not_found(path)),
     };
     let body = match local {
         Ok(body) => body,

@@ -139,7 +139,9 @@ fn fill(
         .then(|| state.load.lora.lookup(preq.model));
     for &t in &route.targets {
         let target = &state.config.targets[t];
-        if !target.serves(preq.model) || tried.contains(&t) {
+        // A passthrough request has no model: any target of its route serves it.
+        let serves = preq.model.is_empty() || target.serves(preq.model);
+        if !serves || tried.contains(&t) {
             continue;
         }
         // `weight = 0` drains the target: no strategy ever sees it.

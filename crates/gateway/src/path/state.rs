@@ -126,6 +126,8 @@ pub struct WorkerState {
     pub share: RefCell<ShareSink>,
     /// Pre-built `GET /v1/models` body.
     pub models_body: Vec<u8>,
+    /// Pre-built `GET /v1/models/{id}` bodies, by model id.
+    pub model_bodies: std::collections::HashMap<String, Vec<u8>>,
     pub head_limits: HeadLimits,
     /// Scratch candidate list, reused by every pick.
     pub candidates: RefCell<Vec<Candidate>>,
@@ -255,6 +257,7 @@ impl WorkerState {
             links,
             share: RefCell::new(ShareSink::default()),
             models_body: models::list_body(&config, created),
+            model_bodies: models::object_bodies(&config, created),
             head_limits: HeadLimits {
                 max_head_bytes: limits.max_head_bytes,
                 max_headers: limits.max_headers,

@@ -108,13 +108,23 @@ pub fn build(
     out.extend_from_slice(req.head.method.as_str().as_bytes());
     out.push(b' ');
     // Like an SDK's base URL: a target URL with a path (".../v1") replaces the request's
-    // leading "/v1"; without one the path goes through unchanged.
+    // leading "/v1"; without one the path goes through unchanged. A path outside "/v1"
+    // (vLLM's "/tokenize", "/rerank") goes under the base path less its "/v1".
     let path = &req.buf[req.head.path.clone()];
-    if target.base_path.is_empty() {
-        out.extend_from_slice(path);
-    } else {
-        out.extend_from_slice(target.base_path.as_bytes());
-        out.extend_from_slice(path.strip_prefix(b"/v1").unwrap_or(path));
+    match path
+        .strip_prefix(b"/v1")
+        .filter(|p| p.is_empty() || p[0] == b'/')
+    {
+        _ if target.base_path.is_empty() => out.extend_from_slice(path),
+        Some(rest) => {
+            out.extend_from_slice(target.base_path.as_bytes());
+            out.extend_from_slice(rest);
+        }
+        None => {
+            let base = target.base_path.as_str();
+            out.extend_from_slice(base.strip_suffix("/v1").unwrap_or(base).as_bytes());
+            out.extend_from_slice(path);
+        }
     }
     out.extend_from_slice(&req.buf[req.head.query.clone()]);
     out.extend_from_slice(b" HTTP/1.1\r\n");
@@ -139,7 +149,12 @@ pub fn build(
         .filter(|_| facts.model_span.is_some());
     match (upstream_model, &facts.model_span) {
         (Some(m), Some(span)) => {
-            let quoted = serde_json::to_string(m).unwrap_or_default();
+            // A form field's value is its raw bytes; a JSON one is a quoted string.
+            let quoted = if facts.model_is_json {
+                serde_json::to_string(m).unwrap_or_default()
+            } else {
+                m.clone()
+            };
             let len = req.body.len() - span.len() + quoted.len();
             write_content_length(out, len as u64);
             out.extend_from_slice(b"\r\n");
