@@ -408,6 +408,11 @@ impl Conn {
             }
             _ => (None, None),
         };
+        let task: Option<Result<Vec<u8>, String>> = head
+            .route
+            .is_task()
+            .then(|| crate::endpoints::answer(head.route, body_bytes));
+        let echo: Option<Vec<u8>> = (head.route == Route::Echo).then(|| body_bytes.to_vec());
         let lora_body: Option<Vec<u8>> =
             matches!(head.route, Route::LoraLoad | Route::LoraUnload).then(|| body_bytes.to_vec());
         drop(body);
@@ -489,6 +494,18 @@ impl Conn {
                 }
                 Err(msg) => self.respond_error(400, &msg, close, None).await,
             },
+            route if route.is_task() => match task.unwrap_or_else(|| Err("missing body".into())) {
+                Ok(body) => {
+                    self.respond(200, "application/json", &body, close, None)
+                        .await
+                }
+                Err(msg) => self.respond_error(400, &msg, close, None).await,
+            },
+            Route::Echo => {
+                let body = echo.unwrap_or_default();
+                self.respond(200, "application/octet-stream", &body, close, None)
+                    .await
+            }
             Route::ResetPrefixCache => {
                 if let Some(cache) = &shared.prefix {
                     cache.clear();

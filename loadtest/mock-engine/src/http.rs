@@ -23,6 +23,16 @@ pub(crate) enum Route {
     LoraLoad,
     LoraUnload,
     Tokenize,
+    CountTokens,
+    Rerank,
+    Score,
+    Detokenize,
+    Pooling,
+    Classify,
+    Transcription,
+    Translation,
+    /// `/mock/echo/...`, any method: the body back, for passthrough tests.
+    Echo,
     ResetPrefixCache,
     NotFound,
     MethodNotAllowed,
@@ -31,6 +41,9 @@ pub(crate) enum Route {
 impl Route {
     fn find(method: &str, path: &str) -> Route {
         let path = path.split('?').next().unwrap_or("");
+        if path.starts_with("/mock/echo/") {
+            return Route::Echo;
+        }
         let (want_post, route) = match path {
             "/v1/chat/completions" => (true, Route::Chat),
             "/v1/completions" => (true, Route::Completions),
@@ -41,6 +54,14 @@ impl Route {
             "/v1/load_lora_adapter" => (true, Route::LoraLoad),
             "/v1/unload_lora_adapter" => (true, Route::LoraUnload),
             "/tokenize" => (true, Route::Tokenize),
+            "/v1/messages/count_tokens" => (true, Route::CountTokens),
+            "/rerank" | "/v1/rerank" => (true, Route::Rerank),
+            "/score" | "/v1/score" => (true, Route::Score),
+            "/detokenize" => (true, Route::Detokenize),
+            "/pooling" => (true, Route::Pooling),
+            "/classify" => (true, Route::Classify),
+            "/v1/audio/transcriptions" => (true, Route::Transcription),
+            "/v1/audio/translations" => (true, Route::Translation),
             "/reset_prefix_cache" => (true, Route::ResetPrefixCache),
             "/v1/models" => (false, Route::Models),
             "/health" => (false, Route::Health),
@@ -58,6 +79,21 @@ impl Route {
         } else {
             Route::MethodNotAllowed
         }
+    }
+
+    /// An endpoint that generates no text, answered by `endpoints`.
+    pub fn is_task(self) -> bool {
+        matches!(
+            self,
+            Route::CountTokens
+                | Route::Rerank
+                | Route::Score
+                | Route::Detokenize
+                | Route::Pooling
+                | Route::Classify
+                | Route::Transcription
+                | Route::Translation
+        )
     }
 
     pub fn is_inference(self) -> bool {

@@ -24,6 +24,7 @@ pub mod stats;
 mod admission;
 mod api;
 mod conn;
+mod endpoints;
 mod http;
 mod kv_events;
 mod lmcache_worker;
