@@ -1,5 +1,6 @@
 //! The official `openai` Python SDK against the gateway, under both drivers: chat (plain
-//! and streamed), completions and models.list(), checked by tests/sdk/openai_client.py.
+//! and streamed), completions, models.list() and models.retrieve(), and an audio
+//! transcription (a multipart upload), checked by tests/sdk/openai_client.py.
 //!
 //! Needs `python3` with the `openai` package (`pip install openai`); without them the test
 //! fails and says so, it never skips.
@@ -74,5 +75,24 @@ fn openai_python_sdk_works_through_the_gateway() {
             served, 3,
             "three inference calls (chat, streamed chat, completion) reached the engines\n{output}"
         );
+        // The SDK's multipart upload reached an engine with the file's bytes intact.
+        let mut audio = b"RIFF".to_vec();
+        audio.extend(0..=255u8);
+        audio.extend_from_slice(b"\r\n--not-the-boundary\r\n");
+        audio.extend((0..=255u8).rev());
+        let uploads: Vec<_> = a
+            .requests()
+            .into_iter()
+            .chain(b.requests())
+            .filter(|r| r.path == "/v1/audio/transcriptions")
+            .collect();
+        assert_eq!(uploads.len(), 1, "{output}");
+        assert!(
+            uploads[0].body.windows(audio.len()).any(|w| w == audio),
+            "the file part arrived byte for byte"
+        );
+        assert!(uploads[0]
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("multipart/form-data; boundary=")));
     }
 }

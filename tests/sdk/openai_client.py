@@ -18,6 +18,10 @@ except ImportError as e:  # pragma: no cover - reported by the Rust test
 
 MESSAGES = [{"role": "user", "content": "Say something."}]
 
+# The file the transcription check uploads; tests/openai_sdk.rs looks for it in what the
+# engine received.
+AUDIO = b"RIFF" + bytes(range(256)) + b"\r\n--not-the-boundary\r\n" + bytes(range(255, -1, -1))
+
 
 def check(cond, what):
     if not cond:
@@ -77,6 +81,21 @@ def main(base_url: str) -> None:
     # Models.
     ids = [m.id for m in client.models.list()]
     check("m" in ids, f"models.list() ids {ids}")
+    model = client.models.retrieve("m")
+    check(model.id == "m" and model.object == "model", f"models.retrieve('m') {model}")
+    try:
+        client.models.retrieve("no-such-model")
+        check(False, "retrieving an unknown model raises")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, f"unknown model retrieve -> NotFoundError {e.status_code}")
+
+    # Audio transcription: a multipart form with a binary file part.
+    audio = AUDIO
+    transcript = client.audio.transcriptions.create(
+        model="m", file=("clip.wav", audio, "audio/wav")
+    )
+    check(isinstance(transcript.text, str) and "bytes of form data" in transcript.text,
+          f"transcription text {transcript.text!r}")
 
     # An unknown model is a typed 404 from the SDK's point of view.
     try:
