@@ -1,6 +1,7 @@
 //! The official `openai` Python SDK against the gateway, under both drivers: chat (plain
-//! and streamed), completions, models.list() and models.retrieve(), and an audio
-//! transcription (a multipart upload), checked by tests/sdk/openai_client.py.
+//! and streamed), completions, models.list() and models.retrieve(), and audio
+//! transcription and translation (multipart uploads), checked by
+//! tests/sdk/openai_client.py.
 //!
 //! Needs `python3` with the `openai` package (`pip install openai`); without them the test
 //! fails and says so, it never skips.

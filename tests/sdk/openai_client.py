@@ -96,6 +96,10 @@ def main(base_url: str) -> None:
     )
     check(isinstance(transcript.text, str) and "bytes of form data" in transcript.text,
           f"transcription text {transcript.text!r}")
+    translation = client.audio.translations.create(
+        model="m", file=("clip.wav", audio, "audio/wav")
+    )
+    check(translation.text.startswith("translated "), f"translation text {translation.text!r}")
 
     # An unknown model is a typed 404 from the SDK's point of view.
     try:
