@@ -1,9 +1,11 @@
 //! The upstream request's bytes: method and path (a target URL's base path replacing the
-//! leading `/v1`), `Host` from the target, the client's headers minus hop-by-hop ones,
-//! those named in `Connection`, `Expect`, forwarding headers and (unless the route says
-//! otherwise) the client's credentials and its `x-request-id`s; then the target's
-//! configured headers, a fresh `X-Forwarded-For`, the request's one `x-request-id` (the
-//! client's when valid, else generated), and a fresh Content-Length over the body, with the model swapped for the target's upstream name.
+//! leading `/v1`, or less its own `/v1` before a path outside `/v1`), `Host` from the
+//! target, the client's headers minus hop-by-hop ones, those named in `Connection`,
+//! `Expect`, forwarding headers and (unless the route says otherwise) the client's
+//! credentials and its `x-request-id`s; then the target's configured headers, a fresh
+//! `X-Forwarded-For`, the request's one `x-request-id` (the client's when valid, else
+//! generated), and a fresh Content-Length over the body, with the model (a JSON string or
+//! a form field) swapped for the target's upstream name.
 //!
 //! Owns those bytes only; it writes into a reused buffer and must not allocate per
 //! request beyond what the buffer needs.
