@@ -62,10 +62,13 @@ pub fn extract<'a>(body: &'a [u8], boundary: &[u8]) -> Result<RequestFacts<'a>, 
 /// The byte range of the `model` field's value in `body`, `None` when the form has none;
 /// a form that is malformed anywhere, or has two `model` fields, is a 400.
 pub fn model_field(body: &[u8], boundary: &[u8]) -> Result<Option<Range<usize>>, GatewayError> {
-    let mut delim = Vec::with_capacity(boundary.len() + 4);
-    delim.extend_from_slice(b"\r\n--");
-    delim.extend_from_slice(boundary);
-    let finder = memmem::Finder::new(&delim);
+    // CRLF, "--" and the boundary, on the stack (`boundary` checks its length).
+    let mut buf = [0u8; MAX_BOUNDARY + 4];
+    let len = boundary.len().min(MAX_BOUNDARY) + 4;
+    buf[..4].copy_from_slice(b"\r\n--");
+    buf[4..len].copy_from_slice(&boundary[..len - 4]);
+    let delim = &buf[..len];
+    let finder = memmem::Finder::new(delim);
     // The next delimiter at or after `from`: CRLF, `--boundary`, then `--` (the close) or
     // optional padding and CRLF. Anything else is content that merely starts alike.
     let next_delim = |from: usize| -> Option<usize> {
