@@ -1,7 +1,8 @@
 //! The official `anthropic` Python SDK against the gateway's `/v1/messages`, under both
-//! drivers: a message whole and streamed, the gateway's own error raised as the SDK's typed
-//! `NotFoundError`, and a stream cut mid-way raised as an `APIStatusError` carrying
-//! Anthropic's error event; checked by tests/sdk/anthropic_client.py.
+//! drivers: a message whole and streamed, its tokens counted (`count_tokens`), the
+//! gateway's own error raised as the SDK's typed `NotFoundError`, and a stream cut mid-way
+//! raised as an `APIStatusError` carrying Anthropic's error event; checked by
+//! tests/sdk/anthropic_client.py.
 //!
 //! Needs `python3` with the `anthropic` package (`pip install anthropic`); without them the
 //! test fails and says so, it never skips.
@@ -32,7 +33,9 @@ fn anthropic_python_sdk_works_through_the_gateway() {
             ),
         }
         assert!(output.contains("all checks passed"), "{output}");
-        // Whole, streamed and cut reached the engine; the unknown model did not.
-        assert_eq!(m.requests().len(), 3, "{output}");
+        // Whole, streamed, counted and cut reached the engine; the unknown model did not.
+        let paths: Vec<String> = m.requests().into_iter().map(|r| r.path).collect();
+        assert_eq!(paths.len(), 4, "{output}");
+        assert_eq!(paths[2], "/v1/messages/count_tokens", "{output}");
     }
 }

@@ -52,6 +52,10 @@ def main(base_url: str) -> None:
     check(kinds[0] == "message_start" and kinds[-1] == "message_stop", f"event kinds {kinds}")
     check("".join(deltas) == text, f"streamed text {''.join(deltas)!r} == {text!r}")
 
+    # Counting tokens: routed by model like messages.
+    counted = client.messages.count_tokens(model="m", messages=MESSAGES)
+    check(counted.input_tokens > 0, f"count_tokens {counted}")
+
     # The gateway's own error, in Anthropic's shape: the SDK's typed exception.
     try:
         client.messages.create(model="no-such-model", max_tokens=16, messages=MESSAGES)
