@@ -234,6 +234,22 @@ fn an_error_answering_head_carries_no_body() {
             }
             assert!(text.ends_with("\r\n\r\n"), "{ctx} {path}: {text}");
         }
+        // HEAD on the gateway's own GET endpoints: GET's head, no body.
+        for path in ["/health", "/v1/models", "/v1/models/m"] {
+            let get = exchange(&g, "GET", path, &[], "");
+            let mut c = Client::connect(g.local_addr());
+            c.send(&request("HEAD", path, &[("connection", "close")], ""));
+            let text = String::from_utf8_lossy(&read_all(&mut c)).into_owned();
+            assert!(
+                text.starts_with("HTTP/1.1 200 OK\r\n"),
+                "{ctx} {path}: {text}"
+            );
+            assert!(text.ends_with("\r\n\r\n"), "{ctx} {path}: {text}");
+            assert!(
+                text.contains(&format!("content-length: {}\r\n", get.body.len())),
+                "{ctx} {path}: {text}"
+            );
+        }
         // Anthropic's 405 to HEAD: head only as well, and the next request is served.
         let mut c = Client::connect(g.local_addr());
         c.send(&request("HEAD", "/v1/messages", &[], ""));

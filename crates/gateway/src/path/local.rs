@@ -1,5 +1,6 @@
 //! The gateway's own endpoints on the client listener: `GET /health`, `GET /v1/models` and
-//! `GET /v1/models/{id}` (their bodies built once, see [`models`](super::models)), and the
+//! `GET /v1/models/{id}` (their bodies built once, see [`models`](super::models); HEAD
+//! answers their heads), and the
 //! errors for unknown paths and wrong methods; everything else (a proxied path, or one a
 //! route's `passthrough` prefix covers) is a request to forward.
 //!
@@ -7,7 +8,7 @@
 
 use http::Method;
 use rolter_codec::api::is_proxied_path;
-use rolter_codec::h1::write::write_head_and_body;
+use rolter_codec::h1::write::{write_head, write_head_and_body};
 use rolter_codec::GatewayError;
 use rolter_config::Limits;
 
@@ -61,9 +62,9 @@ pub async fn answer(
             "method_not_allowed",
             format!("{path} accepts only POST"),
         )),
-        (&Method::GET, "/health") => Ok(br#"{"status":"ok"}"#),
-        (&Method::GET, "/v1/models") => Ok(&state.models_body),
-        (&Method::GET, p) if p.starts_with(MODEL_PREFIX) => {
+        (&Method::GET | &Method::HEAD, "/health") => Ok(br#"{"status":"ok"}"#),
+        (&Method::GET | &Method::HEAD, "/v1/models") => Ok(&state.models_body),
+        (&Method::GET | &Method::HEAD, p) if p.starts_with(MODEL_PREFIX) => {
             let id = models::decode_id(&p[MODEL_PREFIX.len()..]);
             match state.model_bodies.get(id.as_ref()) {
                 Some(body) => Ok(body),
@@ -73,7 +74,7 @@ pub async fn answer(
         (_, p) if is_own(p) => Err(GatewayError::client(
             405,
             "method_not_allowed",
-            format!("{path} accepts only GET"),
+            format!("{path} accepts only GET (and HEAD)"),
         )),
         (_, p) if is_passthrough(state, p) => Err(GatewayError::client(
             405,
@@ -105,7 +106,19 @@ pub async fn answer(
     };
     bufs.out.clear();
     let id = [("x-request-id", req.id.as_str())];
-    write_head_and_body(&mut bufs.out, 200, "application/json", &id, body, req.close);
+    if req.head.method == Method::HEAD {
+        // What GET would answer, without the body (RFC 9110 §9.3.2).
+        write_head(
+            &mut bufs.out,
+            200,
+            "application/json",
+            &id,
+            body.len(),
+            req.close,
+        );
+    } else {
+        write_head_and_body(&mut bufs.out, 200, "application/json", &id, body, req.close);
+    }
     let fate = write_out(&mut io.wr, &mut bufs.out, limits.write_timeout).await;
     let written = bufs.out.len() as u64;
     record::finished(state, req, |entry| {
