@@ -18,6 +18,8 @@ pub struct Routed<'a> {
     /// Index of the route in the configuration.
     pub index: usize,
     pub route: &'a Route,
+    /// The header that carried the caller's gateway API key: never sent upstream.
+    pub key_header: Option<&'static str>,
 }
 
 /// The request's facts and its route, or the error to answer.
@@ -35,6 +37,7 @@ pub fn route<'a>(state: &'a WorkerState, req: &Request<'a>) -> Result<Routed<'a>
             facts,
             index,
             route: &config.routes[index],
+            key_header: None,
         }),
         None => Err(model_not_found(&facts.model)),
     }

@@ -1,7 +1,8 @@
 //! The upstream request's bytes: method and path (a target URL's base path replacing the
 //! leading `/v1`), `Host` from the target, the client's headers minus hop-by-hop ones,
 //! those named in `Connection`, `Expect`, forwarding headers and (unless the route says
-//! otherwise) the client's credentials and its `x-request-id`s; then the target's
+//! otherwise) the client's credentials and its `x-request-id`s (the header that carried a
+//! gateway API key always); then the target's
 //! configured headers, a fresh `X-Forwarded-For`, the request's one `x-request-id` (the
 //! client's when valid, else generated), and a fresh Content-Length over the body, with the model swapped for the target's upstream name.
 //!
@@ -62,6 +63,7 @@ fn withheld(
     connection: &ConnectionTokens<'_>,
     route: &Route,
     target: &Target,
+    key_header: Option<&str>,
 ) -> bool {
     let Ok(name_str) = std::str::from_utf8(name) else {
         return true;
@@ -75,6 +77,9 @@ fn withheld(
         || name.eq_ignore_ascii_case(b"content-encoding")
         || name.eq_ignore_ascii_case(b"x-request-id")
     {
+        return true;
+    }
+    if key_header.is_some_and(|h| name.eq_ignore_ascii_case(h.as_bytes())) {
         return true;
     }
     if !route.forward_client_auth
@@ -103,6 +108,7 @@ pub fn build(
     facts: &RequestFacts<'_>,
     route: &Route,
     target: &Target,
+    key_header: Option<&str>,
 ) {
     out.clear();
     out.extend_from_slice(req.head.method.as_str().as_bytes());
@@ -122,7 +128,7 @@ pub fn build(
     let connection = ConnectionTokens::of(req);
     for s in req.spans {
         let name = s.name(req.buf);
-        if withheld(name, req, &connection, route, target) {
+        if withheld(name, req, &connection, route, target, key_header) {
             continue;
         }
         write_header(out, name, s.value(req.buf));
