@@ -383,6 +383,9 @@ fn a_reload_adds_a_key_and_only_names_appear_in_logs_metrics_and_admin() {
 
         // Neither a key nor its hash appears anywhere an operator looks.
         let metrics = get(admin, "/metrics");
+        if let Some((ok, said)) = promtool_check(&metrics) {
+            assert!(ok, "{ctx}: promtool: {said}");
+        }
         let admin_config = get(admin, "/admin/config");
         let log_text = std::fs::read_to_string(&log).unwrap();
         let cfg: Value = serde_json::from_str(&admin_config).unwrap();
