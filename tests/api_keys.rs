@@ -191,6 +191,65 @@ fn an_allowed_key_is_served_by_either_header_and_never_reaches_the_engine() {
 }
 
 #[test]
+fn with_forward_client_auth_only_the_gateway_keys_header_is_withheld() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let (m, n) = mocks();
+        let keys = format!("[[keys]]\nname = \"alpha\"\nhash = \"{}\"\n", hash(KEY_A));
+        let text = rest(&m, &n, &keys, None).replace(
+            "name = \"rm\"\n",
+            "name = \"rm\"\nforward_client_auth = true\n",
+        );
+        let g = gateway(d, &text);
+        let a = g.local_addr();
+        let r = call(
+            a,
+            &post(
+                CHAT,
+                &[
+                    ("authorization", &bearer(KEY_A)),
+                    ("x-api-key", "upstream-own-key"),
+                ],
+                &chat("m"),
+            ),
+        );
+        assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+        let r = call(
+            a,
+            &post(
+                CHAT,
+                &[
+                    ("x-api-key", KEY_A),
+                    ("authorization", "Basic dXBzdHJlYW0="),
+                ],
+                &chat("m"),
+            ),
+        );
+        assert_eq!(r.status, 200, "{ctx}: no Bearer, so the key is x-api-key's");
+        let seen = m.requests();
+        assert_eq!(seen.len(), 2, "{ctx}");
+        assert_eq!(
+            seen[0].header("authorization"),
+            None,
+            "{ctx}: {:?}",
+            seen[0]
+        );
+        assert_eq!(
+            seen[0].header("x-api-key"),
+            Some("upstream-own-key"),
+            "{ctx}"
+        );
+        assert_eq!(seen[1].header("x-api-key"), None, "{ctx}: {:?}", seen[1]);
+        assert_eq!(
+            seen[1].header("authorization"),
+            Some("Basic dXBzdHJlYW0="),
+            "{ctx}"
+        );
+        g.shutdown(SHORT);
+    }
+}
+
+#[test]
 fn a_key_over_requests_per_minute_gets_429_with_retry_after_across_workers() {
     for d in drivers() {
         let ctx = driver_name(d);
