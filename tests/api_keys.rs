@@ -5,7 +5,10 @@
 //! reaches the engine; a key over `requests_per_minute` (spread over two workers and
 //! several connections) or `tokens_per_minute` gets a 429 with `Retry-After`; a reload of
 //! the keys file adds a key; the key's name is in the access log and the metrics while the
-//! key and its hash appear in neither, nor in `/admin/config`.
+//! key and its hash appear in neither, nor in `/admin/config`; the official `openai` and
+//! `anthropic` Python SDKs raise their own typed errors for each refusal
+//! (tests/sdk/keys_client.py; needs python3 with both packages, as the test command
+//! installs them).
 
 mod common;
 
@@ -22,6 +25,7 @@ const CHAT: &str = "/v1/chat/completions";
 const KEY_A: &str = "rolter_test_key_alpha_0123456789abcdef";
 const KEY_B: &str = "rolter_test_key_bravo_0123456789abcdef";
 const KEY_C: &str = "rolter_test_key_charlie_0123456789abcdef";
+const KEY_LIMITED: &str = "rolter_test_key_limited_0123456789abcdef";
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rolter-keys-{}-{name}", std::process::id()));
@@ -500,6 +504,31 @@ fn without_keys_the_gateway_is_open_and_says_so() {
         let cfg: Value =
             serde_json::from_str(&get(g.admin_addr().unwrap(), "/admin/config")).unwrap();
         assert_eq!(cfg["auth"], "open", "{ctx}");
+        g.shutdown(SHORT);
+    }
+}
+
+#[test]
+fn the_official_sdks_raise_their_typed_errors_for_each_refusal() {
+    const SETUP: &str = "run the test command from the README (`./tests/run.sh`, which installs the `openai` and `anthropic` packages)";
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let (m, n) = mocks();
+        let keys = format!(
+            "{}[[keys]]\nname = \"limited\"\nhash = \"{}\"\nrequests_per_minute = 1\n",
+            keys_toml(),
+            hash(KEY_LIMITED)
+        );
+        let g = gateway(d, &rest(&m, &n, &keys, None));
+        let base = format!("http://{}", g.local_addr());
+        let (code, output) =
+            common::sdk::run_script("keys_client.py", &[&base, KEY_A, KEY_C, KEY_LIMITED], SETUP);
+        match code {
+            Some(0) => {}
+            Some(3) => panic!("a Python SDK package is missing; {SETUP}\n{output}"),
+            _ => panic!("keys_client.py failed under {ctx} (exit {code:?})\n{output}"),
+        }
+        assert!(output.contains("all checks passed"), "{output}");
         g.shutdown(SHORT);
     }
 }
