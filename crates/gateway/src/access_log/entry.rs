@@ -199,7 +199,7 @@ pub struct Entry {
     /// The fallback the route's strategy took for the last pick.
     pub fallback: Option<&'static str>,
     /// The client API key's index in `[[keys]]`, once identified (its name is logged).
-    pub key: Option<u16>,
+    pub key: Option<u32>,
 }
 
 impl Entry {

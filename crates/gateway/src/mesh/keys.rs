@@ -146,6 +146,9 @@ impl KeyBook {
     /// to the window of `minute` (the minute the usage became known) when the key has a
     /// `tokens_per_minute`.
     pub fn charge(&self, k: usize, minute: u32, prompt: u32, completion: u32) {
+        if prompt == 0 && completion == 0 {
+            return;
+        }
         let slot = &self.slots[k];
         slot.prompt_tokens
             .fetch_add(u64::from(prompt), Ordering::Relaxed);

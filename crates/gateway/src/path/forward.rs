@@ -27,7 +27,7 @@ pub async fn forward(
         Ok(c) => c,
         Err(e) => return refuse(state, io, req, bufs, &e, None, None).await,
     };
-    let key = caller.map(|c| c.key as u16);
+    let key = caller.map(|c| c.key as u32);
     let mut routed = match route::route(state, req) {
         Ok(r) => r,
         Err(e) => return refuse(state, io, req, bufs, &e, key, None).await,
@@ -60,10 +60,12 @@ pub async fn forward(
     let fate =
         attempt::until_answered(state, io, req, bufs, &routed, &inputs, &preq, &mut served).await;
     bufs.prompt = canonical;
-    if let (Some(c), Some(u)) = (caller, served.usage) {
-        auth::charge(state, c, u.prompt_tokens, u.completion_tokens);
-    } else if let (Some(c), true) = (caller, served.estimated_completion > 0) {
-        auth::charge(state, c, 0, served.estimated_completion);
+    if let Some(c) = caller {
+        // The usage the response reported, else the completion tokens its stream counted.
+        let (prompt, completion) = served.usage.map_or((0, served.estimated_completion), |u| {
+            (u.prompt_tokens, u.completion_tokens)
+        });
+        auth::charge(state, c, prompt, completion);
     }
     record::finished(state, req, |e| {
         e.key = key;
@@ -109,7 +111,7 @@ async fn refuse(
     req: &Request<'_>,
     bufs: &mut IoBufs,
     e: &rolter_codec::GatewayError,
-    key: Option<u16>,
+    key: Option<u32>,
     routed: Option<(u16, &[u8])>,
 ) -> Fate {
     state.record_gateway(e.status, e.code);
