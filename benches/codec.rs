@@ -123,6 +123,7 @@ headers = { "Authorization" = "Bearer upstream-key" }
                 &facts,
                 &config.routes[0],
                 &config.targets[0],
+                None,
             );
             out.len()
         })

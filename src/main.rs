@@ -1,5 +1,5 @@
-//! The `rolter` command: run (and `--upgrade`), reload, check, demo (feature `demo`),
-//! strategies.
+//! The `rolter` command: run (and `--upgrade`), reload, check, keys (hash, new), demo
+//! (feature `demo`), strategies.
 //!
 //! Signals while running: SIGTERM and SIGINT drain and exit (a second one exits at once),
 //! SIGHUP reloads the configuration file, SIGUSR2 starts the binary on disk as a new process
@@ -79,6 +79,89 @@ enum Command {
     },
     /// List every strategy with its aliases, traits and options.
     Strategies,
+    /// Client API keys for `[[keys]]`: only their hashes go in the configuration.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Read a key from stdin (one line) and print its `hash = "sha256:…"` line.
+    Hash,
+    /// Generate a random key, print it once, and the `[[keys]]` table to paste (which
+    /// holds only its hash).
+    New {
+        /// The key's name (its label in the access log and the metrics).
+        #[arg(long)]
+        name: String,
+    },
+}
+
+/// What every generated key starts with, so scanners and people recognise one.
+const KEY_PREFIX: &str = "rolter_";
+
+/// `rolter keys hash` and `rolter keys new`.
+fn keys_command(command: KeysCommand) -> ExitCode {
+    match command {
+        KeysCommand::Hash => {
+            let mut line = String::new();
+            if let Err(e) = io::stdin().read_line(&mut line) {
+                eprintln!("error: cannot read the key from stdin: {e}");
+                return ExitCode::from(1);
+            }
+            let key = line.trim_end_matches(['\r', '\n']).trim();
+            if key.is_empty() {
+                eprintln!(
+                    "error: no key on stdin (fix: pipe the key in, e.g. `printf %s \"$KEY\" | rolter keys hash`, or run `rolter keys new --name NAME` for a new one)"
+                );
+                return ExitCode::from(2);
+            }
+            emit(|out| writeln!(out, "hash = \"{}\"", config::key_hash(key)))
+        }
+        KeysCommand::New { name } => {
+            let valid = name.len() <= 64
+                && name
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphanumeric())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !valid {
+                eprintln!(
+                    "error: --name `{name}` is not 1 to 64 letters, digits, '_', '-' or '.' starting with a letter or digit (fix: e.g. --name team-search)"
+                );
+                return ExitCode::from(2);
+            }
+            let mut bytes = [0u8; 32];
+            if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err()
+            {
+                eprintln!("error: the system's random number generator failed");
+                return ExitCode::from(1);
+            }
+            let key: String = std::iter::once(KEY_PREFIX.to_string())
+                .chain(bytes.iter().map(|b| format!("{b:02x}")))
+                .collect();
+            emit(|out| {
+                // The key alone on the first line (for `head -1`); never in the table.
+                writeln!(out, "{key}")?;
+                writeln!(out)?;
+                writeln!(
+                    out,
+                    "# The key above is shown only now: give it to the client."
+                )?;
+                writeln!(
+                    out,
+                    "# Paste this table into the configuration or the keys file:"
+                )?;
+                writeln!(out, "[[keys]]")?;
+                writeln!(out, "name = \"{name}\"")?;
+                writeln!(out, "hash = \"{}\"", config::key_hash(&key))
+            })
+        }
+    }
 }
 
 /// The operational log on stderr: `ROLTER_LOG` filters it (default `info`), `[log] format`
@@ -474,5 +557,6 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Strategies => emit(|out| list_strategies(out)),
+        Command::Keys { command } => keys_command(command),
     }
 }

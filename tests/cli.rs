@@ -1,6 +1,7 @@
 //! The `rolter` binary as a user runs it: `demo` serves streamed completions from its
 //! built-in fleet, `check` reports every configuration error and exits non-zero before
-//! binding anything, and `strategies` lists the registry.
+//! binding anything, `strategies` lists the registry, and `keys hash` / `keys new` make
+//! `[[keys]]` tables that `check` accepts.
 
 mod common;
 
@@ -353,4 +354,108 @@ fn run_serves_and_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `rolter keys <args>` with `stdin`.
+fn keys(args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .arg("keys")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A configuration with one target and `keys` appended, checked by `rolter check`.
+fn check_with_keys(name: &str, keys: &str) -> std::process::Output {
+    let dir = std::env::temp_dir().join(format!("rolter-cli-keys-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rolter.toml");
+    std::fs::write(
+        &path,
+        format!("[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:8000\"\n{keys}"),
+    )
+    .unwrap();
+    let out = check(&path);
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+#[test]
+fn keys_hash_prints_the_sha256_line_of_the_key_on_stdin() {
+    let out = keys(&["hash"], "foo\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hash = \"sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\"\n"
+    );
+    let out = keys(&["hash"], "");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stdin"));
+}
+
+#[test]
+fn keys_new_prints_a_key_once_and_a_table_that_checks() {
+    let out = keys(&["new", "--name", "team-a"], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (key, table) = text.split_once("\n\n").unwrap();
+    assert!(key.starts_with("rolter_") && key.len() == 7 + 64, "{key}");
+    assert!(
+        !table.contains(key),
+        "the table holds the hash only:\n{table}"
+    );
+    // The table is the hash of the key printed.
+    let hashed = keys(&["hash"], key);
+    let hash_line = String::from_utf8(hashed.stdout).unwrap();
+    assert!(table.contains(hash_line.trim()), "{table}\n{hash_line}");
+    let out = check_with_keys("new", table);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Two keys are never the same.
+    let again = String::from_utf8(keys(&["new", "--name", "b"], "").stdout).unwrap();
+    assert_ne!(again.lines().next(), Some(key));
+
+    let out = keys(&["new", "--name", "bad name"], "");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn check_refuses_a_key_written_instead_of_its_hash_and_says_how_to_hash_it() {
+    let out = check_with_keys(
+        "plain",
+        "[[keys]]\nname = \"a\"\nhash = \"rolter_secret\"\n",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("keys[0].hash") && said.contains("rolter keys hash"),
+        "{said}"
+    );
 }

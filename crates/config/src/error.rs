@@ -116,6 +116,11 @@ impl Collector {
         self.errors.is_empty()
     }
 
+    /// Takes over the errors another source's collector found (a file this one names).
+    pub(crate) fn absorb(&mut self, other: Collector) {
+        self.errors.extend(other.errors);
+    }
+
     pub(crate) fn into_errors(self) -> ConfigErrors {
         ConfigErrors {
             errors: self.errors,

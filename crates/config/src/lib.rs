@@ -30,11 +30,12 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use model::*;
+pub use validate::parse_hash;
 pub use validate::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FIRST_BYTE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_IDLE_TIMEOUT,
     DEFAULT_POOL_MAX_IDLE, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STRATEGY,
-    FORBIDDEN_TARGET_HEADERS, IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
+    FORBIDDEN_TARGET_HEADERS, HASH_PREFIX, IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
 };
 
 use error::Collector;
@@ -129,6 +130,12 @@ pub fn peek_control(path: &Path) -> (u16, Option<std::path::PathBuf>) {
             }
         });
     (port, socket)
+}
+
+/// The `hash` value of a client API key in `[[keys]]`: `sha256:` and the key's SHA-256 in
+/// lowercase hex.
+pub fn key_hash(key: &str) -> String {
+    format!("{HASH_PREFIX}{}", digest(key))
 }
 
 /// SHA-256 of `text`, lowercase hex.

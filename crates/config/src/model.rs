@@ -43,6 +43,55 @@ pub struct Config {
     /// `[state]`: the shared state store the replicas of a fleet share; `None` when the
     /// section is absent (every replica then routes on what it alone has seen).
     pub state: Option<StateConfig>,
+    /// `[[keys]]` and `[auth] keys_file`: the client API keys. Empty: the gateway is open.
+    pub keys: ApiKeys,
+}
+
+/// The client API keys: every `[[keys]]` entry of the configuration, then those of
+/// `[auth] keys_file`, with a map from each key's SHA-256 to its place.
+#[derive(Debug, Clone, Default)]
+pub struct ApiKeys {
+    pub keys: Vec<ApiKey>,
+    /// Each key's SHA-256 → its index in `keys`.
+    pub by_hash: std::collections::HashMap<[u8; 32], usize>,
+    /// `[auth] keys_file`, resolved against the configuration's directory.
+    pub file: Option<PathBuf>,
+}
+
+impl ApiKeys {
+    /// No keys: every client is served without one.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// One client API key. Only its SHA-256 is known; `Debug` never shows even that.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    /// Unique; the label in the access log and the metrics.
+    pub name: String,
+    /// SHA-256 of the key.
+    pub hash: [u8; 32],
+    /// Indices of the routes the key may use; `None`: every route.
+    pub routes: Option<Vec<usize>>,
+    /// Model names (as the client sends them) the key may use; `None`: every model.
+    pub models: Option<Vec<String>>,
+    /// Requests admitted per fixed one-minute window, per gateway.
+    pub requests_per_minute: Option<u32>,
+    /// Tokens (prompt and completion) per fixed one-minute window, per gateway.
+    pub tokens_per_minute: Option<u32>,
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("name", &self.name)
+            .field("routes", &self.routes)
+            .field("models", &self.models)
+            .field("requests_per_minute", &self.requests_per_minute)
+            .field("tokens_per_minute", &self.tokens_per_minute)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `[state]`: where the shared state store is and how the gateway talks to it.

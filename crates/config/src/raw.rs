@@ -27,6 +27,25 @@ pub(crate) struct RawConfig {
     pub kv_events: Option<RawKvEvents>,
     pub log: Option<RawLog>,
     pub state: Option<RawState>,
+    pub auth: Option<RawAuth>,
+    pub keys: Option<Vec<RawKey>>,
+}
+
+/// `[auth]`: where client API keys come from besides `[[keys]]`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawAuth {
+    pub keys_file: Option<String>,
+}
+
+/// One `[[keys]]` entry (in the configuration or the keys file).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawKey {
+    pub name: Option<String>,
+    pub hash: Option<String>,
+    pub routes: Option<Vec<String>>,
+    pub models: Option<Vec<String>>,
+    pub requests_per_minute: Option<i64>,
+    pub tokens_per_minute: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -278,6 +297,17 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "kv_events",
     "log",
     "state",
+    "auth",
+    "keys",
+];
+pub(crate) const AUTH_KEYS: &[&str] = &["keys_file"];
+pub(crate) const KEY_KEYS: &[&str] = &[
+    "name",
+    "hash",
+    "routes",
+    "models",
+    "requests_per_minute",
+    "tokens_per_minute",
 ];
 pub(crate) const STATE_KEYS: &[&str] = &[
     "backend",
@@ -474,6 +504,8 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["kv_events"] => ("[kv_events]", KV_EVENTS_KEYS),
         ["log"] => ("[log]", LOG_KEYS),
         ["state"] => ("[state]", STATE_KEYS),
+        ["auth"] => ("[auth]", AUTH_KEYS),
+        ["keys"] => ("[[keys]]", KEY_KEYS),
         ["catalog", _] => ("a [catalog] entry", PRICE_KEYS),
         _ => return None,
     })

@@ -110,7 +110,7 @@ fn misspelled_table_is_an_unknown_key() {
 #[test]
 fn known_keys_match_structs() {
     // Every key listed as valid is accepted by the serde types (no unknown-key error).
-    let tables: [(&str, &[&str]); 19] = [
+    let tables: [(&str, &[&str]); 21] = [
         ("", raw::TOP_KEYS),
         ("[server]\n", raw::SERVER_KEYS),
         ("[server.limits]\n", raw::LIMITS_KEYS),
@@ -135,6 +135,8 @@ fn known_keys_match_structs() {
         ("[kv_events]\n", raw::KV_EVENTS_KEYS),
         ("[log]\n", raw::LOG_KEYS),
         ("[state]\n", raw::STATE_KEYS),
+        ("[auth]\n", raw::AUTH_KEYS),
+        ("[[keys]]\n", raw::KEY_KEYS),
         ("[catalog.m]\n", raw::PRICE_KEYS),
     ];
     for (header, keys) in tables {

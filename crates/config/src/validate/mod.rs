@@ -4,6 +4,7 @@
 mod admin;
 mod common;
 mod health;
+mod keys;
 mod kv;
 mod log;
 mod prices;
@@ -31,6 +32,7 @@ pub use common::{
     DEFAULT_POOL_MAX_IDLE, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STRATEGY,
     FORBIDDEN_TARGET_HEADERS, IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
 };
+pub use keys::{parse_hash, HASH_PREFIX};
 
 /// Validates everything in `raw`; returns the config only when no error was pushed.
 pub(crate) fn validate(
@@ -61,6 +63,11 @@ pub(crate) fn validate(
         }
     };
     let count = raw_targets.len();
+    // Route names as written, for the keys' `routes` references.
+    let route_names: Vec<Option<String>> = match &raw.routes {
+        None => vec![Some(IMPLICIT_ROUTE_NAME.to_string())],
+        Some(r) => r.iter().map(|r| r.name.clone()).collect(),
+    };
     // Target names as written (even for otherwise invalid targets), for route references.
     let names: Vec<Option<String>> = raw_targets.iter().map(|t| t.name.clone()).collect();
     let targets: Vec<Option<Target>> = raw_targets
@@ -114,6 +121,7 @@ pub(crate) fn validate(
     let kv_events = kv_events(raw.kv_events, errs);
     let log = log(raw.log, errs);
     let state = state::state(raw.state, host, errs);
+    let keys = keys::keys(raw.keys, raw.auth, &route_names, host, errs);
     state::check_store_use(&routes, state.as_ref(), errs);
     let adaptive = AdaptiveConfig {
         enabled: raw
@@ -143,5 +151,6 @@ pub(crate) fn validate(
         kv_events: kv_events?,
         log: log?,
         state: state?,
+        keys: keys?,
     })
 }

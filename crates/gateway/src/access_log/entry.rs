@@ -198,6 +198,8 @@ pub struct Entry {
     pub tokens_estimated: bool,
     /// The fallback the route's strategy took for the last pick.
     pub fallback: Option<&'static str>,
+    /// The client API key's index in `[[keys]]`, once identified (its name is logged).
+    pub key: Option<u32>,
 }
 
 impl Entry {
@@ -231,6 +233,7 @@ impl Entry {
             completion_tokens: None,
             tokens_estimated: false,
             fallback: None,
+            key: None,
         }
     }
 

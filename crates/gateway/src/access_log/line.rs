@@ -33,6 +33,7 @@ struct Line<'a> {
     completion_tokens: Option<u32>,
     tokens_estimated: bool,
     fallback: Option<&'a str>,
+    key: Option<&'a str>,
 }
 
 /// Milliseconds with microsecond precision.
@@ -71,6 +72,10 @@ pub fn format(e: &Entry, config: &Config) -> String {
         completion_tokens: e.completion_tokens,
         tokens_estimated: e.tokens_estimated,
         fallback: e.fallback,
+        key: e
+            .key
+            .and_then(|k| config.keys.keys.get(k as usize))
+            .map(|k| k.name.as_str()),
     };
     serde_json::to_string(&line).unwrap_or_default()
 }

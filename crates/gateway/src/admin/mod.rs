@@ -363,6 +363,7 @@ fn respond(
                     "last_successful_load_unix": reloads.last_success(),
                     "reloads": counts,
                     "last_reload_error": running.last_error,
+                    "auth": auth_summary(&p.config),
                 }),
             )
         }
@@ -427,6 +428,34 @@ fn adaptive_setting(req: &AdminRequest) -> Result<bool, GatewayError> {
     }
     let v: serde_json::Value = serde_json::from_slice(&req.body).map_err(|_| bad())?;
     v.get("enabled").and_then(|e| e.as_bool()).ok_or_else(bad)
+}
+
+/// `/admin/config`'s `auth`: `"open"` without `[[keys]]`, else each key's name, routes,
+/// models and limits (never its hash) and the keys file.
+fn auth_summary(config: &rolter_config::Config) -> serde_json::Value {
+    if config.keys.is_empty() {
+        return "open".into();
+    }
+    let keys: Vec<serde_json::Value> = config
+        .keys
+        .keys
+        .iter()
+        .map(|k| {
+            serde_json::json!({
+                "name": k.name,
+                "routes": k.routes.as_ref().map(|r| {
+                    r.iter().map(|&i| config.routes[i].name.as_str()).collect::<Vec<_>>()
+                }),
+                "models": k.models,
+                "requests_per_minute": k.requests_per_minute,
+                "tokens_per_minute": k.tokens_per_minute,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "keys": keys,
+        "keys_file": config.keys.file.as_ref().map(|f| f.display().to_string()),
+    })
 }
 
 #[cfg(test)]

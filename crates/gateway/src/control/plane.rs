@@ -68,6 +68,8 @@ pub struct Plane {
     pub kv_reports: Option<KvReports>,
     /// Reload counts and the running configuration's digest, for `/metrics`.
     pub reloads: Option<Arc<crate::reload::ReloadStats>>,
+    /// The client API keys' counts, for `/metrics` (`None` in tests that build a bare plane).
+    pub keys: Option<Arc<crate::mesh::keys::KeyBook>>,
     /// What the mesh's senders dropped (every worker's, then the control thread's).
     mesh_drops: Vec<Arc<MeshDrops>>,
     /// The drop total last logged.
@@ -181,6 +183,7 @@ impl Plane {
             lookup_problems: Default::default(),
             kv_reports: None,
             reloads: None,
+            keys: None,
             mesh_drops,
             drops_logged: 0,
             last_drop_log: None,
@@ -825,6 +828,9 @@ impl Plane {
         }
         if let Some(f) = &self.fleet {
             f.borrow().stats.render(out);
+        }
+        if let Some(k) = &self.keys {
+            crate::metrics::keys::render(k, out);
         }
         let names: Vec<String> = self.config.targets.iter().map(|t| t.name.clone()).collect();
         crate::metrics::dns::render(&names, &self.dns.counts(), out);

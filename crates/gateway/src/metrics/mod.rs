@@ -15,6 +15,7 @@
 //! - [`gateway`]: the counters and histograms, and rendering.
 //! - [`gauges`]: the per-target gauges given at render time.
 //! - [`kv_events`]: the KV-event plane's per-target series, from its reports at render time.
+//! - [`keys`]: the client API keys' requests by result and tokens, from the key book.
 //! - [`reloads`]: the running configuration's digest and the reload counters.
 //! - [`dns`]: lookups of targets' host names, from the control thread's counts.
 //! - [`queue`]: the routes' queues (depth, wait, how waits ended).
@@ -23,6 +24,7 @@
 pub mod dns;
 pub mod gateway;
 pub mod gauges;
+pub mod keys;
 pub mod kv_events;
 pub mod process;
 pub mod queue;

@@ -134,7 +134,14 @@ pub async fn until_answered(
             .saturating_sub(attempts)
             .min(picked.others);
         let target = &state.config.targets[tid];
-        upstream_request::build(&mut bufs.up, req, &routed.facts, routed.route, target);
+        upstream_request::build(
+            &mut bufs.up,
+            req,
+            &routed.facts,
+            routed.route,
+            target,
+            routed.key_header,
+        );
         let load_at_send = state.load.load(tid);
         let client = ClientSide {
             http10: req.head.http10,

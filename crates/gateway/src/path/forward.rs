@@ -1,6 +1,7 @@
-//! Forwarding one inference request, stage by stage: [`route`](super::route) it, resolve
-//! what its strategy needs ([`inputs`](super::inputs)), then [`attempt`](super::attempt)
-//! targets until one answers.
+//! Forwarding one inference request, stage by stage: identify its caller
+//! ([`auth`](super::auth), when `[[keys]]` are configured), [`route`](super::route) it,
+//! check the caller may send it there, resolve what its strategy needs
+//! ([`inputs`](super::inputs)), then [`attempt`](super::attempt) targets until one answers.
 //!
 //! Owns the order of the stages and the request's borrowed buffers between them, and hands
 //! what they came to to [`record::finished`](super::record::finished). It must not do any
@@ -11,7 +12,7 @@ use rolter_core::{PickRequest, SessionKey};
 use super::attempt::Served;
 use super::client::{respond, ClientIo, Fate};
 use super::request::{IoBufs, Request};
-use super::{attempt, inputs, record, route};
+use super::{attempt, auth, inputs, record, route};
 use crate::access_log::Flags;
 use crate::path::state::WorkerState;
 
@@ -22,26 +23,22 @@ pub async fn forward(
     req: &Request<'_>,
     bufs: &mut IoBufs,
 ) -> Fate {
-    let routed = match route::route(state, req) {
-        Ok(r) => r,
-        Err(e) => {
-            state.record_gateway(e.status, e.code);
-            let write_timeout = state.config.server.limits.write_timeout;
-            let fate = respond(&mut io.wr, &mut bufs.out, &e, req.reply(), write_timeout).await;
-            let written = bufs.out.len() as u64;
-            record::finished(state, req, |entry| {
-                entry.status = e.status;
-                entry.error = Some(e.code);
-                entry.flags = Flags::for_error(e.code);
-                if fate == Fate::Close {
-                    entry.flags.insert(Flags::DC);
-                } else {
-                    entry.bytes_out = written;
-                }
-            });
-            return fate;
-        }
+    let caller = match auth::identify(state, req) {
+        Ok(c) => c,
+        Err(e) => return refuse(state, io, req, bufs, &e, None, None).await,
     };
+    let key = caller.map(|c| c.key as u32);
+    let mut routed = match route::route(state, req) {
+        Ok(r) => r,
+        Err(e) => return refuse(state, io, req, bufs, &e, key, None).await,
+    };
+    if let Some(c) = caller {
+        if let Err(e) = auth::permit(state, c, &routed) {
+            let at = Some((routed.index as u16, routed.facts.model.as_bytes()));
+            return refuse(state, io, req, bufs, &e, key, at).await;
+        }
+        routed.key_header = Some(c.header);
+    }
     let inputs = inputs::resolve(state, &routed, req, bufs).await;
     // The canonical prompt lives in a buffer lent for the request (taken out of `bufs`,
     // which the exchange borrows mutably meanwhile).
@@ -68,7 +65,15 @@ pub async fn forward(
     let fate =
         attempt::until_answered(state, io, req, bufs, &routed, &inputs, &preq, &mut served).await;
     bufs.prompt = canonical;
+    if let Some(c) = caller {
+        // The usage the response reported, else the completion tokens its stream counted.
+        let (prompt, completion) = served.usage.map_or((0, served.estimated_completion), |u| {
+            (u.prompt_tokens, u.completion_tokens)
+        });
+        auth::charge(state, c, prompt, completion);
+    }
     record::finished(state, req, |e| {
+        e.key = key;
         e.route = Some(routed.index as u16);
         e.model = crate::access_log::entry::Inline::new(routed.facts.model.as_bytes());
         e.target = served.target.map(|t| t as u16);
@@ -101,4 +106,37 @@ pub async fn forward(
     } else {
         fate
     }
+}
+
+/// Answers `e` before any upstream was tried: the gateway's own error, counted and logged
+/// with the caller's key and (once routed) the route and model.
+async fn refuse(
+    state: &WorkerState,
+    io: &mut ClientIo,
+    req: &Request<'_>,
+    bufs: &mut IoBufs,
+    e: &rolter_codec::GatewayError,
+    key: Option<u32>,
+    routed: Option<(u16, &[u8])>,
+) -> Fate {
+    state.record_gateway(e.status, e.code);
+    let write_timeout = state.config.server.limits.write_timeout;
+    let fate = respond(&mut io.wr, &mut bufs.out, e, req.reply(), write_timeout).await;
+    let written = bufs.out.len() as u64;
+    record::finished(state, req, |entry| {
+        entry.status = e.status;
+        entry.error = Some(e.code);
+        entry.flags = Flags::for_error(e.code);
+        entry.key = key;
+        if let Some((route, model)) = routed {
+            entry.route = Some(route);
+            entry.model = crate::access_log::entry::Inline::new(model);
+        }
+        if fate == Fate::Close {
+            entry.flags.insert(Flags::DC);
+        } else {
+            entry.bytes_out = written;
+        }
+    });
+    fate
 }

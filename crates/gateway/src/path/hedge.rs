@@ -322,7 +322,14 @@ async fn launch<'s>(
             .await;
     }
     let target = &state.config.targets[t];
-    upstream_request::build(&mut bufs.up, plan.req, &routed.facts, routed.route, target);
+    upstream_request::build(
+        &mut bufs.up,
+        plan.req,
+        &routed.facts,
+        routed.route,
+        target,
+        routed.key_header,
+    );
     let load_at_send = state.load.load(t);
     let held = (
         Released::new(picked.admitted, &state.core.waiters),

@@ -4,7 +4,10 @@
 //!    and the buffers the request is served with) and answers the gateway's own endpoints
 //!    ([`local`], [`models`]) or hands an inference request to [`forward`], which runs the
 //!    rest:
-//! 2. [`route`]: the request facts, and the route whose rules hold;
+//! 2. [`auth`] (when `[[keys]]` are configured): the caller's API key (401 when missing or
+//!    unknown); then [`route`]: the request facts, and the route whose rules hold; then
+//!    [`auth`] again: the key allowed that route and model (403) and within its per-minute
+//!    limits (429);
 //! 3. [`inputs`]: what the route's strategy asks for before its pick (token ids, a cache
 //!    lookup, the canonical prompt);
 //! 4. [`pick`]: the candidates (eligible, serving the model, under their limit, not tried
@@ -27,6 +30,7 @@
 //! lock, or log per request; anything slow belongs to the control thread.
 
 pub mod attempt;
+pub mod auth;
 pub mod client;
 pub mod conn;
 pub mod forward;

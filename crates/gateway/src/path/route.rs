@@ -22,6 +22,8 @@ pub struct Routed<'a> {
     pub route: &'a Route,
     /// Taken by a `passthrough` prefix: no facts were read from the body.
     pub passthrough: bool,
+    /// The header that carried the caller's gateway API key: never sent upstream.
+    pub key_header: Option<&'static str>,
 }
 
 /// The request's facts and its route, or the error to answer.
@@ -36,6 +38,7 @@ pub fn route<'a>(state: &'a WorkerState, req: &Request<'a>) -> Result<Routed<'a>
                 index,
                 route: &config.routes[index],
                 passthrough: true,
+                key_header: None,
             }),
             None => Err(not_found(path)),
         };
@@ -59,6 +62,7 @@ pub fn route<'a>(state: &'a WorkerState, req: &Request<'a>) -> Result<Routed<'a>
             index,
             route: &config.routes[index],
             passthrough: false,
+            key_header: None,
         }),
         None => Err(model_not_found(&facts.model)),
     }

@@ -18,6 +18,7 @@ use rolter_strategy::Strategy;
 
 use crate::fleet::StoreLink;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
+use crate::mesh::keys::KeyBook;
 use crate::mesh::load::LoadView;
 use crate::mesh::messages::AttemptNotes;
 use crate::mesh::{Record, WorkerLinks};
@@ -120,6 +121,8 @@ pub struct WorkerState {
     pub load: LoadView,
     /// Each target's exact admission count over every core (`max_concurrent`).
     pub caps: Arc<TargetCaps>,
+    /// Each client API key's windows and counts over every core (`[[keys]]` limits).
+    pub keys: Arc<KeyBook>,
     /// Channels to the other cores and the control thread.
     pub links: WorkerLinks,
     /// What this core's strategies learned from routing this tick, for the other cores.
@@ -183,6 +186,7 @@ impl WorkerState {
         config: Arc<Config>,
         tls: Arc<UpstreamTls>,
         caps: Arc<TargetCaps>,
+        keys: Arc<KeyBook>,
         strategies: &StrategyFactory,
         links: WorkerLinks,
         workers: usize,
@@ -254,6 +258,7 @@ impl WorkerState {
             upstream,
             load: LoadView::new(config.targets.len(), workers),
             caps,
+            keys,
             links,
             share: RefCell::new(ShareSink::default()),
             models_body: models::list_body(&config, created),

@@ -2,7 +2,8 @@
 //! leading `/v1`, or less its own `/v1` before a path outside `/v1`), `Host` from the
 //! target, the client's headers minus hop-by-hop ones, those named in `Connection`,
 //! `Expect`, forwarding headers and (unless the route says otherwise) the client's
-//! credentials and its `x-request-id`s; then the target's configured headers, a fresh
+//! credentials (the header that carried a gateway API key always) and its `x-request-id`s;
+//! then the target's configured headers, a fresh
 //! `X-Forwarded-For`, the request's one `x-request-id` (the client's when valid, else
 //! generated), and a fresh Content-Length over the body, with the model (a JSON string or
 //! a form field) swapped for the target's upstream name.
@@ -64,6 +65,7 @@ fn withheld(
     connection: &ConnectionTokens<'_>,
     route: &Route,
     target: &Target,
+    key_header: Option<&str>,
 ) -> bool {
     let Ok(name_str) = std::str::from_utf8(name) else {
         return true;
@@ -77,6 +79,9 @@ fn withheld(
         || name.eq_ignore_ascii_case(b"content-encoding")
         || name.eq_ignore_ascii_case(b"x-request-id")
     {
+        return true;
+    }
+    if key_header.is_some_and(|h| name.eq_ignore_ascii_case(h.as_bytes())) {
         return true;
     }
     if !route.forward_client_auth
@@ -105,6 +110,7 @@ pub fn build(
     facts: &RequestFacts<'_>,
     route: &Route,
     target: &Target,
+    key_header: Option<&str>,
 ) {
     out.clear();
     out.extend_from_slice(req.head.method.as_str().as_bytes());
@@ -134,7 +140,7 @@ pub fn build(
     let connection = ConnectionTokens::of(req);
     for s in req.spans {
         let name = s.name(req.buf);
-        if withheld(name, req, &connection, route, target) {
+        if withheld(name, req, &connection, route, target, key_header) {
             continue;
         }
         write_header(out, name, s.value(req.buf));

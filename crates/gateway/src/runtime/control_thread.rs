@@ -55,6 +55,8 @@ pub struct ControlContext {
     /// Reload counts and the running configuration's identity, for `/metrics` and the
     /// admin API.
     pub reloads: Arc<crate::reload::ReloadStats>,
+    /// The client API keys' counts, for `/metrics`.
+    pub keys: Arc<crate::mesh::keys::KeyBook>,
     /// The access-log writer's input (`None` when the access log is off).
     pub access: Option<AccessSink>,
     /// The fleet plane's control end, when `[state]` is configured.
@@ -68,6 +70,7 @@ pub struct Adopt {
     pub tls: Arc<UpstreamTls>,
     pub links: ControlLinks,
     pub strategies: Arc<StrategyFactory>,
+    pub keys: Arc<crate::mesh::keys::KeyBook>,
     pub kv_reports: Option<KvReports>,
     /// Told once the new plane runs.
     pub done: Sender<()>,
@@ -98,6 +101,7 @@ async fn run(ctx: ControlContext) {
         strategies,
         adopts,
         reloads,
+        keys,
         access,
         fleet,
         ..
@@ -110,6 +114,7 @@ async fn run(ctx: ControlContext) {
         links.drops.clone(),
     )));
     plane.borrow_mut().kv_reports = kv_reports;
+    plane.borrow_mut().keys = Some(keys);
     plane.borrow_mut().reloads = Some(reloads.clone());
     plane.borrow_mut().access = access;
     let fleet = fleet.map(|f| Rc::new(RefCell::new(f)));
@@ -154,6 +159,7 @@ async fn run(ctx: ControlContext) {
                 a.links.drops.clone(),
             );
             next.kv_reports = a.kv_reports;
+            next.keys = Some(a.keys);
             next.reloads = Some(reloads.clone());
             next.access = plane.borrow().access.clone();
             next.fleet = fleet.clone();

@@ -24,6 +24,7 @@ use super::worker::{self, WorkerSetup};
 use crate::access_log::AccessLog;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
+use crate::mesh::keys::KeyBook;
 use crate::mesh::mesh;
 use crate::notify;
 use crate::reload::{ReloadError, ReloadReport, ReloadStats};
@@ -156,11 +157,13 @@ impl Gateway {
         let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
         let mut workers = Vec::with_capacity(count);
         let caps = TargetCaps::new(&config.targets, None);
+        let keys = KeyBook::new(&config.keys.keys, None);
         let connections = Arc::new(ConnectionCap::default());
         for (id, l) in listeners.into_iter().enumerate() {
             let config = config.clone();
             let tls = tls.clone();
             let caps = caps.clone();
+            let keys = keys.clone();
             let connections = connections.clone();
             let lifecycle = lifecycle.clone();
             let strategies = strategies.clone();
@@ -185,6 +188,7 @@ impl Gateway {
                             config,
                             tls,
                             caps,
+                            keys,
                             connections,
                             listener: l,
                             lifecycle,
@@ -220,6 +224,7 @@ impl Gateway {
             strategies,
             adopts,
             reloads: reloads.clone(),
+            keys: keys.clone(),
             access: access_sink,
             fleet: fleet.map(|(link, news, stats)| {
                 crate::fleet::news::FleetControl::new(link, news, stats, &config)
@@ -228,6 +233,7 @@ impl Gateway {
         let supervisor = Arc::new(Mutex::new(Supervisor {
             config: config.clone(),
             caps,
+            keys,
             engine: Some(engine),
             kv_view,
             switches: switches.clone(),
@@ -265,6 +271,17 @@ impl Gateway {
         );
         if let Some(a) = admin_addr {
             tracing::info!(%a, "admin listening");
+        }
+        if config.keys.is_empty() {
+            tracing::warn!(
+                "no [[keys]] are configured: the gateway is open, every client is served \
+                 without an API key (see \"API keys\" in docs/operations.md)"
+            );
+        } else {
+            tracing::info!(
+                keys = config.keys.keys.len(),
+                "client API keys required (Authorization: Bearer or x-api-key)"
+            );
         }
         let (label, s) = (driver.label(), if count == 1 { "" } else { "s" });
         notify::ready(&format!("listening on {addr}, {count} worker{s} ({label})"));

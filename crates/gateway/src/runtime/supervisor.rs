@@ -23,6 +23,7 @@ use super::control_thread::Adopt;
 use super::engine_threads::EngineThreads;
 use super::worker::Handoff;
 use crate::mesh::caps::TargetCaps;
+use crate::mesh::keys::KeyBook;
 use crate::mesh::mesh;
 use crate::reload::{ReloadError, ReloadReport, ReloadStats};
 use crate::strategies::StrategyFactory;
@@ -35,6 +36,8 @@ pub struct Supervisor {
     pub config: Arc<Config>,
     /// The running configuration's admission counters (unchanged targets keep theirs).
     pub caps: Arc<TargetCaps>,
+    /// The running configuration's key windows (unchanged keys keep theirs).
+    pub keys: Arc<KeyBook>,
     pub engine: Option<EngineThreads>,
     pub kv_view: Option<KvView>,
     pub switches: Arc<Switches>,
@@ -113,6 +116,7 @@ impl Supervisor {
             .filter(|t| t.is_some())
             .count();
         let caps = TargetCaps::new(&new.targets, Some((&self.caps, &self.config.targets)));
+        let keys = KeyBook::new(&new.keys.keys, Some((&self.keys, &self.config.keys.keys)));
         let config = Arc::new(new);
         let strategies = Arc::new(StrategyFactory::new(
             &config,
@@ -128,6 +132,7 @@ impl Supervisor {
             tls: tls.clone(),
             links: control_links,
             strategies: strategies.clone(),
+            keys: keys.clone(),
             kv_reports,
             done: adopted_tx,
         };
@@ -144,6 +149,7 @@ impl Supervisor {
                 config: config.clone(),
                 tls: tls.clone(),
                 caps: caps.clone(),
+                keys: keys.clone(),
                 strategies: strategies.clone(),
                 links,
                 done: switched_tx.clone(),
@@ -182,6 +188,7 @@ impl Supervisor {
         };
         self.config = config;
         self.caps = caps;
+        self.keys = keys;
         Ok(report)
     }
 }

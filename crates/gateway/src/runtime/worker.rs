@@ -16,6 +16,7 @@ use rolter_config::Config;
 
 use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
+use crate::mesh::keys::KeyBook;
 use crate::mesh::WorkerLinks;
 use crate::path::conn;
 use crate::path::generation::Generations;
@@ -38,6 +39,8 @@ pub struct WorkerSetup {
     pub tls: Arc<UpstreamTls>,
     /// Each target's admission counter, shared by every worker.
     pub caps: Arc<TargetCaps>,
+    /// Each client API key's windows and counts, shared by every worker.
+    pub keys: Arc<KeyBook>,
     /// The process's client connections, shared by every worker.
     pub connections: Arc<ConnectionCap>,
     pub listener: StdListener,
@@ -59,6 +62,7 @@ pub struct Handoff {
     pub config: Arc<Config>,
     pub tls: Arc<UpstreamTls>,
     pub caps: Arc<TargetCaps>,
+    pub keys: Arc<KeyBook>,
     pub strategies: Arc<StrategyFactory>,
     pub links: WorkerLinks,
     /// Receives the worker's id once new requests use the new configuration.
@@ -80,6 +84,7 @@ pub async fn run(setup: WorkerSetup) {
         config,
         tls,
         caps,
+        keys,
         connections,
         listener,
         lifecycle,
@@ -95,6 +100,7 @@ pub async fn run(setup: WorkerSetup) {
         config,
         tls,
         caps,
+        keys,
         &strategies,
         links,
         workers,
@@ -147,6 +153,7 @@ pub async fn run(setup: WorkerSetup) {
                 h.config,
                 h.tls,
                 h.caps,
+                h.keys,
                 &h.strategies,
                 h.links,
                 workers,
