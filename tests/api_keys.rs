@@ -158,6 +158,17 @@ fn missing_wrong_and_not_allowed_keys_are_refused_in_the_surfaces_shape() {
 
         // None of those reached an engine.
         assert!(m.requests().is_empty() && n.requests().is_empty(), "{ctx}");
+
+        // The model list needs a key as well; the liveness check does not.
+        for path in ["/v1/models", "/v1/models/m"] {
+            let r = call(a, &request("GET", path, &[], ""));
+            assert_eq!(r.status, 401, "{ctx} {path}: {}", r.text());
+            assert_eq!(openai_code(&r), "missing_api_key", "{ctx} {path}");
+            let auth = bearer(KEY_A);
+            let r = call(a, &request("GET", path, &[("authorization", &auth)], ""));
+            assert_eq!(r.status, 200, "{ctx} {path}: {}", r.text());
+        }
+        assert_eq!(call(a, &request("GET", "/health", &[], "")).status, 200, "{ctx}");
         g.shutdown(SHORT);
     }
 }

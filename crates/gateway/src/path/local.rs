@@ -4,6 +4,8 @@
 //! errors for unknown paths and wrong methods; everything else (a proxied path, or one a
 //! route's `passthrough` prefix covers) is a request to forward.
 //!
+//! With `[[keys]]`, the model list needs a key (`path::auth`); `/health` never does.
+//!
 //! Owns those answers and which requests are forwarded. It must not query engines.
 
 use http::Method;
@@ -12,6 +14,7 @@ use rolter_codec::h1::write::{write_head, write_head_and_body};
 use rolter_codec::GatewayError;
 use rolter_config::Limits;
 
+use super::auth;
 use super::client::{respond, write_out, ClientIo, Fate};
 use super::models;
 use super::record;
@@ -56,33 +59,41 @@ pub async fn answer(
     limits: &Limits,
 ) -> Fate {
     let path = req.head.path(req.buf);
-    let local: Result<&[u8], GatewayError> = match (&req.head.method, path) {
-        (_, p) if is_proxied_path(p) => Err(GatewayError::client(
-            405,
-            "method_not_allowed",
-            format!("{path} accepts only POST"),
-        )),
-        (&Method::GET | &Method::HEAD, "/health") => Ok(br#"{"status":"ok"}"#),
-        (&Method::GET | &Method::HEAD, "/v1/models") => Ok(&state.models_body),
-        (&Method::GET | &Method::HEAD, p) if p.starts_with(MODEL_PREFIX) => {
-            let id = models::decode_id(&p[MODEL_PREFIX.len()..]);
-            match state.model_bodies.get(id.as_ref()) {
-                Some(body) => Ok(body),
-                None => Err(model_not_found(&id)),
-            }
-        }
-        (_, p) if is_own(p) => Err(GatewayError::client(
-            405,
-            "method_not_allowed",
-            format!("{path} accepts only GET (and HEAD)"),
-        )),
-        (_, p) if is_passthrough(state, p) => Err(GatewayError::client(
-            405,
-            "method_not_allowed",
-            format!("{path} is a passthrough path; it accepts any method but HEAD"),
-        )),
-        _ => Err(not_found(path)),
+    // With `[[keys]]`, the model list is for callers with a key too (`/health` stays open).
+    let listing = path == "/v1/models" || path.starts_with(MODEL_PREFIX);
+    let identified = if listing {
+        auth::identify(state, req).map(|_| ())
+    } else {
+        Ok(())
     };
+    let local: Result<&[u8], GatewayError> =
+        identified.and_then(|()| match (&req.head.method, path) {
+            (_, p) if is_proxied_path(p) => Err(GatewayError::client(
+                405,
+                "method_not_allowed",
+                format!("{path} accepts only POST"),
+            )),
+            (&Method::GET | &Method::HEAD, "/health") => Ok(&br#"{"status":"ok"}"#[..]),
+            (&Method::GET | &Method::HEAD, "/v1/models") => Ok(&state.models_body),
+            (&Method::GET | &Method::HEAD, p) if p.starts_with(MODEL_PREFIX) => {
+                let id = models::decode_id(&p[MODEL_PREFIX.len()..]);
+                match state.model_bodies.get(id.as_ref()) {
+                    Some(body) => Ok(body),
+                    None => Err(model_not_found(&id)),
+                }
+            }
+            (_, p) if is_own(p) => Err(GatewayError::client(
+                405,
+                "method_not_allowed",
+                format!("{path} accepts only GET (and HEAD)"),
+            )),
+            (_, p) if is_passthrough(state, p) => Err(GatewayError::client(
+                405,
+                "method_not_allowed",
+                format!("{path} is a passthrough path; it accepts any method but HEAD"),
+            )),
+            _ => Err(not_found(path)),
+        });
     let body = match local {
         Ok(body) => body,
         Err(e) => {
