@@ -168,7 +168,11 @@ fn missing_wrong_and_not_allowed_keys_are_refused_in_the_surfaces_shape() {
             let r = call(a, &request("GET", path, &[("authorization", &auth)], ""));
             assert_eq!(r.status, 200, "{ctx} {path}: {}", r.text());
         }
-        assert_eq!(call(a, &request("GET", "/health", &[], "")).status, 200, "{ctx}");
+        assert_eq!(
+            call(a, &request("GET", "/health", &[], "")).status,
+            200,
+            "{ctx}"
+        );
         g.shutdown(SHORT);
     }
 }

@@ -652,3 +652,65 @@ fn books_kept_while_the_store_is_away_reach_it_when_it_answers_again() {
         assert!(ok && said.trim().is_empty(), "promtool: {said}");
     }
 }
+
+/// The minute of the Unix clock.
+fn minute() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60
+}
+
+#[test]
+fn a_keys_limit_with_share_limits_counts_every_replicas_requests() {
+    const KEY: &str = "rolter_shared_limit_key_0123456789abcdef";
+    let redis = RedisServer::start();
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let m = mock("a", |_| {});
+        let keys = format!(
+            "[auth]\nshare_limits = true\n[[keys]]\nname = \"team\"\nhash = \"{}\"\nrequests_per_minute = 5\n",
+            rolter::config::key_hash(KEY)
+        );
+        let prefix = format!("keys-{ctx}");
+        let state = format!("{keys}{}", state_section(&redis, &prefix, ""));
+        let auth = format!("Bearer {KEY}");
+        let ask = |g: &Gateway| {
+            call(
+                g.local_addr(),
+                &post(
+                    "/v1/chat/completions",
+                    &[("authorization", &auth)],
+                    &chat_body(false),
+                ),
+            )
+            .status
+        };
+        // A run that straddles a minute starts over (each minute has its own allowance).
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let a = replica(d, "a", &[&m], &[1.0], "\"round_robin\"", &state);
+            let b = replica(d, "b", &[&m], &[1.0], "\"round_robin\"", &state);
+            wait_until("both replicas up", SHORT, || store_up(&a) && store_up(&b));
+            let start = minute();
+            // Three on replica a; the store learns them within a sync or two.
+            let on_a: Vec<u16> = (0..3).map(|_| ask(&a)).collect();
+            std::thread::sleep(Duration::from_millis(300));
+            // Replica b has two left of the fleet's five.
+            let on_b: Vec<u16> = (0..4).map(|_| ask(&b)).collect();
+            if minute() != start && tries < 3 {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            assert_eq!(on_a, [200, 200, 200], "{ctx}");
+            assert_eq!(
+                on_b,
+                [200, 200, 429, 429],
+                "{ctx}: replica b counted a's requests"
+            );
+            break;
+        }
+    }
+}

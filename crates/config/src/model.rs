@@ -56,6 +56,9 @@ pub struct ApiKeys {
     pub by_hash: std::collections::HashMap<[u8; 32], usize>,
     /// `[auth] keys_file`, resolved against the configuration's directory.
     pub file: Option<PathBuf>,
+    /// `[auth] share_limits`: the keys' per-minute counts are added up over every replica
+    /// through the shared-state store (needs `[state]`).
+    pub share_limits: bool,
 }
 
 impl ApiKeys {

@@ -35,6 +35,7 @@ pub(crate) struct RawConfig {
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct RawAuth {
     pub keys_file: Option<String>,
+    pub share_limits: Option<bool>,
 }
 
 /// One `[[keys]]` entry (in the configuration or the keys file).
@@ -300,7 +301,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "auth",
     "keys",
 ];
-pub(crate) const AUTH_KEYS: &[&str] = &["keys_file"];
+pub(crate) const AUTH_KEYS: &[&str] = &["keys_file", "share_limits"];
 pub(crate) const KEY_KEYS: &[&str] = &[
     "name",
     "hash",

@@ -29,6 +29,11 @@ impl Keys {
         format!("{}fc:{route}:{bucket}", self.head)
     }
 
+    /// What the client API keys used in one minute of the Unix clock.
+    pub(crate) fn key_use(&self, minute: u64) -> String {
+        format!("{}keyuse:{minute}", self.head)
+    }
+
     /// The stream of shared routing items.
     pub(crate) fn items(&self) -> String {
         format!("{}items", self.head)

@@ -13,6 +13,7 @@
 //! - [`rotation`]: the shared smooth weighted round-robin, one script call per lease, and
 //!   [`swrr_reference`], the same rule in Rust.
 //! - [`ledger`]: fair_catchup's picks and received counts per wall-clock bucket.
+//! - [`key_use`]: the client API keys' requests and tokens per minute over the fleet.
 //! - [`items`]: session pins, prefix insertions and assignments on one stream.
 //! - `load`: each replica's in-flight counts, read back as the fleet's.
 //! - `store`: [`Store`], the connection and its calls.
@@ -22,6 +23,7 @@ mod batch;
 mod connect;
 pub mod error;
 pub mod items;
+pub mod key_use;
 mod keys;
 pub mod ledger;
 mod load;
@@ -33,6 +35,7 @@ pub mod testing;
 
 pub use error::StoreError;
 pub use items::Item;
+pub use key_use::KeyUse;
 pub use ledger::{LedgerBucket, LedgerRow};
 pub use rotation::{swrr_reference, RotateAsk};
 pub use settings::{StoreSettings, Topology};

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::connect::{self, Conn};
 use crate::error::StoreError;
 use crate::items::{self, Item};
+use crate::key_use::{self, KeyUse};
 use crate::keys::Keys;
 use crate::ledger::{self, LedgerBucket, LedgerRow};
 use crate::load;
@@ -75,6 +76,17 @@ impl Store {
     /// the buckets written to expire `ttl` after this write.
     pub fn add_ledger(&mut self, rows: &[LedgerRow<'_>], ttl: Duration) -> Result<(), StoreError> {
         self.run(|link, keys| ledger::add(link, keys, rows, ttl))
+    }
+
+    /// Adds this replica's new counts of the client API keys to `minute` and reads the
+    /// minute's fleet totals back, sorted by key name.
+    pub fn exchange_key_use(
+        &mut self,
+        minute: u64,
+        rows: &[KeyUse],
+        ttl: Duration,
+    ) -> Result<Vec<KeyUse>, StoreError> {
+        self.run(|link, keys| key_use::add_and_read(link, keys, minute, rows, ttl))
     }
 
     /// The buckets `first..=last` of `route` the store holds, in bucket order.

@@ -251,3 +251,34 @@ fn load_sums_other_live_replicas_and_drops_expired_ones() {
         vec![("e2".to_string(), 5), ("e3".to_string(), 1)]
     );
 }
+
+#[test]
+fn key_use_adds_up_over_replicas_per_minute_and_expires() {
+    use rolter_store::KeyUse;
+    let server = RedisServer::start();
+    let settings = server.settings("k");
+    let mut a = Store::connect(&settings).unwrap();
+    let mut b = Store::connect(&settings).unwrap();
+    let ttl = Duration::from_secs(120);
+    let row = |key: &str, requests, tokens| KeyUse {
+        key: key.into(),
+        requests,
+        tokens,
+    };
+    let got = a
+        .exchange_key_use(7, &[row("alpha", 2, 30), row("b:c", 1, 0)], ttl)
+        .unwrap();
+    assert_eq!(got, [row("alpha", 2, 30), row("b:c", 1, 0)]);
+    // Another replica adds to the same minute and reads the sum; nothing to add still reads.
+    let got = b.exchange_key_use(7, &[row("alpha", 1, 5)], ttl).unwrap();
+    assert_eq!(got, [row("alpha", 3, 35), row("b:c", 1, 0)]);
+    assert_eq!(a.exchange_key_use(7, &[], ttl).unwrap(), got);
+    // Another minute is its own.
+    assert!(a.exchange_key_use(8, &[], ttl).unwrap().is_empty());
+    let mut raw = raw(&server);
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("{k}:keyuse:7")
+        .query(&mut raw)
+        .unwrap();
+    assert!(pttl > 0 && pttl <= 120_000, "{pttl}");
+}

@@ -116,3 +116,25 @@ fn the_keys_file_holds_keys_only_and_shares_uniqueness_with_the_configuration() 
     error_at(&errs, "auth.keys_file");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn share_limits_needs_the_shared_state_store() {
+    let keys = format!(
+        "[auth]\nshare_limits = true\n[[keys]]\nname = \"a\"\nhash = \"{HASH}\"\nrequests_per_minute = 10\n"
+    );
+    let errs = errors(&with_keys(&keys));
+    let e = error_at(&errs, "auth.share_limits");
+    assert!(e.fix.contains("[state]"), "{e:?}");
+    let with_state =
+        format!("{keys}[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n");
+    let c = load(&with_keys(&with_state)).unwrap();
+    assert!(c.keys.share_limits);
+    assert!(
+        !load(&with_keys(&format!(
+            "[[keys]]\nname = \"a\"\nhash = \"{HASH}\"\n"
+        )))
+        .unwrap()
+        .keys
+        .share_limits
+    );
+}

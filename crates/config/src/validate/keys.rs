@@ -29,6 +29,7 @@ pub(super) fn keys(
             None => ok = false,
         }
     }
+    let share_limits = auth.as_ref().and_then(|a| a.share_limits).unwrap_or(false);
     let file = auth.and_then(|a| a.keys_file);
     let file = match file.as_deref() {
         None => None,
@@ -86,6 +87,7 @@ pub(super) fn keys(
         keys: entries.into_iter().map(|(_, k)| k).collect(),
         by_hash,
         file,
+        share_limits,
     })
 }
 

@@ -123,6 +123,14 @@ pub(crate) fn validate(
     let state = state::state(raw.state, host, errs);
     let keys = keys::keys(raw.keys, raw.auth, &route_names, host, errs);
     state::check_store_use(&routes, state.as_ref(), errs);
+    if keys.as_ref().is_some_and(|k| k.share_limits) && state.as_ref().is_some_and(|s| s.is_none())
+    {
+        errs.push(
+            "auth.share_limits",
+            "share_limits adds up the keys' per-minute counts over every replica through the shared-state store, and no [state] is configured",
+            "add a [state] section (backend = \"redis\", url = \"redis://…\"), or remove share_limits for limits per gateway",
+        );
+    }
     let adaptive = AdaptiveConfig {
         enabled: raw
             .adaptive

@@ -32,6 +32,12 @@ pub enum ToState {
         config: Arc<Config>,
         in_flight: Vec<u32>,
     },
+    /// The client API keys' new requests and tokens in `minute` (of the Unix clock) on
+    /// this replica, by key name (`[auth] share_limits`).
+    KeyUse {
+        minute: u64,
+        rows: Vec<rolter_store::KeyUse>,
+    },
     /// The running configuration, after a reload.
     Config(Arc<Config>),
 }
@@ -46,6 +52,11 @@ pub enum StoreNews {
     Ledgers(Vec<LedgerNews>),
     /// The other live replicas' requests in flight, summed per target name.
     FleetLoad(Vec<(String, u64)>),
+    /// The other replicas' requests and tokens per client API key in `minute`.
+    KeyUse {
+        minute: u64,
+        others: Vec<rolter_store::KeyUse>,
+    },
 }
 
 /// One route's books beyond this process's own.

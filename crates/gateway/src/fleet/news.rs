@@ -1,6 +1,7 @@
 //! The control thread's side of the fleet plane: the store's news, by name, mapped onto the
 //! running configuration's route and target indices and sent to every worker; and this
-//! replica's load, sent to the state thread once per `sync_interval`.
+//! replica's load and its client API keys' use (`[auth] share_limits`), sent to the state
+//! thread once per `sync_interval`; the other replicas' key use goes into the key book.
 //!
 //! Owns the name maps of one configuration. Items for a route that does not share that kind
 //! (or does not exist here) and targets unknown here are skipped.
@@ -18,6 +19,7 @@ use rolter_strategy::StoreUse;
 use super::link::StoreLink;
 use super::messages::{StoreNews, ToState};
 use super::stats::StoreStats;
+use crate::mesh::keys::{minute_now, KeyBook};
 use crate::mesh::{ControlLinks, Kind, ToWorker};
 
 /// The control thread's end of the fleet plane.
@@ -28,6 +30,10 @@ pub struct FleetControl {
     interval: Duration,
     share_load: bool,
     next_load: Instant,
+    /// When this replica's key use next goes to the store, and what of the current minute
+    /// went already, by key name (`[auth] share_limits`).
+    next_keys: Instant,
+    keys_sent: HashMap<String, (u32, u32, u32)>,
     names: Names,
 }
 
@@ -79,6 +85,8 @@ impl FleetControl {
             interval: state.map_or(Duration::from_millis(100), |s| s.sync_interval),
             share_load: state.is_some_and(|s| s.share_load),
             next_load: Instant::now(),
+            next_keys: Instant::now(),
+            keys_sent: HashMap::new(),
             names: Names::new(config),
         }
     }
@@ -116,7 +124,13 @@ impl FleetControl {
 
     /// The tick: this replica's load to the state thread when due, and the store's news to
     /// the workers.
-    pub fn tick(&mut self, now: Instant, in_flight: impl Fn(usize) -> u64, links: &ControlLinks) {
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        in_flight: impl Fn(usize) -> u64,
+        keys: Option<&KeyBook>,
+        links: &ControlLinks,
+    ) {
         if self.share_load && now >= self.next_load {
             self.next_load = now + self.interval;
             let counts = (0..self.names.config.targets.len())
@@ -127,12 +141,50 @@ impl FleetControl {
                 in_flight: counts,
             });
         }
+        if let Some(book) = keys.filter(|_| self.names.config.keys.share_limits) {
+            if now >= self.next_keys {
+                self.next_keys = now + self.interval;
+                self.send_key_use(book);
+            }
+        }
         while let Ok(news) = self.news.try_recv() {
-            self.deliver(news, links);
+            self.deliver(news, keys, links);
         }
     }
 
-    fn deliver(&self, news: StoreNews, links: &ControlLinks) {
+    /// What each key used on this gateway since the last report, for the store.
+    fn send_key_use(&mut self, book: &KeyBook) {
+        let (minute, _) = minute_now();
+        let mut rows = Vec::new();
+        for (k, name) in book.names().iter().enumerate() {
+            let (requests, tokens) = book.local(k, minute);
+            let sent = self.keys_sent.entry(name.clone()).or_insert((minute, 0, 0));
+            if sent.0 != minute {
+                *sent = (minute, 0, 0);
+            }
+            let (dr, dt) = (
+                requests.saturating_sub(sent.1),
+                tokens.saturating_sub(sent.2),
+            );
+            if dr > 0 || dt > 0 {
+                rows.push(rolter_store::KeyUse {
+                    key: name.clone(),
+                    requests: u64::from(dr),
+                    tokens: u64::from(dt),
+                });
+            }
+            sent.1 = sent.1.max(requests);
+            sent.2 = sent.2.max(tokens);
+        }
+        self.keys_sent.retain(|_, s| s.0 == minute);
+        // Sent even when empty: the exchange then only reads the others' counts.
+        self.link.send(ToState::KeyUse {
+            minute: u64::from(minute),
+            rows,
+        });
+    }
+
+    fn deliver(&self, news: StoreNews, keys: Option<&KeyBook>, links: &ControlLinks) {
         let n = &self.names;
         match news {
             StoreNews::Items(items) => {
@@ -195,6 +247,19 @@ impl FleetControl {
                 }
                 let fleet: Arc<[u32]> = fleet.into();
                 links.broadcast(Kind::Targets, || ToWorker::FleetLoad(fleet.clone()));
+            }
+            StoreNews::KeyUse { minute, others } => {
+                // The book is shared with the workers: its fleet counts are atomics.
+                let Some(book) = keys else { return };
+                let minute = u32::try_from(minute).unwrap_or(u32::MAX);
+                for (k, name) in book.names().iter().enumerate() {
+                    let (r, t) = others
+                        .iter()
+                        .find(|u| &u.key == name)
+                        .map_or((0, 0), |u| (u.requests, u.tokens));
+                    let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+                    book.set_fleet(k, minute, clamp(r), clamp(t));
+                }
             }
         }
     }

@@ -27,7 +27,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rolter_config::{Config, StateConfig, StateTopology};
 use rolter_core::Shared;
-use rolter_store::{Item, LedgerRow, RotateAsk, Store, StoreError, StoreSettings, Topology};
+use rolter_store::{
+    Item, KeyUse, LedgerRow, RotateAsk, Store, StoreError, StoreSettings, Topology,
+};
 use rolter_strategy::StoreUse;
 
 use super::messages::{LedgerNews, StoreNews, ToState};
@@ -162,6 +164,10 @@ struct StateThread {
     own: BTreeMap<(String, u64), Tally>,
     /// This replica's requests in flight per target, as last reported.
     load: Option<Vec<(String, u32)>>,
+    /// The client API keys' counts not yet in the store, by minute then key; and what this
+    /// process added, by (minute, key), to tell the other replicas' share.
+    key_pending: BTreeMap<u64, BTreeMap<String, (u64, u64)>>,
+    key_own: BTreeMap<(u64, String), (u64, u64)>,
     news: Sender<StoreNews>,
     stats: Arc<StoreStats>,
     last_command_error: Option<Instant>,
@@ -215,6 +221,8 @@ impl StateThread {
             pending: BTreeMap::new(),
             own: BTreeMap::new(),
             load: None,
+            key_pending: BTreeMap::new(),
+            key_own: BTreeMap::new(),
             news,
             stats,
             last_command_error: None,
@@ -324,6 +332,14 @@ impl StateThread {
                         .collect(),
                 );
             }
+            ToState::KeyUse { minute, rows } => {
+                let pending = self.key_pending.entry(minute).or_default();
+                for r in rows {
+                    let e = pending.entry(r.key).or_default();
+                    e.0 += r.requests;
+                    e.1 += r.tokens;
+                }
+            }
             ToState::Config(c) => {
                 self.uses = uses(&c);
                 self.config = c;
@@ -418,6 +434,13 @@ impl StateThread {
     /// replica's own until the store answers again.
     fn forget_fleet(&mut self) {
         self.send_news(StoreNews::FleetLoad(Vec::new()));
+        if self.config.keys.share_limits {
+            // The keys' limits count this replica's use alone meanwhile.
+            self.send_news(StoreNews::KeyUse {
+                minute: unix_millis() / 60_000,
+                others: Vec::new(),
+            });
+        }
         let empty: Vec<LedgerNews> = self
             .config
             .routes
@@ -531,6 +554,9 @@ impl StateThread {
         let unix = unix_millis();
         if self.store.is_none() {
             self.forget_old(unix);
+            // Counts of minutes that are over can no longer limit anything.
+            let current = unix / 60_000;
+            self.key_pending.retain(|m, _| *m + 2 > current);
             return;
         }
         let started = Instant::now();
@@ -548,7 +574,70 @@ impl StateThread {
         let books = self.check(books);
         let load = self.exchange_load();
         let load = self.check(load);
-        items.and(books).and(load)
+        let keys = self.exchange_key_use(unix);
+        let keys = self.check(keys);
+        items.and(books).and(load).and(keys)
+    }
+
+    /// The client API keys' counts (`[auth] share_limits`): what this replica added since
+    /// the last exchange goes to each minute it counted in, and the current minute's fleet
+    /// totals come back, less this process's own share, as news for the control thread.
+    fn exchange_key_use(&mut self, unix: u64) -> Result<(), StoreError> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        if !self.config.keys.share_limits {
+            self.key_pending.clear();
+            return Ok(());
+        }
+        let current = unix / 60_000;
+        // Two minutes: a minute's counts outlive it long enough to be read at its end.
+        let ttl = Duration::from_secs(120);
+        let mut totals = None;
+        for (minute, rows) in std::mem::take(&mut self.key_pending) {
+            let list: Vec<KeyUse> = rows
+                .iter()
+                .map(|(k, &(requests, tokens))| KeyUse {
+                    key: k.clone(),
+                    requests,
+                    tokens,
+                })
+                .collect();
+            let read = store.exchange_key_use(minute, &list, ttl)?;
+            for (k, (r, t)) in rows {
+                let own = self.key_own.entry((minute, k)).or_default();
+                own.0 += r;
+                own.1 += t;
+            }
+            if minute == current {
+                totals = Some(read);
+            }
+        }
+        let totals = match totals {
+            Some(t) => t,
+            None => store.exchange_key_use(current, &[], ttl)?,
+        };
+        let others = totals
+            .into_iter()
+            .map(|u| {
+                let (r, t) = self
+                    .key_own
+                    .get(&(current, u.key.clone()))
+                    .copied()
+                    .unwrap_or_default();
+                KeyUse {
+                    requests: u.requests.saturating_sub(r),
+                    tokens: u.tokens.saturating_sub(t),
+                    key: u.key,
+                }
+            })
+            .collect();
+        self.key_own.retain(|(m, _), _| *m + 2 > current);
+        self.send_news(StoreNews::KeyUse {
+            minute: current,
+            others,
+        });
+        Ok(())
     }
 
     fn check(&mut self, r: Result<(), StoreError>) -> Result<(), ()> {

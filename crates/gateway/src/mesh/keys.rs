@@ -9,6 +9,11 @@
 //! A window is a fixed minute of the Unix clock (not sliding): a client sees its allowance
 //! come back whole at the start of each minute, and `Retry-After` says exactly when. It
 //! must not hold locks, block, or know about routes or the keys' hashes.
+//!
+//! With `[auth] share_limits`, each slot also holds the other replicas' counts of the
+//! window, which the control thread sets from the store once per `sync_interval`
+//! (`fleet::news`): admission then counts the fleet's requests and tokens, exact on this
+//! gateway and behind by at most one exchange for the others.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,6 +51,10 @@ impl KeyResult {
 pub struct KeySlot {
     requests: AtomicU64,
     tokens: AtomicU64,
+    /// The other replicas' requests and tokens in a window (`[auth] share_limits`), as
+    /// the control thread last heard them from the store; packed like the windows.
+    fleet_requests: AtomicU64,
+    fleet_tokens: AtomicU64,
     results: [AtomicU64; 3],
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
@@ -110,15 +119,21 @@ impl KeyBook {
     pub fn admit(&self, k: usize, (minute, left): (u32, u32)) -> Result<(), u32> {
         let (max_requests, max_tokens) = self.limits[k];
         let slot = &self.slots[k];
+        let fleet = |v: &AtomicU64| match unpack(v.load(Ordering::Acquire)) {
+            (w, n) if w == minute => n,
+            _ => 0,
+        };
         if let Some(max) = max_tokens {
             let (w, used) = unpack(slot.tokens.load(Ordering::Acquire));
-            if w == minute && used >= max {
+            let used = if w == minute { used } else { 0 };
+            if used.saturating_add(fleet(&slot.fleet_tokens)) >= max {
                 return Err(left);
             }
         }
         let Some(max) = max_requests else {
             return Ok(());
         };
+        let max = max.saturating_sub(fleet(&slot.fleet_requests));
         let mut now = slot.requests.load(Ordering::Acquire);
         loop {
             let (w, n) = unpack(now);
@@ -174,6 +189,31 @@ impl KeyBook {
                 Err(seen) => now = seen,
             }
         }
+    }
+
+    /// Key `k`'s own requests and tokens in `minute` on this gateway (zero for a minute
+    /// its windows have left), for the store (`[auth] share_limits`).
+    pub fn local(&self, k: usize, minute: u32) -> (u32, u32) {
+        let slot = &self.slots[k];
+        let of = |v: &AtomicU64| match unpack(v.load(Ordering::Acquire)) {
+            (w, n) if w == minute => n,
+            _ => 0,
+        };
+        (of(&slot.requests), of(&slot.tokens))
+    }
+
+    /// The other replicas' requests and tokens of key `k` in `minute`, as the store said.
+    pub fn set_fleet(&self, k: usize, minute: u32, requests: u32, tokens: u32) {
+        let slot = &self.slots[k];
+        slot.fleet_requests
+            .store(pack(minute, requests), Ordering::Release);
+        slot.fleet_tokens
+            .store(pack(minute, tokens), Ordering::Release);
+    }
+
+    /// The keys' names, by index.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// Counts a request's outcome for key `k`.
@@ -249,6 +289,25 @@ mod tests {
         assert_eq!(book.admit(0, (8, 60)), Ok(()));
         let snap = book.snapshot();
         assert_eq!((snap[0].2, snap[0].3), (65, 35));
+    }
+
+    #[test]
+    fn the_other_replicas_counts_join_the_windows_of_their_minute() {
+        let book = KeyBook::new(&[key("a", Some(5), Some(100))], None);
+        book.set_fleet(0, 9, 4, 0);
+        assert_eq!(book.admit(0, (9, 30)), Ok(()));
+        assert_eq!(book.admit(0, (9, 30)), Err(30), "4 elsewhere + 1 here");
+        assert_eq!(book.local(0, 9), (1, 0));
+        // A count heard for another minute does not hold this one back.
+        assert_eq!(book.admit(0, (10, 60)), Ok(()));
+        book.set_fleet(0, 10, 0, 100);
+        assert_eq!(
+            book.admit(0, (10, 59)),
+            Err(59),
+            "the fleet's tokens are at the limit"
+        );
+        assert_eq!(book.local(0, 10), (1, 0));
+        assert_eq!(book.local(0, 9), (0, 0), "the window moved on");
     }
 
     #[test]

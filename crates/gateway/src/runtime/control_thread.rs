@@ -206,7 +206,9 @@ async fn run(ctx: ControlContext) {
                 links.broadcast(Kind::Targets, || ToWorker::Addrs(addrs.clone()));
             }
             if let Some(f) = &fleet {
-                f.borrow_mut().tick(now, |t| p.in_flight(t), &links);
+                let keys = p.keys.clone();
+                f.borrow_mut()
+                    .tick(now, |t| p.in_flight(t), keys.as_deref(), &links);
             }
         }
         if flags.stopped() {
