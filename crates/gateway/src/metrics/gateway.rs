@@ -42,6 +42,10 @@ fn ttft_histogram() -> Histogram {
     Histogram::new(TTFT_BUCKETS)
 }
 
+fn handshake_histogram() -> Histogram {
+    Histogram::new(HANDSHAKE_BUCKETS)
+}
+
 fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
@@ -198,7 +202,7 @@ pub struct GatewayMetrics {
     /// completed ones took.
     tls_handshakes: Family<TlsVersionLabel, Counter>,
     tls_failures: Family<TlsReasonLabel, Counter>,
-    tls_handshake_seconds: Histogram,
+    tls_handshake_seconds: HistogramFamily<TlsVersionLabel>,
     /// One owner: `Send` (moved to the control thread) but not `Sync`.
     _owner: PhantomData<Cell<()>>,
 }
@@ -225,7 +229,8 @@ impl GatewayMetrics {
         let gateway_responses = Family::<GatewayResponse, Counter>::default();
         let tls_handshakes = Family::<TlsVersionLabel, Counter>::default();
         let tls_failures = Family::<TlsReasonLabel, Counter>::default();
-        let tls_handshake_seconds = Histogram::new(HANDSHAKE_BUCKETS);
+        let tls_handshake_seconds =
+            HistogramFamily::<TlsVersionLabel>::new_with_constructor(handshake_histogram);
         let cache_lookups = Family::<CacheLookupLabel, Counter>::default();
         let adapter_loads = Family::<AdapterLoadLabel, Counter>::default();
         let ejections = Family::<TargetLabel, Counter>::default();
@@ -325,7 +330,7 @@ impl GatewayMetrics {
         );
         registry.register(
             "rolter_tls_handshake_duration_seconds",
-            "Time from an accepted client connection to its completed TLS handshake",
+            "Time from an accepted client connection to its completed TLS handshake, by protocol version",
             tls_handshake_seconds.clone(),
         );
         registry.register(
@@ -662,7 +667,9 @@ impl GatewayMetrics {
                 self.tls_handshakes
                     .get_or_create(&TlsVersionLabel { version })
                     .inc();
-                self.tls_handshake_seconds.observe(seconds);
+                self.tls_handshake_seconds
+                    .get_or_create(&TlsVersionLabel { version })
+                    .observe(seconds);
             }
             Err(reason) => {
                 self.tls_failures
