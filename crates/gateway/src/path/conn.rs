@@ -4,7 +4,8 @@
 //!
 //! A connection beyond `server.max_connections` (counted over every worker, `mesh::caps`)
 //! is answered 503 `too_many_connections` with `Connection: close` before anything is
-//! read, and closed.
+//! read, and closed (on a TLS listener it is closed without an answer, before any
+//! handshake).
 //!
 //! With `[server.tls]` the TLS handshake runs first, within `server.tls.handshake_timeout`
 //! (a connection that does not finish it is closed, and counted by reason); the requests
@@ -130,6 +131,12 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
     let core = worker.core.clone();
     let max = worker.current().config.server.max_connections;
     let Some(_open) = core.connection_cap.try_open(Some(max)) else {
+        if worker.current().client_tls.is_some() {
+            // A TLS client cannot read a plaintext 503, and a handshake is what an overload
+            // must not pay for: the connection is closed at once (and counted the same).
+            worker.current().record_gateway(503, "too_many_connections");
+            return;
+        }
         refuse(&worker, stream).await;
         return;
     };

@@ -749,6 +749,7 @@ async fn fail_midstream(
             report.bytes_out += buf.len() as u64;
         }
     }
+    wr.cut();
     let _ = monoio::time::timeout(write_timeout, wr.shutdown()).await;
     Outcome::Relayed { close: true }
 }

@@ -351,6 +351,14 @@ impl TlsWrite {
 }
 
 impl ClientWrite {
+    /// The answer was cut off: the session must end without close_notify, so a TLS client
+    /// sees a truncation (a TCP close without it), never a clean end of a partial body.
+    pub fn cut(&mut self) {
+        if let ClientWrite::Tls(t) = self {
+            t.session.borrow_mut().closing = true;
+        }
+    }
+
     /// Sends close_notify now if this is TLS (see [`TlsWrite::close_notify_now`]).
     pub fn close_notify_now(&mut self) {
         if let ClientWrite::Tls(t) = self {
