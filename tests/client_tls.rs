@@ -568,3 +568,36 @@ fn a_connection_over_max_connections_is_closed_before_any_handshake() {
         g.shutdown(SHORT);
     }
 }
+
+#[test]
+fn a_reload_whose_certificate_does_not_load_keeps_the_old_one_serving() {
+    let pki = Pki::new();
+    let old = pki.leaf("srv", &["localhost"]);
+    for d in drivers() {
+        let m = mock("a", |_| {});
+        let file = pki.dir.join(format!("rolter-{}.toml", driver_name(d)));
+        std::fs::write(&file, config_text(d, &pki, "srv", "", m.addr())).unwrap();
+        let g = Gateway::start(config::load_file(&file).unwrap()).expect("start gateway");
+        let ctx = driver_name(d);
+        let good = std::fs::read(pki.dir.join("srv.pem")).unwrap();
+        // The certificate file is replaced by something that is not one, and a reload asked.
+        std::fs::write(
+            pki.dir.join("srv.pem"),
+            "-----BEGIN CERTIFICATE-----\ngarbage\n",
+        )
+        .unwrap();
+        let e = g
+            .reload()
+            .expect_err("a reload with a broken certificate")
+            .to_string();
+        assert!(
+            e.contains("server.tls.cert_file") && e.contains("srv.pem"),
+            "{ctx}: {e}"
+        );
+        let mut s = connect(&pki, g.local_addr(), "localhost");
+        assert_eq!(peer_leaf(&s), old, "{ctx}");
+        assert!(chat(&mut s, false).0.starts_with("HTTP/1.1 200"), "{ctx}");
+        std::fs::write(pki.dir.join("srv.pem"), good).unwrap();
+        g.shutdown(SHORT);
+    }
+}
