@@ -601,3 +601,44 @@ fn a_reload_whose_certificate_does_not_load_keeps_the_old_one_serving() {
         g.shutdown(SHORT);
     }
 }
+
+#[test]
+fn a_large_body_arrives_whole_over_many_records() {
+    let pki = Pki::new();
+    pki.leaf("srv", &["localhost"]);
+    for d in drivers() {
+        let m = mock("a", |_| {});
+        let g = start(&config_text(d, &pki, "srv", "", m.addr()));
+        let ctx = driver_name(d);
+        let mut s = connect(&pki, g.local_addr(), "localhost");
+        // 600 KiB: dozens of TLS records, read in pieces of every size.
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}]}}"#,
+            "x".repeat(600 * 1024)
+        );
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        s.flush().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut byte).unwrap(), 1, "{ctx}");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{ctx}: {head}");
+        // The engine received the body byte for byte.
+        let seen = m.requests();
+        let last = seen.last().expect("a recorded request");
+        assert!(
+            last.body == body.as_bytes(),
+            "{ctx}: {} bytes arrived",
+            last.body.len()
+        );
+        g.shutdown(SHORT);
+    }
+}

@@ -24,8 +24,12 @@ use monoio::net::TcpStream;
 use monoio::BufResult;
 use rustls::{ServerConfig, ServerConnection};
 
-/// Room for one whole TLS record (16 KiB of payload and its framing and tag).
+/// Room for one whole TLS record (16 KiB of payload and its framing and tag): the largest
+/// ciphertext read, reached after reads that filled the buffer.
 const RECORD: usize = 17 * 1024;
+/// The smallest ciphertext read, what an idle TLS connection holds in its armed read (the
+/// session reassembles records that arrive in pieces).
+const MIN_RAW: usize = 4 * 1024;
 
 /// The TLS state both halves share.
 struct Session {
@@ -57,6 +61,9 @@ pub struct TlsRead {
     /// Ciphertext read from the socket; `raw[pos..]` is not yet given to the session.
     raw: Vec<u8>,
     pos: usize,
+    /// The next read's size: doubled after a read that filled the buffer, back to
+    /// [`MIN_RAW`] after one that did not.
+    size: usize,
 }
 
 pub struct TlsWrite {
@@ -193,6 +200,7 @@ pub async fn accept(
             session: session.clone(),
             raw,
             pos,
+            size: MIN_RAW,
         }),
         wr: ClientWrite::Tls(TlsWrite {
             wr,
@@ -255,11 +263,19 @@ impl TlsRead {
             let mut raw = std::mem::take(&mut self.raw);
             raw.clear();
             self.pos = 0;
-            if raw.capacity() < RECORD {
-                raw.reserve(RECORD);
+            if raw.capacity() > 2 * self.size {
+                raw = Vec::new();
             }
+            raw.reserve(self.size);
             let (r, raw) = self.rd.read(raw).await;
             self.raw = raw;
+            if let Ok(n) = r {
+                self.size = if n > 0 && n == self.raw.capacity() {
+                    (self.size * 2).min(RECORD)
+                } else {
+                    MIN_RAW
+                };
+            }
             match r {
                 Ok(0) => {
                     // Tell the session about the TCP close; its reader then reports a clean
