@@ -4,6 +4,8 @@
 #
 #   loadtest/run.sh            # default: 3 rounds, 8 s per load, ~12 min (+ first oha build)
 #   loadtest/run.sh --quick    # 3 rounds, 2 s per load, ~3 min
+#   loadtest/run.sh --tls      # the TLS scenario instead (loadtest/tls.sh): rolter, nginx and
+#                              # HAProxy terminating TLS, req/s, CPU per request, handshakes/s
 #   loadtest/run.sh --help     # all options
 #
 # See docs/benchmarks.md for what each scenario measures. Results: loadtest/results/<stamp>/
@@ -12,6 +14,15 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+
+# --tls: the TLS scenario, with the remaining options (rounds, duration, connections,
+# workers, systems, --quick, --skip-build).
+for a in "$@"; do
+  if [ "$a" = --tls ]; then
+    rest=(); for b in "$@"; do [ "$b" = --tls ] || rest+=("$b"); done
+    exec "$ROOT/loadtest/tls.sh" "${rest[@]}"
+  fi
+done
 
 usage() {
   cat <<'EOF'
@@ -30,6 +41,9 @@ usage: loadtest/run.sh [options]
   --mem-rounds N        rounds of scenario 6 (default 3; quick 1)
   --skip-install        do not install wrk/nginx/haproxy/oha (fail if missing)
   --skip-build          do not run cargo build (use the existing release binaries)
+  --tls                 run the TLS scenario (loadtest/tls.sh) instead: rolter, nginx and
+                        HAProxy terminating TLS with one certificate; keep-alive req/s and CPU
+                        per request, and a handshake per request for handshakes/s
   -h, --help            this text
 
 Environment: CARGO_TARGET_DIR is honoured; OHA=/path/to/oha uses that oha.

@@ -1,7 +1,8 @@
 //! The official `openai` Python SDK against the gateway, under both drivers: chat (plain
 //! and streamed), completions, models.list() and models.retrieve(), and audio
 //! transcription and translation (multipart uploads), checked by
-//! tests/sdk/openai_client.py.
+//! tests/sdk/openai_client.py; once over plaintext and once over TLS (`[server.tls]`, the
+//! SDK trusting a CA made at test time).
 //!
 //! Needs `python3` with the `openai` package (`pip install openai`); without them the test
 //! fails and says so, it never skips.
@@ -16,11 +17,12 @@ use common::*;
 const SETUP: &str =
     "run the test command from the README (`./tests/run.sh`, which installs the `openai` package)";
 
-fn run_script(base_url: &str) -> (Option<i32>, String) {
+fn run_script(base_url: &str, ca_file: Option<&std::path::Path>) -> (Option<i32>, String) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/openai_client.py");
     let mut child = Command::new("python3")
         .arg(script)
         .arg(base_url)
+        .args(ca_file)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -61,7 +63,7 @@ fn openai_python_sdk_works_through_the_gateway() {
         let g = gateway_for(d, &[&a, &b], "");
         let r = call(g.local_addr(), &request("GET", "/health", &[], ""));
         assert_eq!(r.status, 200, "{}: the gateway is up", driver_name(d));
-        let (code, output) = run_script(&format!("http://{}", g.local_addr()));
+        let (code, output) = run_script(&format!("http://{}", g.local_addr()), None);
         match code {
             Some(0) => {}
             Some(3) => panic!("the `openai` Python package is missing; {SETUP}\n{output}"),
@@ -95,5 +97,57 @@ fn openai_python_sdk_works_through_the_gateway() {
         assert!(uploads[0]
             .header("content-type")
             .is_some_and(|t| t.starts_with("multipart/form-data; boundary=")));
+    }
+}
+
+/// A CA (PEM at `<dir>/ca.pem`) and a server certificate it signed for 127.0.0.1 and
+/// localhost (`<dir>/srv.pem`, `<dir>/srv.key`).
+fn write_pki(dir: &std::path::Path) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "rolter SDK test CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("srv.pem"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("srv.key"), key.serialize_pem()).unwrap();
+}
+
+#[test]
+fn openai_python_sdk_works_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pki(dir.path());
+    for d in drivers() {
+        let a = mock("a", |c| c.tokens = 6);
+        let rest = format!(
+            "[server.tls]\ncert_file = {:?}\nkey_file = {:?}\n{}\
+             [[routes]]\nname = \"r\"\ntargets = [\"t0\"]\n",
+            dir.path().join("srv.pem"),
+            dir.path().join("srv.key"),
+            target("t0", a.addr(), ""),
+        );
+        let g = gateway(d, &rest);
+        let (code, output) = run_script(
+            &format!("https://{}", g.local_addr()),
+            Some(&dir.path().join("ca.pem")),
+        );
+        match code {
+            Some(0) => {}
+            Some(3) => panic!("the `openai` Python package is missing; {SETUP}\n{output}"),
+            _ => panic!(
+                "openai_client.py over TLS failed under {} (exit {code:?})\n{output}",
+                driver_name(d)
+            ),
+        }
+        assert!(output.contains("all checks passed"), "{output}");
+        assert_eq!(a.stats().completed, 3, "{output}");
     }
 }

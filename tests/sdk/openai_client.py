@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Drives a Rolter gateway with the official `openai` Python SDK.
 
-Usage: python3 tests/sdk/openai_client.py <base_url>   (e.g. http://127.0.0.1:8080)
+Usage: python3 tests/sdk/openai_client.py <base_url> [<ca_file>]
+       (e.g. http://127.0.0.1:8080, or https://localhost:8443 ca.pem)
+
+With a CA file (PEM) the SDK's HTTP client trusts exactly that CA, for a gateway serving
+TLS with a certificate it signed.
 
 Run by tests/openai_sdk.rs. Exits 0 when every check passes, 1 on a mismatch or error,
 and 3 when the `openai` package is not installed.
@@ -29,12 +33,16 @@ def check(cond, what):
     print(f"ok: {what}")
 
 
-def main(base_url: str) -> None:
+def main(base_url: str, ca_file: str | None = None) -> None:
+    extra = {}
+    if ca_file is not None:
+        extra["http_client"] = openai.DefaultHttpxClient(verify=ca_file)
     client = openai.OpenAI(
         base_url=base_url.rstrip("/") + "/v1",
         api_key="test-key",
         max_retries=0,
         timeout=10.0,
+        **extra,
     )
     print(f"openai {openai.__version__} against {base_url}")
 
@@ -150,11 +158,11 @@ def check_cut_streams(client) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     try:
-        main(sys.argv[1])
+        main(*sys.argv[1:])
     except Exception:  # noqa: BLE001 - any failure is a test failure
         traceback.print_exc()
         sys.exit(1)

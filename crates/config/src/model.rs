@@ -435,6 +435,64 @@ pub struct ServerConfig {
     /// Request headers whose name holds an underscore (`underscores_in_headers`): dropped
     /// (the default), refused with 400, or forwarded. Reloadable.
     pub underscores_in_headers: UnderscoreHeaders,
+    /// `[server.tls]`: the listener terminates TLS; `None`: plaintext HTTP/1.1.
+    pub tls: Option<ServerTls>,
+}
+
+/// `[server.tls]`: client-side TLS on the listener. Certificates and keys were read and
+/// checked (the key signs for the certificate) at load; a reload reads them again.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The certificate served when the client's SNI names none of `sni` (or it sends none).
+    pub default: TlsCert,
+    /// Extra certificates chosen by the SNI name the client sends (`[[server.tls.sni]]`).
+    pub sni: Vec<SniCert>,
+    /// Time allowed for the TLS handshake, from the accepted connection to its end.
+    pub handshake_timeout: Duration,
+    /// The oldest protocol version accepted (1.2 or 1.3).
+    pub min_version: TlsVersion,
+}
+
+/// `server.tls.min_version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+/// One certificate chain with its private key, as files name them.
+#[derive(Clone)]
+pub struct TlsCert {
+    /// `cert_file` and `key_file` as resolved (for messages).
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// The chain (leaf first) and the key able to sign for it.
+    pub key: std::sync::Arc<rustls::sign::CertifiedKey>,
+}
+
+impl std::fmt::Debug for TlsCert {
+    /// Files and the leaf certificate's digest; never the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use sha2::Digest;
+        let leaf = self
+            .key
+            .cert
+            .first()
+            .map(|c| sha2::Sha256::digest(c.as_ref()));
+        f.debug_struct("TlsCert")
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("leaf_sha256", &leaf.map(|d| format!("{d:x}")))
+            .finish()
+    }
+}
+
+/// A `[[server.tls.sni]]` entry: served to clients whose SNI is one of `names`
+/// (lowercase; `*.example.com` matches one label).
+#[derive(Debug, Clone)]
+pub struct SniCert {
+    pub names: Vec<String>,
+    pub cert: TlsCert,
 }
 
 /// Client-side protocol limits and timeouts.

@@ -145,6 +145,23 @@ pub(crate) struct RawServer {
     pub limits: Option<RawLimits>,
     pub control_socket: Option<String>,
     pub underscores_in_headers: Option<String>,
+    pub tls: Option<RawServerTls>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawServerTls {
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    pub handshake_timeout: Option<toml::Value>,
+    pub min_version: Option<String>,
+    pub sni: Option<Vec<RawSniCert>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawSniCert {
+    pub names: Option<Vec<String>>,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -342,7 +359,16 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "max_connections",
     "underscores_in_headers",
     "limits",
+    "tls",
 ];
+pub(crate) const SERVER_TLS_KEYS: &[&str] = &[
+    "cert_file",
+    "key_file",
+    "handshake_timeout",
+    "min_version",
+    "sni",
+];
+pub(crate) const SNI_KEYS: &[&str] = &["names", "cert_file", "key_file"];
 pub(crate) const LIMITS_KEYS: &[&str] = &[
     "max_head_bytes",
     "max_headers",
@@ -490,6 +516,8 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         [] => ("the top level", TOP_KEYS),
         ["server"] => ("[server]", SERVER_KEYS),
         ["server", "limits"] => ("[server.limits]", LIMITS_KEYS),
+        ["server", "tls"] => ("[server.tls]", SERVER_TLS_KEYS),
+        ["server", "tls", "sni"] => ("[[server.tls.sni]]", SNI_KEYS),
         ["targets"] => ("[[targets]]", TARGET_KEYS),
         ["targets", "price"] => ("targets.price", PRICE_KEYS),
         ["targets", "timeouts"] => ("[targets.timeouts]", TIMEOUTS_KEYS),

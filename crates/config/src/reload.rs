@@ -29,7 +29,9 @@ type Show = fn(&Config) -> String;
 /// their io driver, the control socket, the admin listener's address, and where the access
 /// log goes and the operational log's format (the writer and the subscriber are set up
 /// once; `log.sample` reloads), and the shared state store (`[state]`: its thread and
-/// connection are set up once).
+/// connection are set up once), and whether the listener speaks TLS (`[server.tls]` added
+/// or removed: its clients would have to change scheme at once; its certificates, SNI
+/// entries, handshake timeout and minimum version do reload).
 pub fn restart_needed(old: &Config, new: &Config) -> Vec<RestartNeeded> {
     // Each setting as shown in the message; a setting changed when its text did.
     let admin = |c: &Config| {
@@ -37,8 +39,11 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<RestartNeeded> {
             .as_ref()
             .map_or("off".into(), |a| a.listen.to_string())
     };
-    let settings: [(&'static str, Show); 9] = [
+    let settings: [(&'static str, Show); 10] = [
         ("server.listen", |c| c.server.listen.to_string()),
+        ("server.tls", |c| {
+            if c.server.tls.is_some() { "on" } else { "off" }.to_string()
+        }),
         ("server.workers", |c| c.server.workers.to_string()),
         ("server.driver", |c| format!("{:?}", c.server.driver)),
         ("server.pin_workers", |c| c.server.pin_workers.to_string()),

@@ -81,6 +81,7 @@ mod prices;
 mod reload;
 mod routes;
 mod sections;
+mod server_tls;
 mod state;
 mod targets;
 mod values;

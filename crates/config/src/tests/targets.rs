@@ -60,10 +60,10 @@ fn url_errors() {
 // ------------------------------------------------------------------ TLS: ca_file
 
 /// A fresh directory under the system temp dir, removed when dropped.
-struct TempDir(std::path::PathBuf);
+pub(super) struct TempDir(pub(super) std::path::PathBuf);
 
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
+    pub(super) fn new(tag: &str) -> TempDir {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -73,7 +73,7 @@ impl TempDir {
         TempDir(p)
     }
 
-    fn write(&self, name: &str, contents: &[u8]) -> String {
+    pub(super) fn write(&self, name: &str, contents: &[u8]) -> String {
         let p = self.0.join(name);
         std::fs::write(&p, contents).unwrap();
         p.display().to_string()

@@ -16,7 +16,7 @@ pub(super) use crate::model::*;
 pub(super) use crate::raw::{
     closest, is_bare_key, join, OrderedPrices, OrderedStrings, RawAdmin, RawConfig, RawHeaderMatch,
     RawHealth, RawKvEvents, RawLimits, RawLog, RawMatch, RawPool, RawPrice, RawRoute, RawScrape,
-    RawServer, RawTarget, RawTargetKvEvents, RawTimeouts,
+    RawServer, RawServerTls, RawTarget, RawTargetKvEvents, RawTimeouts,
 };
 
 /// Resolves a host name and port to socket addresses.

@@ -11,6 +11,7 @@ mod prices;
 mod retry;
 mod routes;
 mod server;
+mod server_tls;
 mod state;
 mod targets;
 
@@ -33,6 +34,7 @@ pub use common::{
     FORBIDDEN_TARGET_HEADERS, IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
 };
 pub use keys::{parse_hash, HASH_PREFIX};
+pub use server_tls::DEFAULT_HANDSHAKE_TIMEOUT;
 
 /// Validates everything in `raw`; returns the config only when no error was pushed.
 pub(crate) fn validate(

@@ -1,6 +1,7 @@
 //! `[server]`: listen address, workers, driver, limits, shutdown grace.
 
 use super::common::*;
+use super::server_tls::server_tls;
 
 pub(super) fn server(
     raw: RawServer,
@@ -107,6 +108,10 @@ pub(super) fn server(
             None
         }
     };
+    let tls = match raw.tls {
+        None => Some(None),
+        Some(t) => server_tls(t, host, errs).map(Some),
+    };
     Some(ServerConfig {
         listen: listen?,
         workers: workers?,
@@ -118,6 +123,7 @@ pub(super) fn server(
         dns_refresh: dns_refresh?,
         max_connections: max_connections?,
         underscores_in_headers: underscores_in_headers?,
+        tls: tls?,
     })
 }
 

@@ -398,6 +398,9 @@ impl Plane {
                 }
             }
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
+            Record::TlsHandshake { result, seconds } => {
+                self.metrics.record_tls_handshake(result, seconds)
+            }
             Record::Retry { route, reason } => self.metrics.record_retry(route as usize, reason),
             Record::Hedge { route, event } => match event {
                 HedgeEvent::Sent => self.metrics.record_hedge(route as usize, false),

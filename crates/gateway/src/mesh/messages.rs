@@ -81,6 +81,12 @@ pub enum Record {
     },
     /// The gateway answered a request itself (no target reached).
     Gateway { status: u16, code: &'static str },
+    /// A client TLS handshake completed (`Ok(version)`, after `seconds`) or failed
+    /// (`Err(reason)`).
+    TlsHandshake {
+        result: Result<&'static str, &'static str>,
+        seconds: f64,
+    },
     /// A request on `route` is tried again after a failure `retry_on` names (`reason`).
     Retry { route: u16, reason: &'static str },
     /// A hedge on `route` was sent, won its race, or was not sent (`Skipped` with why:

@@ -42,6 +42,10 @@ fn ttft_histogram() -> Histogram {
     Histogram::new(TTFT_BUCKETS)
 }
 
+fn handshake_histogram() -> Histogram {
+    Histogram::new(HANDSHAKE_BUCKETS)
+}
+
 fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
@@ -112,6 +116,21 @@ struct AdapterLoadLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TlsVersionLabel {
+    version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TlsReasonLabel {
+    reason: &'static str,
+}
+
+/// `rolter_tls_handshake_duration_seconds` bucket bounds: 1 ms (a resumed session on a
+/// local client) to 10 s (the default handshake timeout).
+pub const HANDSHAKE_BUCKETS: [f64; 10] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0, 10.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GatewayResponse {
     status: u16,
     code: &'static str,
@@ -179,6 +198,11 @@ pub struct GatewayMetrics {
     hedges_sent: Vec<Counter>,
     hedges_won: Vec<Counter>,
     hedges_skipped: Family<RouteReason, Counter>,
+    /// Client TLS: handshakes completed by version, failed by reason, and how long the
+    /// completed ones took.
+    tls_handshakes: Family<TlsVersionLabel, Counter>,
+    tls_failures: Family<TlsReasonLabel, Counter>,
+    tls_handshake_seconds: HistogramFamily<TlsVersionLabel>,
     /// One owner: `Send` (moved to the control thread) but not `Sync`.
     _owner: PhantomData<Cell<()>>,
 }
@@ -203,6 +227,10 @@ impl GatewayMetrics {
         let decisions = Family::<Decision, Counter>::default();
         let fallbacks = Family::<Fallback, Counter>::default();
         let gateway_responses = Family::<GatewayResponse, Counter>::default();
+        let tls_handshakes = Family::<TlsVersionLabel, Counter>::default();
+        let tls_failures = Family::<TlsReasonLabel, Counter>::default();
+        let tls_handshake_seconds =
+            HistogramFamily::<TlsVersionLabel>::new_with_constructor(handshake_histogram);
         let cache_lookups = Family::<CacheLookupLabel, Counter>::default();
         let adapter_loads = Family::<AdapterLoadLabel, Counter>::default();
         let ejections = Family::<TargetLabel, Counter>::default();
@@ -291,6 +319,21 @@ impl GatewayMetrics {
             adapter_loads.clone(),
         );
         registry.register(
+            "rolter_tls_handshakes",
+            "Client TLS handshakes completed, by protocol version (1.2, 1.3)",
+            tls_handshakes.clone(),
+        );
+        registry.register(
+            "rolter_tls_handshake_failures",
+            "Client TLS handshakes that failed, by reason (timeout, closed, not_tls, incompatible, alert, error)",
+            tls_failures.clone(),
+        );
+        registry.register(
+            "rolter_tls_handshake_duration_seconds",
+            "Time from an accepted client connection to its completed TLS handshake, by protocol version",
+            tls_handshake_seconds.clone(),
+        );
+        registry.register(
             "rolter_gateway_responses",
             "Responses the gateway produced itself without reaching a target, by status and code",
             gateway_responses.clone(),
@@ -374,6 +417,9 @@ impl GatewayMetrics {
             hedges_sent,
             hedges_won,
             hedges_skipped,
+            tls_handshakes,
+            tls_failures,
+            tls_handshake_seconds,
             _owner: PhantomData,
         }
     }
@@ -607,6 +653,30 @@ impl GatewayMetrics {
             }
         };
         self.responses[i].2.inc();
+    }
+
+    /// A client TLS handshake: completed with `Ok(version)` after `seconds`, or failed
+    /// with `Err(reason)`.
+    pub fn record_tls_handshake(
+        &mut self,
+        result: Result<&'static str, &'static str>,
+        seconds: f64,
+    ) {
+        match result {
+            Ok(version) => {
+                self.tls_handshakes
+                    .get_or_create(&TlsVersionLabel { version })
+                    .inc();
+                self.tls_handshake_seconds
+                    .get_or_create(&TlsVersionLabel { version })
+                    .observe(seconds);
+            }
+            Err(reason) => {
+                self.tls_failures
+                    .get_or_create(&TlsReasonLabel { reason })
+                    .inc();
+            }
+        }
     }
 
     /// Passive health checking ejected `target`.

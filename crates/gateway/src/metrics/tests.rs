@@ -671,3 +671,26 @@ fn a_cut_stream_counts_as_interrupted_with_its_cause_and_estimated_tokens_count(
         "{out}"
     );
 }
+
+/// Client TLS handshakes: completed ones by version (count and duration), failed ones by
+/// reason; nothing rendered before the first.
+#[test]
+fn tls_handshakes_by_version_and_failures_by_reason() {
+    let mut m = GatewayMetrics::new(&[], &[], &[]);
+    m.record_tls_handshake(Ok("1.3"), 0.003);
+    m.record_tls_handshake(Ok("1.3"), 0.004);
+    m.record_tls_handshake(Ok("1.2"), 0.02);
+    m.record_tls_handshake(Err("timeout"), 10.0);
+    m.record_tls_handshake(Err("not_tls"), 0.0);
+    let (out, _) = render(&m, &[], true);
+    for line in [
+        "rolter_tls_handshakes_total{version=\"1.3\"} 2\n",
+        "rolter_tls_handshakes_total{version=\"1.2\"} 1\n",
+        "rolter_tls_handshake_failures_total{reason=\"timeout\"} 1\n",
+        "rolter_tls_handshake_failures_total{reason=\"not_tls\"} 1\n",
+        "rolter_tls_handshake_duration_seconds_count{version=\"1.3\"} 2\n",
+        "rolter_tls_handshake_duration_seconds_bucket{version=\"1.3\",le=\"0.005\"} 2\n",
+    ] {
+        assert!(out.contains(line), "{line}{out}");
+    }
+}

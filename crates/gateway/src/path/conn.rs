@@ -4,7 +4,12 @@
 //!
 //! A connection beyond `server.max_connections` (counted over every worker, `mesh::caps`)
 //! is answered 503 `too_many_connections` with `Connection: close` before anything is
-//! read, and closed.
+//! read, and closed (on a TLS listener it is closed without an answer, before any
+//! handshake).
+//!
+//! With `[server.tls]` the TLS handshake runs first, within `server.tls.handshake_timeout`
+//! (a connection that does not finish it is closed, and counted by reason); the requests
+//! then see the same limits and timeouts as on plaintext.
 //!
 //! Owns the client socket and its reusable buffers for the connection's whole life. Every
 //! rejection of a malformed request answers with an OpenAI-shaped error and closes the
@@ -15,7 +20,7 @@ use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 use rolter_codec::h1::chunked::{ChunkError, ChunkedDecoder};
@@ -34,6 +39,7 @@ use super::race::client_ready;
 use super::reader::Reader;
 use super::record;
 use super::request::{IoBufs, Request};
+use super::stream::{self, HandshakeFailure};
 use crate::path::generation::Generations;
 use crate::path::state::{WorkerCore, WorkerState};
 
@@ -125,6 +131,12 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
     let core = worker.core.clone();
     let max = worker.current().config.server.max_connections;
     let Some(_open) = core.connection_cap.try_open(Some(max)) else {
+        if worker.current().client_tls.is_some() {
+            // A TLS client cannot read a plaintext 503, and a handshake is what an overload
+            // must not pay for: the connection is closed at once (and counted the same).
+            worker.current().record_gateway(503, "too_many_connections");
+            return;
+        }
         refuse(&worker, stream).await;
         return;
     };
@@ -132,14 +144,37 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
     let _guard = ConnGuard(&core);
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
-    let (rd, wr) = stream.into_split();
-    let reader_cap = worker
-        .current()
-        .config
-        .server
-        .limits
-        .max_head_bytes
-        .max(READER_CAP);
+    let (reader_cap, tls) = {
+        let s = worker.current();
+        let cap = s.config.server.limits.max_head_bytes.max(READER_CAP);
+        let tls = s.client_tls.clone().zip(s.config.server.tls.as_ref());
+        (cap, tls.map(|(c, t)| (c, t.handshake_timeout)))
+    };
+    let (rd, wr) = match tls {
+        None => stream::plain(stream),
+        Some((config, within)) => {
+            // The handshake holds no configuration's state while it waits: the settings
+            // were taken at accept.
+            let started = Instant::now();
+            let result =
+                match monoio::time::timeout(within, stream::accept(stream, fd, config)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(HandshakeFailure::Timeout),
+                };
+            let secs = started.elapsed().as_secs_f64();
+            let state = worker.current();
+            match result {
+                Ok(a) => {
+                    state.record_tls_handshake(Ok(a.version), secs);
+                    (a.rd, a.wr)
+                }
+                Err(f) => {
+                    state.record_tls_handshake(Err(f.label()), secs);
+                    return;
+                }
+            }
+        }
+    };
     let mut io = ClientIo {
         reader: Reader::spawn(rd, reader_cap),
         wr,

@@ -24,7 +24,9 @@
 //!
 //! Beside them: [`state`] (the worker's per-core state every stage reads), [`generation`]
 //! (which configuration's state a new request takes, across reloads), [`client`] (the
-//! client socket and writing to it), [`reader`] and [`race`] (the disconnect watch).
+//! client socket and writing to it), [`stream`] (the client's bytes, plaintext or TLS, and
+//! the TLS handshake), [`client_tls`] (the listener's certificates per configuration),
+//! [`reader`] and [`race`] (the disconnect watch).
 //!
 //! Owns everything that happens per request on a worker core. It must not block, take a
 //! lock, or log per request; anything slow belongs to the control thread.
@@ -32,6 +34,7 @@
 pub mod attempt;
 pub mod auth;
 pub mod client;
+pub mod client_tls;
 pub mod conn;
 pub mod forward;
 pub mod generation;
@@ -51,4 +54,5 @@ pub mod request;
 pub mod retry;
 pub mod route;
 pub mod state;
+pub mod stream;
 pub mod upstream_request;

@@ -8,7 +8,8 @@
 //! separate watch read per request, this saves two io_uring operations per request, and it
 //! keeps watching after pipelined bytes arrive.
 //!
-//! Owns the read half of the client socket. It must not parse anything, and it stops
+//! Owns the read half of the client connection (plaintext or TLS: for TLS the bytes here
+//! are the decrypted ones). It must not parse anything, and it stops
 //! reading while the inbox holds more than its cap (a client cannot make the gateway buffer
 //! without bound).
 
@@ -16,8 +17,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
-use monoio::io::{AsyncReadRent, OwnedReadHalf};
-use monoio::net::TcpStream;
+use super::stream::ClientRead;
 
 /// Smallest read buffer: an idle connection holds no more than this.
 const MIN_READ: usize = 4 * 1024;
@@ -47,7 +47,7 @@ pub struct Reader {
 
 impl Reader {
     /// Starts the reader task for `rd`. It stops reading while `cap` bytes wait unread.
-    pub fn spawn(rd: OwnedReadHalf<TcpStream>, cap: usize) -> Reader {
+    pub fn spawn(rd: ClientRead, cap: usize) -> Reader {
         let inbox = Rc::new(RefCell::new(Inbox {
             data: Vec::new(),
             eof: false,
@@ -126,7 +126,7 @@ fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
     }
 }
 
-async fn read_loop(mut rd: OwnedReadHalf<TcpStream>, inbox: Rc<RefCell<Inbox>>) {
+async fn read_loop(mut rd: ClientRead, inbox: Rc<RefCell<Inbox>>) {
     let mut buf: Vec<u8> = Vec::with_capacity(MIN_READ);
     let mut size = MIN_READ;
     loop {

@@ -10,8 +10,7 @@
 //! pool. This module must not retry: it reports whether a retry is safe.
 
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedWriteHalf};
-use monoio::net::TcpStream;
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::time::Instant;
 
 use rolter_codec::api::deltas::DeltaCounter;
@@ -28,6 +27,7 @@ use rolter_core::Usage;
 use super::race::{race, Race};
 use super::reader::Reader;
 use super::request::{IoBufs, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
+use super::stream::ClientWrite;
 use crate::access_log::Cut;
 use crate::path::state::WorkerState;
 use crate::upstream::conn::UpstreamConn;
@@ -134,7 +134,7 @@ impl TryLimits {
 pub async fn exchange(
     state: &WorkerState,
     tid: usize,
-    wr: &mut OwnedWriteHalf<TcpStream>,
+    wr: &mut ClientWrite,
     watch: &Reader,
     bufs: &mut IoBufs,
     client: ClientSide,
@@ -450,7 +450,7 @@ pub async fn relay(
     tid: usize,
     mut up: UpstreamConn,
     head: ResponseHead,
-    wr: &mut OwnedWriteHalf<TcpStream>,
+    wr: &mut ClientWrite,
     watch: &Reader,
     bufs: &mut IoBufs,
     client: ClientSide,
@@ -722,7 +722,7 @@ impl SseTail {
 /// for a complete answer.
 #[allow(clippy::too_many_arguments)]
 async fn fail_midstream(
-    wr: &mut OwnedWriteHalf<TcpStream>,
+    wr: &mut ClientWrite,
     out: &mut Vec<u8>,
     head: &ResponseHead,
     client_chunked: bool,
@@ -749,6 +749,7 @@ async fn fail_midstream(
             report.bytes_out += buf.len() as u64;
         }
     }
+    wr.cut();
     let _ = monoio::time::timeout(write_timeout, wr.shutdown()).await;
     Outcome::Relayed { close: true }
 }

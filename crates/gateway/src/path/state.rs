@@ -22,6 +22,7 @@ use crate::mesh::keys::KeyBook;
 use crate::mesh::load::LoadView;
 use crate::mesh::messages::AttemptNotes;
 use crate::mesh::{Record, WorkerLinks};
+use crate::path::client_tls;
 use crate::path::head_times::HeadTimes;
 use crate::path::models;
 use crate::path::release::Waiters;
@@ -140,6 +141,8 @@ pub struct WorkerState {
     pub shares_with_fleet: bool,
     /// `max_concurrent` counts the other replicas' requests too (`state.share_load`).
     pub fleet_caps: bool,
+    /// The listener's TLS settings (`[server.tls]`); `None`: plaintext.
+    pub client_tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Most spare buffer sets a worker keeps.
@@ -278,6 +281,7 @@ impl WorkerState {
                     .is_some_and(|s| s.shares_items())
             }),
             fleet_caps: config.state.as_ref().is_some_and(|s| s.share_load),
+            client_tls: config.server.tls.as_ref().map(client_tls::server_config),
             config,
         }
     }
@@ -348,6 +352,11 @@ impl WorkerState {
     /// Counts a response the gateway produced itself.
     pub fn record_gateway(&self, status: u16, code: &'static str) {
         self.links.record(Record::Gateway { status, code });
+    }
+
+    /// Counts a client TLS handshake (see [`Record::TlsHandshake`]).
+    pub fn record_tls_handshake(&self, result: Result<&'static str, &'static str>, seconds: f64) {
+        self.links.record(Record::TlsHandshake { result, seconds });
     }
 
     /// The signal tick: publish this core's changes, apply the others'.
