@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use common::*;
@@ -28,10 +28,7 @@ fn temp_dir(name: &str) -> PathBuf {
 
 /// An address nothing listens on (connections are refused).
 fn dead_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = l.local_addr().unwrap();
-    drop(l);
-    a
+    refused_addr()
 }
 
 /// A gateway with an admin listener, its access log in `log`, targets `t0`, `t1`, … at

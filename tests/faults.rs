@@ -20,8 +20,7 @@ const CHAT: &str = "/v1/chat/completions";
 
 /// An address nothing listens on.
 fn closed_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    refused_addr()
 }
 
 /// A gateway with one round-robin route over `addrs` (targets t0, t1, ...).

@@ -13,7 +13,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::Command;
 
 use common::*;
@@ -25,11 +25,7 @@ const DASHBOARD: &str = include_str!("../config/grafana-dashboard.json");
 
 /// A port nothing listens on.
 fn dead_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    refused_addr().port()
 }
 
 /// Two mock engines behind `t0` and `t1`; `t2` is named by host name (`localhost`) on a

@@ -191,3 +191,20 @@ pub fn promtool_check(page: &str) -> Option<(bool, String)> {
     );
     Some((out.status.success(), said))
 }
+
+/// A loopback address where connections are refused, and stay refused for the test's
+/// length: a privileged port nothing listens on. (A port taken from the ephemeral range and
+/// freed can be handed to a mock of a test running beside, which would then answer.)
+pub fn refused_addr() -> SocketAddr {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(1);
+    loop {
+        let port = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(port < 1024, "no refused privileged port left");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return addr,
+            _ => continue,
+        }
+    }
+}

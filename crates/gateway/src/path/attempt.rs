@@ -194,24 +194,27 @@ pub async fn until_answered(
         } else {
             let mut report = Report::default();
             let admitted = picked.admitted;
-            let outcome = {
-                // The target's place under `max_concurrent` is held for exactly this
-                // exchange: released when it ends, however it ends (the future dropped
-                // included).
-                let _admitted = Released::new(admitted, &state.core.waiters);
-                let _in_flight = state.load.enter(tid);
-                relay::exchange(
-                    state,
-                    tid,
-                    &mut io.wr,
-                    &io.reader,
-                    bufs,
-                    client,
-                    limits,
-                    &mut report,
-                )
-                .await
-            };
+            // The target's place under `max_concurrent` and its in-flight count are held
+            // for exactly this exchange: released once the engine is done (before the last
+            // bytes reach the client), or when the exchange ends, however it ends (the
+            // future dropped included).
+            let mut held = Some((
+                Released::new(admitted, &state.core.waiters),
+                state.load.enter(tid),
+            ));
+            let outcome = relay::exchange(
+                state,
+                tid,
+                &mut io.wr,
+                &io.reader,
+                bufs,
+                client,
+                limits,
+                &mut held,
+                &mut report,
+            )
+            .await;
+            drop(held);
             (tid, outcome, report, load_at_send)
         };
         record::attempt(

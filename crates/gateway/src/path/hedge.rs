@@ -194,7 +194,7 @@ pub async fn exchange<'s>(
         let outcome = match a.expect("the first leg ended the race") {
             Opened::Done(o) => o,
             Opened::Head(up, head) => {
-                let _held = held;
+                let mut held = Some(held);
                 relay::relay(
                     state,
                     tid,
@@ -204,6 +204,7 @@ pub async fn exchange<'s>(
                     &io.reader,
                     bufs,
                     first.client,
+                    &mut held,
                     &mut report,
                 )
                 .await
@@ -250,7 +251,7 @@ pub async fn exchange<'s>(
             let mut spare = second.bufs;
             std::mem::swap(&mut bufs.ubuf, &mut spare.ubuf);
             std::mem::swap(&mut bufs.hdrs, &mut spare.hdrs);
-            let _held = second.held;
+            let mut held = Some(second.held);
             relay::relay(
                 state,
                 t,
@@ -260,6 +261,7 @@ pub async fn exchange<'s>(
                 &io.reader,
                 bufs,
                 client,
+                &mut held,
                 &mut second_report,
             )
             .await

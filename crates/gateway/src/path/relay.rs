@@ -131,7 +131,7 @@ impl TryLimits {
 /// Runs one exchange with target `tid`: [`open`], then [`relay`] of the response.
 /// `bufs.up` holds the request bytes; what happened is written to `report` as it happens.
 #[allow(clippy::too_many_arguments)]
-pub async fn exchange(
+pub async fn exchange<H>(
     state: &WorkerState,
     tid: usize,
     wr: &mut ClientWrite,
@@ -139,12 +139,13 @@ pub async fn exchange(
     bufs: &mut IoBufs,
     client: ClientSide,
     limits: TryLimits,
+    held: &mut Option<H>,
     report: &mut Report,
 ) -> Outcome {
     match open(state, tid, watch, bufs, limits, report).await {
         Opened::Done(outcome) => outcome,
         Opened::Head(up, head) => {
-            relay(state, tid, up, head, wr, watch, bufs, client, report).await
+            relay(state, tid, up, head, wr, watch, bufs, client, held, report).await
         }
     }
 }
@@ -445,7 +446,7 @@ fn feed_body(
 /// The second half of an exchange: streams the response whose head [`open`] read to the
 /// client.
 #[allow(clippy::too_many_arguments)]
-pub async fn relay(
+pub async fn relay<H>(
     state: &WorkerState,
     tid: usize,
     mut up: UpstreamConn,
@@ -454,6 +455,7 @@ pub async fn relay(
     watch: &Reader,
     bufs: &mut IoBufs,
     client: ClientSide,
+    held: &mut Option<H>,
     report: &mut Report,
 ) -> Outcome {
     let target = &state.config.targets[tid];
@@ -543,6 +545,12 @@ pub async fn relay(
     }
     let mut read_size = MIN_UPSTREAM_READ;
     let end = loop {
+        if done {
+            // The engine is done with the request: its place under `max_concurrent` is
+            // free before the last bytes reach the client, so a client that sends its next
+            // request the moment it has this answer finds the place free.
+            drop(held.take());
+        }
         if done && client_chunked {
             out.extend_from_slice(LAST_CHUNK);
         }
