@@ -9,50 +9,16 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use common::*;
 
 const SETUP: &str =
     "run the test command from the README (`./tests/run.sh`, which installs the `openai` package)";
 
 fn run_script(base_url: &str, ca_file: Option<&std::path::Path>) -> (Option<i32>, String) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/openai_client.py");
-    let mut child = Command::new("python3")
-        .arg(script)
-        .arg(base_url)
-        .args(ca_file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run python3 ({e}); {SETUP}"));
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let out = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
-    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "openai_client.py hung for 60 s\n--- stdout\n{}\n--- stderr\n{}",
-                out.join().unwrap(),
-                err.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let text = format!(
-        "--- stdout\n{}\n--- stderr\n{}",
-        out.join().unwrap(),
-        err.join().unwrap()
-    );
-    (status.code(), text)
+    let ca = ca_file.map(|p| p.display().to_string());
+    let mut args = vec![base_url];
+    args.extend(ca.as_deref());
+    common::sdk::run_script("openai_client.py", &args, SETUP)
 }
 
 #[test]
