@@ -6,6 +6,8 @@
 #   loadtest/run.sh --quick    # 3 rounds, 2 s per load, ~3 min
 #   loadtest/run.sh --tls      # the TLS scenario instead (loadtest/tls.sh): rolter, nginx and
 #                              # HAProxy terminating TLS, req/s, CPU per request, handshakes/s
+#   loadtest/run.sh --kernel-ops  # instead: system calls and io_uring submissions per
+#                              # request, per SSE event and per idle connection (perf)
 #   loadtest/run.sh --help     # all options
 #
 # See docs/benchmarks.md for what each scenario measures. Results: loadtest/results/<stamp>/
@@ -41,6 +43,9 @@ usage: loadtest/run.sh [options]
   --mem-rounds N        rounds of scenario 6 (default 3; quick 1)
   --skip-install        do not install wrk/nginx/haproxy/oha (fail if missing)
   --skip-build          do not run cargo build (use the existing release binaries)
+  --kernel-ops          instead of the scenarios: count system calls and io_uring submissions
+                        (perf tracepoints on the proxy's threads) per non-streaming request,
+                        per streamed SSE event and per idle keep-alive connection
   --tls                 run the TLS scenario (loadtest/tls.sh) instead: rolter, nginx and
                         HAProxy terminating TLS with one certificate; keep-alive req/s and CPU
                         per request, and a handshake per request for handshakes/s
@@ -53,7 +58,7 @@ EOF
 # ---------------------------------------------------------------------------------------
 # Options
 # ---------------------------------------------------------------------------------------
-QUICK=0; ROUNDS=3; DUR=""; CONNS=32; WORKERS=1; RATE=auto
+QUICK=0; ROUNDS=3; DUR=""; CONNS=32; WORKERS=1; RATE=auto; KERNEL_OPS=0
 SYSTEMS="direct rolter nginx haproxy"; IDLE_CONNS=10000; SLOW_CONNS=1000; MEM_ROUNDS=""
 SKIP_INSTALL=0; SKIP_BUILD=0
 while [ $# -gt 0 ]; do
@@ -70,6 +75,7 @@ while [ $# -gt 0 ]; do
     --mem-rounds) MEM_ROUNDS=$2; shift ;;
     --skip-install) SKIP_INSTALL=1 ;;
     --skip-build) SKIP_BUILD=1 ;;
+    --kernel-ops) KERNEL_OPS=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -212,6 +218,7 @@ wait_port() { # port pid name
 }
 
 MOCK_PORTS=(19001 19002 19003)
+declare -A MOCK_PID=()
 declare -A PORT=([direct]=19001 [rolter]=19100 [nginx]=19200 [haproxy]=19300)
 declare -A PID=()
 for p in "${MOCK_PORTS[@]}" 19100 19200 19300; do port_open "$p" && die "port $p is already in use"; done
@@ -221,7 +228,7 @@ for p in "${MOCK_PORTS[@]}"; do
   i=$((i + 1))
   taskset -c "$MOCK_CPUS" "$MOCK" --listen "127.0.0.1:$p" --name "mock$i" --model m \
     --tokens $S2_TOKENS --max-running 0 --threads 1 >"$OUT/mock$i.log" 2>&1 &
-  PIDS+=($!); wait_port "$p" $! "mock$i"
+  PIDS+=($!); MOCK_PID[$i]=$!; wait_port "$p" $! "mock$i"
 done
 
 UPSTREAMS_ROLTER=""; UPSTREAMS_NGINX=""; UPSTREAMS_HAP=""
@@ -487,6 +494,61 @@ for s in $SYSTEMS; do
   timeout -k 5 30 taskset -c "$GEN_CPUS" wrk -t1 -c"$CONNS" -d"${WARM_SECS}s" -s "$OUT/wrk-chat.lua" "$(url "$s")" >/dev/null \
     || die "warm-up against $s failed"
 done
+
+# --kernel-ops: per system, perf counts the system calls (raw_syscalls:sys_enter) and
+# io_uring submissions (io_uring:io_uring_submit_req) of the proxy's threads while wrk runs
+# DUR seconds of scenario 1 (non-streaming), of scenario 2 (64-token streams, no delay: the
+# engine's events arrive together) and of 64-token streams with 2 ms between tokens (each
+# event its own read and write: the per-event cost), and while 1000 idle keep-alive
+# connections (one request each) sit for 10 s. "direct" counts the mock engine itself.
+kops() { # out-file pid... -- command : perf stat on the pids while the command runs
+  local out=$1; shift; local pids=()
+  while [ "$1" != -- ]; do pids+=("$1"); shift; done; shift
+  perf stat -x, -e raw_syscalls:sys_enter,io_uring:io_uring_submit_req \
+    -p "$(IFS=,; echo "${pids[*]}")" -o "$out" -- "$@"
+}
+kops_get() { awk -F, -v e="$2" '$3 == e {print $1}' "$1"; }
+per() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
+if [ "$KERNEL_OPS" = 1 ]; then
+  command -v perf >/dev/null || die "perf not found (apt-get install linux-perf)"
+  { cat "$OUT/wrk-stream.lua"; echo 'wrk.headers["x-mock-itl-ms"] = "2"'; } >"$OUT/wrk-paced.lua"
+  KO="$OUT/kernel-ops.md"
+  { echo "| system | syscalls / request | SQEs / request | syscalls / stream (64 events together) | SQEs / stream | syscalls / SSE event (paced) | SQEs / SSE event | syscalls / s, 1000 idle conns | SQEs / s idle |"
+    echo "|---|---|---|---|---|---|---|---|---|"; } >"$KO"
+  for s in $SYSTEMS; do
+    if [ "$s" = direct ]; then pids=("${MOCK_PID[1]}"); else sut_pids "$s"; pids=("${SUT[@]}"); fi
+    declare -A got=()
+    for f in chat stream paced; do
+      kops "$OUT/raw/kops-$s-$f.txt" "${pids[@]}" -- timeout -k 5 $LIMIT taskset -c "$GEN_CPUS" \
+        wrk -t1 -c"$CONNS" -d"${DUR}s" -s "$OUT/wrk-$f.lua" "$(url "$s")" >"$OUT/raw/kops-$s-$f.wrk" 2>&1 \
+        || die "kernel-ops: $f against $s failed (see $OUT/raw/kops-$s-$f.wrk)"
+      n=$(awk '/requests in/ {print $1}' "$OUT/raw/kops-$s-$f.wrk")
+      # A paced stream is 64 events: per event.
+      [ "$f" = paced ] && n=$((n * S2_TOKENS))
+      got[$f.sys]=$(per "$(kops_get "$OUT/raw/kops-$s-$f.txt" raw_syscalls:sys_enter)" "$n")
+      got[$f.sqe]=$(per "$(kops_get "$OUT/raw/kops-$s-$f.txt" io_uring:io_uring_submit_req)" "$n")
+    done
+    idle_sys="-"; idle_sqe="-"
+    if [ "$s" != direct ]; then
+      rm -f "$TMP/ready" "$TMP/release"
+      taskset -c "$GEN_CPUS" "$LC" hold --addr "127.0.0.1:${PORT[$s]}" --conns 1000 --hold-secs 60 \
+        --ready-file "$TMP/ready" --release-file "$TMP/release" --out "$OUT/raw/kops-$s-idle.json" 2>/dev/null &
+      cpid=$!; PIDS+=($cpid)
+      if wait_file "$TMP/ready" $cpid 60; then
+        sleep 1
+        kops "$OUT/raw/kops-$s-idle.txt" "${pids[@]}" -- sleep 10
+        idle_sys=$(per "$(kops_get "$OUT/raw/kops-$s-idle.txt" raw_syscalls:sys_enter)" 10)
+        idle_sqe=$(per "$(kops_get "$OUT/raw/kops-$s-idle.txt" io_uring:io_uring_submit_req)" 10)
+      fi
+      touch "$TMP/release"; wait $cpid 2>/dev/null || true
+    fi
+    echo "| $s | ${got[chat.sys]} | ${got[chat.sqe]} | ${got[stream.sys]} | ${got[stream.sqe]} | ${got[paced.sys]} | ${got[paced.sqe]} | $idle_sys | $idle_sqe |" >>"$KO"
+    unset got
+  done
+  log "kernel operations (perf tracepoints; $CONNS connections, ${DUR} s per load; $LAYOUT):"
+  cat "$KO"
+  exit 0
+fi
 
 SCENARIOS="s1_wrk s1_oha s2_stream s3_ttfb s4_open"
 for r in $(seq 1 "$ROUNDS"); do
