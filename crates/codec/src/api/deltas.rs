@@ -4,7 +4,20 @@
 //! token per delta).
 //!
 //! A byte-level state machine fed each upstream read in turn, so a key split across two
-//! reads still counts; it never allocates and must not parse JSON.
+//! reads still counts. Between keys it does not walk the bytes: a SIMD substring search
+//! (`memchr::memmem`) jumps to the next `"content"` or `"text"`, and the machine runs only
+//! from there, over a key carried from the previous read, and over the last bytes of a read
+//! (where a key the next read completes may begin). It never allocates and must not parse
+//! JSON.
+
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
+static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"content\""));
+static TEXT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"text\""));
+/// The longest start of a key that a read can end in: `"conten` plus its last letter.
+const LONGEST_PARTIAL: usize = b"\"content".len();
 
 /// Counts non-empty `"content"` and `"text"` string values across the reads of one body.
 #[derive(Debug, Default, Clone, Copy)]
@@ -60,9 +73,52 @@ impl DeltaCounter {
 
     /// Feeds the next bytes of the body.
     pub fn feed(&mut self, data: &[u8]) {
-        for &b in data {
+        let mut i = self.run(data, 0);
+        if i == data.len() {
+            return;
+        }
+        // The next occurrence of each key at or after `i` (searched again only once passed).
+        let find = |f: &Finder<'_>, from: usize| f.find(&data[from..]).map(|o| from + o);
+        let mut content = find(&CONTENT, i);
+        let mut text = find(&TEXT, i);
+        loop {
+            if content.is_some_and(|p| p < i) {
+                content = find(&CONTENT, i);
+            }
+            if text.is_some_and(|p| p < i) {
+                text = find(&TEXT, i);
+            }
+            let Some(p) = content.into_iter().chain(text).min() else {
+                break;
+            };
+            i = self.run(data, p);
+            if i == data.len() {
+                return;
+            }
+        }
+        // No whole key is left; one the next read completes may begin in the last bytes.
+        let tail = data.len().saturating_sub(LONGEST_PARTIAL).max(i);
+        for &b in &data[tail..] {
             self.step(b);
         }
+    }
+
+    /// Steps from `from` while a key is being matched (the first byte always); where it
+    /// stopped: back to scanning (then `State::Scan`), or the end of `data`.
+    fn run(&mut self, data: &[u8], from: usize) -> usize {
+        let mut i = from;
+        if self.state == State::Scan {
+            if i >= data.len() {
+                return i;
+            }
+            self.step(data[i]);
+            i += 1;
+        }
+        while i < data.len() && self.state != State::Scan {
+            self.step(data[i]);
+            i += 1;
+        }
+        i
     }
 
     fn step(&mut self, b: u8) {
@@ -156,6 +212,36 @@ data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\
         let event = b"data: {\"choices\":[{\"delta\":{\"content\":\"word\"}}]}\n\n";
         for cut in 0..event.len() {
             assert_eq!(count(&[&event[..cut], &event[cut..]]), 1, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_stream_split_anywhere_counts_what_the_byte_machine_counts() {
+        let stream: Vec<u8> = (0..40)
+            .flat_map(|i| {
+                let v = if i % 7 == 0 { String::new() } else { format!("w{i}") };
+                format!(
+                    "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\": \"{v}\"}},\"text\":\"t\"}}]}}\n\n"
+                )
+                .into_bytes()
+            })
+            .collect();
+        // Byte by byte is the reference: every read one byte long.
+        let mut one = DeltaCounter::default();
+        for b in &stream {
+            one.feed(std::slice::from_ref(b));
+        }
+        assert_eq!(
+            one.count(),
+            40 - 6 + 40,
+            "non-empty contents and every text"
+        );
+        for size in [2, 3, 7, 9, 10, 64, 100, 4096] {
+            let mut c = DeltaCounter::default();
+            for part in stream.chunks(size) {
+                c.feed(part);
+            }
+            assert_eq!(c.count(), one.count(), "reads of {size} bytes");
         }
     }
 
