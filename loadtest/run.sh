@@ -43,6 +43,10 @@ usage: loadtest/run.sh [options]
   --mem-rounds N        rounds of scenario 6 (default 3; quick 1)
   --skip-install        do not install wrk/nginx/haproxy/oha (fail if missing)
   --skip-build          do not run cargo build (use the existing release binaries)
+  --body-kib N          request bodies of about N KiB (a longer system prompt; default 1):
+                        `--body-kib 32` is the big-prompt case (RAG, long chats)
+  --scenarios "LIST"    subset/order of: s1_wrk s1_oha s2_stream s3_ttfb s4_open (default all)
+  --mem-rounds 0        skip scenario 6 (memory)
   --kernel-ops          instead of the scenarios: count system calls and io_uring submissions
                         (perf tracepoints on the proxy's threads) per non-streaming request,
                         per streamed SSE event and per idle keep-alive connection
@@ -58,7 +62,8 @@ EOF
 # ---------------------------------------------------------------------------------------
 # Options
 # ---------------------------------------------------------------------------------------
-QUICK=0; ROUNDS=3; DUR=""; CONNS=32; WORKERS=1; RATE=auto; KERNEL_OPS=0
+QUICK=0; ROUNDS=3; DUR=""; CONNS=32; WORKERS=1; RATE=auto; KERNEL_OPS=0; BODY_KIB=1
+SCENARIOS="s1_wrk s1_oha s2_stream s3_ttfb s4_open"
 SYSTEMS="direct rolter nginx haproxy"; IDLE_CONNS=10000; SLOW_CONNS=1000; MEM_ROUNDS=""
 SKIP_INSTALL=0; SKIP_BUILD=0
 while [ $# -gt 0 ]; do
@@ -76,6 +81,8 @@ while [ $# -gt 0 ]; do
     --skip-install) SKIP_INSTALL=1 ;;
     --skip-build) SKIP_BUILD=1 ;;
     --kernel-ops) KERNEL_OPS=1 ;;
+    --body-kib) BODY_KIB=$2; shift ;;
+    --scenarios) SCENARIOS=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -92,8 +99,12 @@ SLOW_ITL_MS=50          # scenario 6: slow streams, 50 ms between tokens
 S3_TOKENS=16; S3_ITL_MS=3; S3_TTFT_MS=2   # scenario 3: head at once, first token after 2 ms, 16 tokens 3 ms apart
 S2_TOKENS=64            # scenario 2: 64 tokens, no delay
 OPEN_CONNS=64           # scenario 4: connections available to the open-loop generator
-for v in ROUNDS DUR CONNS WORKERS IDLE_CONNS SLOW_CONNS MEM_ROUNDS; do
+for v in ROUNDS DUR CONNS WORKERS IDLE_CONNS SLOW_CONNS BODY_KIB; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --${v,,} must be a positive integer" >&2; exit 2; }
+done
+[[ $MEM_ROUNDS =~ ^[0-9]+$ ]] || { echo "run.sh: --mem-rounds must be a number" >&2; exit 2; }
+for s in $SCENARIOS; do
+  case $s in s1_wrk|s1_oha|s2_stream|s3_ttfb|s4_open) ;; *) echo "run.sh: unknown scenario $s" >&2; exit 2 ;; esac
 done
 [[ $RATE == auto || $RATE =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rate must be a positive integer" >&2; exit 2; }
 for s in $SYSTEMS; do
@@ -405,9 +416,10 @@ measure() {
 # ---------------------------------------------------------------------------------------
 # Request bodies (~1 KiB chat completion)
 # ---------------------------------------------------------------------------------------
-body() { # stream max_tokens
+body() { # stream max_tokens: about BODY_KIB KiB (a system prompt of 29-byte sentences)
+  local n=$((BODY_KIB * 1024 / 29 - 7)); [ "$n" -lt 1 ] && n=1
   printf '{"model":"m","stream":%s,"max_tokens":%s,"messages":[{"role":"system","content":"%s"},{"role":"user","content":"Summarise the plot of a long novel in two sentences."}]}' \
-    "$1" "$2" "$(printf 'You are a helpful assistant. %.0s' {1..28})"
+    "$1" "$2" "$(for ((k = 0; k < n; k++)); do printf 'You are a helpful assistant. '; done)"
 }
 body false 16 >"$OUT/body-chat.json"
 body true $S2_TOKENS >"$OUT/body-stream.json"
@@ -550,7 +562,6 @@ if [ "$KERNEL_OPS" = 1 ]; then
   exit 0
 fi
 
-SCENARIOS="s1_wrk s1_oha s2_stream s3_ttfb s4_open"
 for r in $(seq 1 "$ROUNDS"); do
   for scen in $SCENARIOS; do
     if [ "$scen" = s4_open ] && [ "$RATE" = auto ]; then
@@ -588,7 +599,7 @@ META=(
   --meta "date=$(date -u +'%Y-%m-%d %H:%M UTC')"
   --meta "machine=$(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), Linux $(uname -r)"
   --meta "pinning=$LAYOUT"
-  --meta "command=loadtest/run.sh $([ "$QUICK" = 1 ] && echo --quick) (rounds $ROUNDS, $DUR s per load, $CONNS connections, $WORKERS worker(s) per proxy, memory rounds $MEM_ROUNDS)"
+  --meta "command=loadtest/run.sh $([ "$QUICK" = 1 ] && echo --quick) (rounds $ROUNDS, $DUR s per load, $CONNS connections, $WORKERS worker(s) per proxy, memory rounds $MEM_ROUNDS, bodies of $(wc -c <"$OUT/body-chat.json") bytes, scenarios $SCENARIOS)"
   --meta "scenario 3=$S3_REQS sequential streams per run, first token after $S3_TTFT_MS ms, $S3_TOKENS tokens $S3_ITL_MS ms apart"
   --meta "scenario 4=$RATE req/s open loop, $OPEN_CONNS connections, oha ${OHA_LC[*]:-(no latency correction)}"
   --meta "scenario 6=$IDLE_CONNS idle keep-alive connections; $SLOW_CONNS slow streams of $SLOW_TOKENS tokens $SLOW_ITL_MS ms apart"
