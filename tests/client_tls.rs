@@ -186,7 +186,11 @@ fn peer_leaf(s: &Tls) -> CertificateDer<'static> {
 
 /// One chat completion on `s`; returns the status line and the body.
 fn chat(s: &mut Tls, close: bool) -> (String, String) {
-    let body = chat_body(false);
+    post_chat(s, &chat_body(false), close)
+}
+
+/// `body` posted to the chat endpoint on `s`; the status line and the response body.
+fn post_chat(s: &mut Tls, body: &str, close: bool) -> (String, String) {
     let conn = if close { "connection: close\r\n" } else { "" };
     write!(
         s,
@@ -616,21 +620,8 @@ fn a_large_body_arrives_whole_over_many_records() {
             r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}]}}"#,
             "x".repeat(600 * 1024)
         );
-        write!(
-            s,
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        s.flush().unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            assert_eq!(s.read(&mut byte).unwrap(), 1, "{ctx}");
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8(head).unwrap();
-        assert!(head.starts_with("HTTP/1.1 200"), "{ctx}: {head}");
+        let (status, _) = post_chat(&mut s, &body, false);
+        assert!(status.starts_with("HTTP/1.1 200"), "{ctx}: {status}");
         // The engine received the body byte for byte.
         let seen = m.requests();
         let last = seen.last().expect("a recorded request");

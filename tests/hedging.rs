@@ -39,6 +39,15 @@ fn series(g: &Gateway, name: &str) -> f64 {
     admin_series(g, name).unwrap_or(0.0)
 }
 
+/// The statuses of `n` chat requests, one after another, sorted.
+fn statuses(g: &Gateway, n: usize) -> Vec<u16> {
+    let mut codes: Vec<u16> = (0..n)
+        .map(|_| call(g.local_addr(), &post(CHAT, &[], &chat_body(false))).status)
+        .collect();
+    codes.sort();
+    codes
+}
+
 /// The `x-request-id`s an engine received, sorted.
 fn ids(m: &MockHandle) -> Vec<String> {
     let mut v: Vec<String> = m
@@ -125,11 +134,7 @@ fn a_hedge_is_charged_to_the_retry_budget() {
             "600ms",
             "retries = 0\nhedge_after = \"100ms\"\nretry_budget = 0.0\nretry_budget_min = 0",
         );
-        let mut codes: Vec<u16> = (0..2)
-            .map(|_| call(g.local_addr(), &post(CHAT, &[], &chat_body(false))).status)
-            .collect();
-        codes.sort();
-        assert_eq!(codes, [200, 504], "{ctx}");
+        assert_eq!(statuses(&g, 2), [200, 504], "{ctx}");
         assert_eq!(
             (stalled.requests().len(), good.requests().len()),
             (1, 1),
@@ -163,11 +168,7 @@ fn a_percentile_hedge_waits_for_the_routes_head_times_then_hedges() {
             "retries = 0\nhedge_after = \"p90\"",
         );
         // No head times yet: no hedge, the stalled attempt times out.
-        let mut codes: Vec<u16> = (0..2)
-            .map(|_| call(g.local_addr(), &post(CHAT, &[], &chat_body(false))).status)
-            .collect();
-        codes.sort();
-        assert_eq!(codes, [200, 504], "{ctx}");
+        assert_eq!(statuses(&g, 2), [200, 504], "{ctx}");
         // The route learns its head times from healthy answers.
         flaky.set_fault(None);
         for i in 0..24 {

@@ -44,6 +44,17 @@ fn events(body: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// The data of the last event, which must be an `event: error` whose `type` is `error`.
+fn last_error_event(evs: &[String], ctx: &str) -> serde_json::Value {
+    let last = evs.last().unwrap();
+    let data = last
+        .strip_prefix("event: error\ndata: ")
+        .unwrap_or_else(|| panic!("{ctx}: last event {last:?}"));
+    let v: serde_json::Value = serde_json::from_str(data).unwrap();
+    assert_eq!(v["type"], "error", "{ctx}: {v}");
+    v
+}
+
 #[test]
 fn messages_errors_are_anthropic_shaped_with_anthropic_types() {
     for d in drivers() {
@@ -135,12 +146,7 @@ fn a_cut_messages_stream_ends_with_anthropics_error_event() {
             2,
             "{ctx}: {evs:?}"
         );
-        let last = evs.last().unwrap();
-        let data = last
-            .strip_prefix("event: error\ndata: ")
-            .unwrap_or_else(|| panic!("{ctx}: last event {last:?}"));
-        let v: serde_json::Value = serde_json::from_str(data).unwrap();
-        assert_eq!(v["type"], "error", "{ctx}: {v}");
+        let v = last_error_event(&evs, ctx);
         assert_eq!(v["error"]["type"], "api_error", "{ctx}: {v}");
         assert!(
             v["error"]["message"]
@@ -180,12 +186,7 @@ fn a_cut_responses_stream_ends_with_its_error_event_numbered_after_the_last() {
                 serde_json::from_str::<serde_json::Value>(data).ok()?["sequence_number"].as_u64()
             })
             .collect();
-        let last = evs.last().unwrap();
-        let data = last
-            .strip_prefix("event: error\ndata: ")
-            .unwrap_or_else(|| panic!("{ctx}: last event {last:?}"));
-        let v: serde_json::Value = serde_json::from_str(data).unwrap();
-        assert_eq!(v["type"], "error", "{ctx}: {v}");
+        let v = last_error_event(&evs, ctx);
         assert_eq!(v["code"], "upstream_stream_interrupted", "{ctx}: {v}");
         assert!(
             v["message"].as_str().unwrap().contains("incomplete"),
