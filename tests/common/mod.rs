@@ -68,6 +68,16 @@ pub fn gateway(driver: DriverChoice, rest: &str) -> Gateway {
 }
 
 pub fn gateway_with(driver: DriverChoice, workers: usize, rest: &str) -> Gateway {
+    gateway_with_server(driver, workers, "", rest)
+}
+
+/// As [`gateway_with`], with `server_extra` (TOML lines) added to the `[server]` table.
+pub fn gateway_with_server(
+    driver: DriverChoice,
+    workers: usize,
+    server_extra: &str,
+    rest: &str,
+) -> Gateway {
     // The access log stays out of the test output unless a test configures it.
     let log = if rest.contains("[log]") {
         ""
@@ -75,7 +85,7 @@ pub fn gateway_with(driver: DriverChoice, workers: usize, rest: &str) -> Gateway
         "[log]\naccess = \"off\"\n"
     };
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nworkers = {workers}\npin_workers = false\ndriver = \"{}\"\nshutdown_grace = \"2s\"\n{TEST_LIMITS}\n{log}{rest}",
+        "[server]\nlisten = \"127.0.0.1:0\"\nworkers = {workers}\npin_workers = false\ndriver = \"{}\"\nshutdown_grace = \"2s\"\n{server_extra}\n{TEST_LIMITS}\n{log}{rest}",
         driver_name(driver)
     );
     let cfg =

@@ -437,6 +437,11 @@ pub struct ServerConfig {
     pub underscores_in_headers: UnderscoreHeaders,
     /// `[server.tls]`: the listener terminates TLS; `None`: plaintext HTTP/1.1.
     pub tls: Option<ServerTls>,
+    /// How long a worker keeps polling its ring after its last client or upstream read
+    /// before it sleeps in the kernel (`busy_poll`; zero, the default: it sleeps as soon as
+    /// it has nothing to run). A polling worker holds its core at 100 % for that long after
+    /// each read, in exchange for no wake-up on the next one. Reloadable.
+    pub busy_poll: Duration,
 }
 
 /// `[server.tls]`: client-side TLS on the listener. Certificates and keys were read and

@@ -146,6 +146,7 @@ pub(crate) struct RawServer {
     pub control_socket: Option<String>,
     pub underscores_in_headers: Option<String>,
     pub tls: Option<RawServerTls>,
+    pub busy_poll: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -360,6 +361,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "underscores_in_headers",
     "limits",
     "tls",
+    "busy_poll",
 ];
 pub(crate) const SERVER_TLS_KEYS: &[&str] = &[
     "cert_file",

@@ -244,6 +244,24 @@ fn dns_refresh_defaults_to_30s_and_zero_turns_it_off() {
 }
 
 #[test]
+fn busy_poll_is_off_by_default_and_bounded() {
+    assert_eq!(load(ONE_TARGET).unwrap().server.busy_poll, Duration::ZERO);
+    let c = load(&format!("[server]\nbusy_poll = \"250us\"\n{ONE_TARGET}")).unwrap();
+    assert_eq!(c.server.busy_poll, Duration::from_micros(250));
+    let errs = errors(&format!("[server]\nbusy_poll = \"1s\"\n{ONE_TARGET}"));
+    let e = error_at(&errs, "server.busy_poll");
+    assert!(
+        e.message.contains("longer than the maximum of 100ms"),
+        "{e}"
+    );
+    assert!(e.fix.contains("\"0s\""), "{e}");
+    for bad in ["\"fast\"", "5"] {
+        let errs = errors(&format!("[server]\nbusy_poll = {bad}\n{ONE_TARGET}"));
+        error_at(&errs, "server.busy_poll");
+    }
+}
+
+#[test]
 fn server_errors() {
     let text = format!(
         "[server]\nlisten = \"nowhere\"\nworkers = -1\ndriver = \"iouring\"\n\

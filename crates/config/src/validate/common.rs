@@ -62,6 +62,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(2);
 /// `server.dns_refresh` when not set.
 pub const DEFAULT_DNS_REFRESH: Duration = Duration::from_secs(30);
+/// The longest `server.busy_poll`: past it a worker spins through gaps that a sleep and a
+/// wake-up would serve as fast.
+pub const MAX_BUSY_POLL: Duration = Duration::from_millis(100);
 /// The shortest non-zero `server.dns_refresh`.
 pub const MIN_DNS_REFRESH: Duration = Duration::from_secs(1);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

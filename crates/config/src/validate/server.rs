@@ -108,6 +108,7 @@ pub(super) fn server(
             None
         }
     };
+    let busy_poll = busy_poll(raw.busy_poll.as_ref(), errs);
     let tls = match raw.tls {
         None => Some(None),
         Some(t) => server_tls(t, host, errs).map(Some),
@@ -124,7 +125,28 @@ pub(super) fn server(
         max_connections: max_connections?,
         underscores_in_headers: underscores_in_headers?,
         tls: tls?,
+        busy_poll: busy_poll?,
     })
+}
+
+/// `server.busy_poll`: zero (off) up to [`MAX_BUSY_POLL`].
+fn busy_poll(v: Option<&toml::Value>, errs: &mut Collector) -> Option<Duration> {
+    const KEY: &str = "server.busy_poll";
+    let d = duration(v, KEY, Duration::ZERO, true, errs)?;
+    if d > MAX_BUSY_POLL {
+        errs.push(
+            KEY,
+            format!(
+                "busy_poll is {}, longer than the maximum of {}",
+                humantime::format_duration(d),
+                humantime::format_duration(MAX_BUSY_POLL)
+            ),
+            "use a polling time such as \"200us\" to \"2ms\", or \"0s\" (the default) to \
+             sleep whenever the worker has nothing to run",
+        );
+        return None;
+    }
+    Some(d)
 }
 
 /// `server.dns_refresh`: zero (resolve once, at load) or at least [`MIN_DNS_REFRESH`], so a

@@ -70,6 +70,8 @@ pub struct Plane {
     pub reloads: Option<Arc<crate::reload::ReloadStats>>,
     /// The client API keys' counts, for `/metrics` (`None` in tests that build a bare plane).
     pub keys: Option<Arc<crate::mesh::keys::KeyBook>>,
+    /// The workers' busy-polling time (`rolter_busy_poll_seconds_total`).
+    pub poll_stats: Option<Arc<crate::mesh::polling::PollStats>>,
     /// What the mesh's senders dropped (every worker's, then the control thread's).
     mesh_drops: Vec<Arc<MeshDrops>>,
     /// The drop total last logged.
@@ -184,6 +186,7 @@ impl Plane {
             kv_reports: None,
             reloads: None,
             keys: None,
+            poll_stats: None,
             mesh_drops,
             drops_logged: 0,
             last_drop_log: None,
@@ -838,6 +841,9 @@ impl Plane {
         let names: Vec<String> = self.config.targets.iter().map(|t| t.name.clone()).collect();
         crate::metrics::dns::render(&names, &self.dns.counts(), out);
         self.queues.render(out);
+        if let Some(p) = &self.poll_stats {
+            crate::metrics::busy_poll::render(p, out);
+        }
         crate::metrics::process::render(&crate::metrics::process::ProcessStats::read(), out);
     }
 

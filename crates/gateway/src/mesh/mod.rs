@@ -11,6 +11,7 @@
 //!   the only atomics the cores share on the request path.
 //! - [`keys`]: the client API keys' shared windows (`requests_per_minute`,
 //!   `tokens_per_minute`, exact per gateway) and their counts for `/metrics`.
+//! - [`polling`]: the time the workers spent busy polling, for `/metrics`.
 //! - [`links`]: both ends of the bounded crossbeam channels, the heartbeat that re-sends a
 //!   full snapshot so a dropped one heals, and the drop counters.
 //!
@@ -22,6 +23,7 @@ pub mod keys;
 pub mod links;
 pub mod load;
 pub mod messages;
+pub mod polling;
 
 pub use links::{mesh, ControlLinks, Kind, MeshDrops, WorkerLinks, HEARTBEAT_TICKS, INBOX};
 pub use messages::{Record, ToControl, ToWorker};

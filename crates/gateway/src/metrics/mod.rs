@@ -19,8 +19,10 @@
 //! - [`reloads`]: the running configuration's digest and the reload counters.
 //! - [`dns`]: lookups of targets' host names, from the control thread's counts.
 //! - [`queue`]: the routes' queues (depth, wait, how waits ended).
+//! - [`busy_poll`]: the time the workers spent busy polling.
 //! - [`process`]: the `process_*` series from `/proc/self` and `rolter_build_info`.
 
+pub mod busy_poll;
 pub mod dns;
 pub mod gateway;
 pub mod gauges;

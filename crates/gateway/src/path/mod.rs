@@ -26,11 +26,13 @@
 //! (which configuration's state a new request takes, across reloads), [`client`] (the
 //! client socket and writing to it), [`stream`] (the client's bytes, plaintext or TLS, and
 //! the TLS handshake), [`client_tls`] (the listener's certificates per configuration),
-//! [`reader`] and [`race`] (the disconnect watch).
+//! [`reader`] and [`race`] (the disconnect watch), [`activity`] (the notes busy polling
+//! follows).
 //!
 //! Owns everything that happens per request on a worker core. It must not block, take a
 //! lock, or log per request; anything slow belongs to the control thread.
 
+pub mod activity;
 pub mod attempt;
 pub mod auth;
 pub mod client;

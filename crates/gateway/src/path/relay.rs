@@ -317,6 +317,7 @@ async fn send_and_read_head(
         let ub = std::mem::take(&mut bufs.ubuf).slice_mut(len..);
         match race(up.read(ub), watch, deadline).await {
             Race::Done((Ok(n), ub)) if n > 0 => {
+                state.core.activity.note();
                 bufs.ubuf = ub.into_inner();
                 answered = true;
             }
@@ -581,6 +582,7 @@ pub async fn relay<H>(
         }
         match race(up.read(ub), watch, deadline).await {
             Race::Done((Ok(n), ub)) if n > 0 => {
+                state.core.activity.note();
                 bufs.ubuf = ub;
                 read_size = if n == bufs.ubuf.capacity() {
                     (read_size * 2).min(MAX_UPSTREAM_READ)

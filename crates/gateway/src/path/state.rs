@@ -22,6 +22,7 @@ use crate::mesh::keys::KeyBook;
 use crate::mesh::load::LoadView;
 use crate::mesh::messages::AttemptNotes;
 use crate::mesh::{Record, WorkerLinks};
+use crate::path::activity::Activity;
 use crate::path::client_tls;
 use crate::path::head_times::HeadTimes;
 use crate::path::models;
@@ -82,6 +83,8 @@ pub struct WorkerCore {
     pub connection_cap: Arc<ConnectionCap>,
     /// Requests waiting in a route's queue on this core, woken when a place may have freed.
     pub waiters: Waiters,
+    /// Requests and upstream reads on this core, for busy polling (`server.busy_poll`).
+    pub activity: Activity,
 }
 
 impl WorkerCore {
@@ -90,6 +93,7 @@ impl WorkerCore {
             store,
             connection_cap,
             waiters: Waiters::default(),
+            activity: Activity::default(),
             id,
             draining: Cell::new(false),
             cut_at: Cell::new(None),
@@ -101,6 +105,7 @@ impl WorkerCore {
 
     /// A buffer set for one request.
     pub fn take_bufs(&self) -> PooledBufs<'_> {
+        self.activity.note();
         let bufs = self.spare_bufs.borrow_mut().pop().unwrap_or_default();
         PooledBufs {
             core: self,

@@ -59,6 +59,8 @@ pub struct ControlContext {
     pub keys: Arc<crate::mesh::keys::KeyBook>,
     /// The access-log writer's input (`None` when the access log is off).
     pub access: Option<AccessSink>,
+    /// The workers' busy-polling time.
+    pub poll_stats: Arc<crate::mesh::polling::PollStats>,
     /// The fleet plane's control end, when `[state]` is configured.
     pub fleet: Option<crate::fleet::news::FleetControl>,
 }
@@ -104,6 +106,7 @@ async fn run(ctx: ControlContext) {
         keys,
         access,
         fleet,
+        poll_stats,
         ..
     } = ctx;
     let plane = Rc::new(RefCell::new(Plane::new(
@@ -117,6 +120,7 @@ async fn run(ctx: ControlContext) {
     plane.borrow_mut().keys = Some(keys);
     plane.borrow_mut().reloads = Some(reloads.clone());
     plane.borrow_mut().access = access;
+    plane.borrow_mut().poll_stats = Some(poll_stats);
     let fleet = fleet.map(|f| Rc::new(RefCell::new(f)));
     plane.borrow_mut().fleet = fleet.clone();
 
@@ -162,6 +166,7 @@ async fn run(ctx: ControlContext) {
             next.keys = Some(a.keys);
             next.reloads = Some(reloads.clone());
             next.access = plane.borrow().access.clone();
+            next.poll_stats = plane.borrow().poll_stats.clone();
             next.fleet = fleet.clone();
             if let Some(f) = &fleet {
                 f.borrow_mut().adopt(&a.config);

@@ -26,6 +26,7 @@ use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::keys::KeyBook;
 use crate::mesh::mesh;
+use crate::mesh::polling::PollStats;
 use crate::notify;
 use crate::reload::{ReloadError, ReloadReport, ReloadStats};
 use crate::strategies::StrategyFactory;
@@ -159,12 +160,14 @@ impl Gateway {
         let caps = TargetCaps::new(&config.targets, None);
         let keys = KeyBook::new(&config.keys.keys, None);
         let connections = Arc::new(ConnectionCap::default());
+        let poll_stats = Arc::new(PollStats::default());
         for (id, l) in listeners.into_iter().enumerate() {
             let config = config.clone();
             let tls = tls.clone();
             let caps = caps.clone();
             let keys = keys.clone();
             let connections = connections.clone();
+            let poll_stats = poll_stats.clone();
             let lifecycle = lifecycle.clone();
             let strategies = strategies.clone();
             let blocking = blocking.clone();
@@ -190,6 +193,7 @@ impl Gateway {
                             caps,
                             keys,
                             connections,
+                            poll_stats,
                             listener: l,
                             lifecycle,
                             strategies,
@@ -225,6 +229,7 @@ impl Gateway {
             adopts,
             reloads: reloads.clone(),
             keys: keys.clone(),
+            poll_stats,
             access: access_sink,
             fleet: fleet.map(|(link, news, stats)| {
                 crate::fleet::news::FleetControl::new(link, news, stats, &config)

@@ -5,6 +5,7 @@
 //! Owns threads and listening sockets. It must not handle requests itself (that is the
 //! request path's); a connection lives and dies on the worker that accepted it.
 
+pub mod busy_poll;
 pub mod control_socket;
 pub mod control_thread;
 pub mod driver;

@@ -14,9 +14,11 @@ use monoio::io::Canceller;
 use monoio::net::TcpListener;
 use rolter_config::Config;
 
+use super::busy_poll;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::keys::KeyBook;
+use crate::mesh::polling::PollStats;
 use crate::mesh::WorkerLinks;
 use crate::path::conn;
 use crate::path::generation::Generations;
@@ -43,6 +45,8 @@ pub struct WorkerSetup {
     pub keys: Arc<KeyBook>,
     /// The process's client connections, shared by every worker.
     pub connections: Arc<ConnectionCap>,
+    /// Time spent busy polling, summed over every worker.
+    pub poll_stats: Arc<PollStats>,
     pub listener: StdListener,
     pub lifecycle: Arc<Lifecycle>,
     /// Builds this core's instance of every route's strategy.
@@ -86,6 +90,7 @@ pub async fn run(setup: WorkerSetup) {
         caps,
         keys,
         connections,
+        poll_stats,
         listener,
         lifecycle,
         strategies,
@@ -142,6 +147,10 @@ pub async fn run(setup: WorkerSetup) {
             }
         }
     }));
+    let poller_worker = worker.clone();
+    let _poller = busy_poll::start(core.clone(), poll_stats, move || {
+        poller_worker.current().config.server.busy_poll
+    });
     let mut canceller = Some(canceller);
     let mut drain_started: Option<std::time::Instant> = None;
     let mut ticks = 0u32;
