@@ -37,7 +37,9 @@ usage: loadtest/run.sh [options]
   --workers N           worker cores per proxy (default 1)
   --rate R              open-loop rate for scenario 4 in req/s (default: 60 % of the slowest
                         proxy's scenario-1 wrk req/s in round 1)
-  --systems "LIST"      subset/order of: direct rolter nginx haproxy (default all four)
+  --systems "LIST"      subset/order of: direct rolter nginx haproxy rolter_busy (default the
+                        first four; rolter_busy is Rolter with [server] busy_poll)
+  --busy-poll D         rolter_busy's busy_poll (default 1ms)
   --idle-conns N        idle keep-alive connections in scenario 6 (default 10000)
   --slow-conns N        concurrent slow streams in scenario 6 (default 1000)
   --mem-rounds N        rounds of scenario 6 (default 3; quick 1)
@@ -65,7 +67,7 @@ EOF
 QUICK=0; ROUNDS=3; DUR=""; CONNS=32; WORKERS=1; RATE=auto; KERNEL_OPS=0; BODY_KIB=1
 SCENARIOS="s1_wrk s1_oha s2_stream s3_ttfb s4_open"
 SYSTEMS="direct rolter nginx haproxy"; IDLE_CONNS=10000; SLOW_CONNS=1000; MEM_ROUNDS=""
-SKIP_INSTALL=0; SKIP_BUILD=0
+SKIP_INSTALL=0; SKIP_BUILD=0; BUSY_POLL=1ms
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -82,6 +84,7 @@ while [ $# -gt 0 ]; do
     --skip-build) SKIP_BUILD=1 ;;
     --kernel-ops) KERNEL_OPS=1 ;;
     --body-kib) BODY_KIB=$2; shift ;;
+    --busy-poll) BUSY_POLL=$2; shift ;;
     --scenarios) SCENARIOS=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -108,7 +111,7 @@ for s in $SCENARIOS; do
 done
 [[ $RATE == auto || $RATE =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rate must be a positive integer" >&2; exit 2; }
 for s in $SYSTEMS; do
-  case $s in direct|rolter|nginx|haproxy) ;; *) echo "run.sh: unknown system $s" >&2; exit 2 ;; esac
+  case $s in direct|rolter|nginx|haproxy|rolter_busy) ;; *) echo "run.sh: unknown system $s" >&2; exit 2 ;; esac
 done
 
 log() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
@@ -230,7 +233,7 @@ wait_port() { # port pid name
 
 MOCK_PORTS=(19001 19002 19003)
 declare -A MOCK_PID=()
-declare -A PORT=([direct]=19001 [rolter]=19100 [nginx]=19200 [haproxy]=19300)
+declare -A PORT=([direct]=19001 [rolter]=19100 [nginx]=19200 [haproxy]=19300 [rolter_busy]=19400)
 declare -A PID=()
 for p in "${MOCK_PORTS[@]}" 19100 19200 19300; do port_open "$p" && die "port $p is already in use"; done
 
@@ -252,20 +255,24 @@ for p in "${MOCK_PORTS[@]}"; do
 done
 MAXCONN=$((IDLE_CONNS + 2 * SLOW_CONNS + 1000))
 
+# start_rolter [rolter|rolter_busy]: rolter_busy adds [server] busy_poll.
 start_rolter() {
-  cat >"$OUT/rolter.toml" <<EOF
+  local sys=${1:-rolter} busy=""
+  [ "$sys" = rolter_busy ] && busy="busy_poll = \"$BUSY_POLL\""
+  cat >"$OUT/$sys.toml" <<EOF
 [server]
-listen = "127.0.0.1:${PORT[rolter]}"
+listen = "127.0.0.1:${PORT[$sys]}"
 workers = $WORKERS
 pin_workers = false   # taskset confines the process to CPU $PROXY_CPUS
+$busy
 $UPSTREAMS_ROLTER
 [[routes]]
 name = "all"
 targets = ["mock1", "mock2", "mock3"]
 strategy = "round_robin"
 EOF
-  ROLTER_LOG=warn taskset -c "$PROXY_CPUS" "$ROLTER" run --config "$OUT/rolter.toml" >"$OUT/rolter.log" 2>&1 &
-  PID[rolter]=$!; PIDS+=($!); wait_port "${PORT[rolter]}" $! rolter
+  ROLTER_LOG=warn taskset -c "$PROXY_CPUS" "$ROLTER" run --config "$OUT/$sys.toml" >"$OUT/$sys.log" 2>&1 &
+  PID[$sys]=$!; PIDS+=($!); wait_port "${PORT[$sys]}" $! "$sys"
 }
 
 start_nginx() {
@@ -336,7 +343,7 @@ EOF
 
 start_system() {
   case $1 in
-    rolter) start_rolter ;;
+    rolter|rolter_busy) start_rolter "$1" ;;
     nginx) start_nginx ;;
     haproxy) start_haproxy ;;
   esac

@@ -10,13 +10,16 @@ use serde_json::{json, Map, Value};
 
 use crate::clients::read_json;
 
-pub const SYSTEMS: [&str; 4] = ["direct", "rolter", "nginx", "haproxy"];
+/// Every system a run may hold, in column order; a report shows the ones that ran
+/// (`rolter_busy` is Rolter with `[server] busy_poll`).
+pub const SYSTEMS: [&str; 5] = ["direct", "rolter", "rolter_busy", "nginx", "haproxy"];
 const PEERS: [&str; 2] = ["nginx", "haproxy"];
 
 fn label(system: &str) -> &str {
     match system {
         "direct" => "direct",
         "rolter" => "Rolter",
+        "rolter_busy" => "Rolter busy-poll",
         "nginx" => "nginx",
         "haproxy" => "HAProxy",
         s => s,
@@ -527,23 +530,26 @@ pub fn report(
     let runs = load_runs(runs_path)?;
     let mut rows_json = Vec::new();
     let mut table: Vec<Vec<String>> = Vec::new();
-    let header: Vec<String> = [
-        "metric",
-        "direct",
-        "Rolter",
-        "nginx",
-        "HAProxy",
-        "Rolter ÷ best peer",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    // The columns: the systems that ran, and Rolter's (each Rolter's) ratio to the peers.
+    let systems: Vec<&str> = SYSTEMS
+        .iter()
+        .copied()
+        .filter(|s| *s != "rolter_busy" || runs.iter().any(|r| r["system"] == *s))
+        .collect();
+    let rolters: Vec<&str> = systems
+        .iter()
+        .copied()
+        .filter(|s| s.starts_with("rolter"))
+        .collect();
+    let mut header = vec!["metric".to_string()];
+    header.extend(systems.iter().map(|s| label(s).to_string()));
+    header.extend(rolters.iter().map(|s| format!("{} ÷ best peer", label(s))));
     for r in ROWS {
         let mut sys = Map::new();
         let mut cells = vec![r.label.to_string()];
         let direct = median(&values(&runs, r.scenario, "direct", r.metric));
         let mut any = false;
-        for s in SYSTEMS {
+        for &s in &systems {
             let v = values(&runs, r.scenario, s, r.metric);
             match stats(&v) {
                 Some(mut st) => {
@@ -573,7 +579,6 @@ pub fn report(
         if !any {
             continue;
         }
-        let rolter = median(&values(&runs, r.scenario, "rolter", r.metric));
         let peers: Vec<(&str, f64)> = PEERS
             .iter()
             .filter_map(|p| median(&values(&runs, r.scenario, p, r.metric)).map(|m| (*p, m)))
@@ -592,13 +597,16 @@ pub fn report(
         });
         let mut j = json!({"scenario": r.scenario, "metric": r.metric, "label": r.label,
             "unit": r.unit, "higher_better": r.higher_better, "systems": sys});
-        match (rolter, best) {
-            (Some(ro), Some((bp, bv))) if bv != 0.0 => {
-                j["best_peer"] = json!(bp);
-                j["rolter_over_best_peer"] = json!(ro / bv);
-                cells.push(format!("{:.2} (vs {})", ro / bv, label(bp)));
+        for &ours in &rolters {
+            let ro = median(&values(&runs, r.scenario, ours, r.metric));
+            match (ro, best) {
+                (Some(ro), Some((bp, bv))) if bv != 0.0 => {
+                    j["best_peer"] = json!(bp);
+                    j[format!("{ours}_over_best_peer")] = json!(ro / bv);
+                    cells.push(format!("{:.2} (vs {})", ro / bv, label(bp)));
+                }
+                _ => cells.push("–".into()),
             }
-            _ => cells.push("–".into()),
         }
         rows_json.push(j);
         table.push(cells);
@@ -621,7 +629,7 @@ pub fn report(
         };
         let mut cells = vec![l.to_string()];
         let mut o = Map::new();
-        for s in &SYSTEMS[1..] {
+        for s in &systems[1..] {
             match median(&values(&runs, sc, s, m)) {
                 Some(v) => {
                     o.insert(s.to_string(), json!(v - d));
@@ -637,7 +645,7 @@ pub fn report(
     // Memory: peak RSS and RSS growth across the repeated scenario-1 runs (leak check).
     let mut mem = Map::new();
     let mut mem_table: Vec<Vec<String>> = Vec::new();
-    for s in &SYSTEMS[1..] {
+    for s in &systems[1..] {
         let hwm = runs
             .iter()
             .filter(|r| {
@@ -689,7 +697,7 @@ pub fn report(
     // Errors and steal.
     let mut errs = Map::new();
     let mut err_notes = Vec::new();
-    for s in SYSTEMS {
+    for &s in &systems {
         let e: f64 = runs
             .iter()
             .filter(|r| r["system"] == s)
@@ -732,11 +740,9 @@ pub fn report(
     let _ = writeln!(out, "\nCells: median over rounds (min–max) ×ratio to direct. Last column: Rolter's median ÷ the better of nginx and HAProxy (for req/s higher is better; for times, CPU and memory lower is better).\n");
     md_table(&mut out, &header, &table);
     let _ = writeln!(out, "\nAdded over direct (median proxy − median direct):\n");
-    md_table(
-        &mut out,
-        &["metric", "Rolter", "nginx", "HAProxy"].map(String::from),
-        &added_table,
-    );
+    let mut added_header = vec!["metric".to_string()];
+    added_header.extend(systems[1..].iter().map(|s| label(s).to_string()));
+    md_table(&mut out, &added_header, &added_table);
     let _ = writeln!(out, "\nMemory (peak RSS is VmHWM; growth is RSS after scenario 1 in the last round minus the first):\n");
     md_table(
         &mut out,
