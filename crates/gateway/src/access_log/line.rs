@@ -4,6 +4,8 @@
 //! Owns the line's shape (documented in `docs/operations.md`, "Access log"). It must not
 //! write anything.
 
+use std::borrow::Cow;
+
 use rolter_config::Config;
 use serde::Serialize;
 
@@ -15,11 +17,11 @@ struct Line<'a> {
     request_id: &'a str,
     client: String,
     method: &'a str,
-    path: &'a str,
+    path: Cow<'a, str>,
     route: Option<&'a str>,
     strategy: Option<&'a str>,
     target: Option<&'a str>,
-    model: Option<&'a str>,
+    model: Option<Cow<'a, str>>,
     status: u16,
     upstream_status: Option<u16>,
     attempts: u8,
@@ -41,8 +43,7 @@ fn ms(d: std::time::Duration) -> f64 {
     d.as_micros() as f64 / 1000.0
 }
 
-/// The entry's line, without the trailing newline.
-pub fn format(e: &Entry, config: &Config) -> String {
+fn fields<'a>(e: &'a Entry, config: &'a Config) -> Line<'a> {
     let route = e.route.and_then(|r| config.routes.get(r as usize));
     let model = e.model.text();
     let path = e.path.text();
@@ -51,14 +52,14 @@ pub fn format(e: &Entry, config: &Config) -> String {
         request_id: e.request_id.as_str(),
         client: e.client.to_string(),
         method: e.method,
-        path: &path,
+        path,
         route: route.map(|r| r.name.as_str()),
         strategy: route.map(|r| r.strategy.name()),
         target: e
             .target
             .and_then(|t| config.targets.get(t as usize))
             .map(|t| t.name.as_str()),
-        model: (!model.is_empty()).then_some(&*model),
+        model: (!model.is_empty()).then_some(model),
         status: e.status,
         upstream_status: (e.upstream_status != 0).then_some(e.upstream_status),
         attempts: e.attempts,
@@ -77,5 +78,13 @@ pub fn format(e: &Entry, config: &Config) -> String {
             .and_then(|k| config.keys.keys.get(k as usize))
             .map(|k| k.name.as_str()),
     };
-    serde_json::to_string(&line).unwrap_or_default()
+    line
+}
+
+/// Appends the entry's line and a newline to `out` (a batch of lines for the writer).
+pub fn write(e: &Entry, config: &Config, out: &mut Vec<u8>) {
+    let line = fields(e, config);
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    }
 }

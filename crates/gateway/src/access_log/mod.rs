@@ -1,8 +1,8 @@
 //! The access log: one [`Entry`] per finished request, built on the worker and sent to the
-//! control thread with the tick's other records; the control thread hands it to the
-//! [`writer`] thread over a bounded channel (dropping, and counting, what does not fit), and
-//! the writer formats each as one JSON line ([`line`]) to stdout or a file it reopens on
-//! request.
+//! control thread with the tick's other records; the control thread formats each as one
+//! JSON line ([`line`]) and hands the tick's lines to the [`writer`] thread as one batch
+//! (dropping, and counting, what does not fit its bounded buffer), which writes them to
+//! stdout or a file it reopens on request.
 //!
 //! Owns the entry's fields, their JSON form and the writer thread. It must never see a
 //! header value, a query string or a request body: entries carry only what the gateway

@@ -1,26 +1,28 @@
-//! The access-log writer thread: lines arrive on a bounded channel from the control thread
-//! ([`AccessSink::send`] never waits: a full channel drops the line and says so, for
-//! `rolter_access_log_dropped_total`), are written in batches to stdout or appended to a
-//! file, and the file is reopened on request ([`AccessLog::reopen`], for logrotate).
+//! The access-log writer thread: lines arrive from the control thread in batches, one per
+//! control tick ([`AccessSink::send`] never waits: past [`CAPACITY`] lines waiting, a batch
+//! is dropped and its lines counted, for `rolter_access_log_dropped_total`), are written to
+//! stdout or appended to a file, and the file is reopened on request
+//! ([`AccessLog::reopen`], for logrotate).
 //!
 //! Owns the destination. Only this thread ever waits on the disk.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use rolter_config::AccessLogDest;
 
 /// Lines buffered between the control thread and the writer.
 pub const CAPACITY: usize = 8192;
 
 enum Msg {
-    Line(String),
+    /// Lines, each ending with a newline, and how many.
+    Lines(Vec<u8>, usize),
     /// Wakes the writer to look at the reopen flag.
     Reopen,
     /// Write what came before, then end.
@@ -31,15 +33,24 @@ enum Msg {
 #[derive(Clone)]
 pub struct AccessSink {
     tx: Sender<Msg>,
+    /// Lines sent and not yet written, bounded by `capacity`.
+    queued: Arc<AtomicUsize>,
+    capacity: usize,
 }
 
 impl AccessSink {
-    /// Queues one line; `false` when the buffer is full and the line was dropped.
-    pub fn send(&self, line: String) -> bool {
-        match self.tx.try_send(Msg::Line(line)) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+    /// Queues `count` lines (each ending with a newline); `false` when they would take the
+    /// lines waiting past the capacity (or the writer is gone) and were dropped.
+    pub fn send(&self, lines: Vec<u8>, count: usize) -> bool {
+        if self.queued.load(Ordering::Acquire) + count > self.capacity {
+            return false;
         }
+        self.queued.fetch_add(count, Ordering::AcqRel);
+        if self.tx.send(Msg::Lines(lines, count)).is_err() {
+            self.queued.fetch_sub(count, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 }
 
@@ -96,19 +107,25 @@ impl AccessLog {
                 Out::File(BufWriter::new(f), p.clone())
             }
         };
-        let (tx, rx) = bounded(capacity);
+        let (tx, rx) = unbounded();
         let reopen = Arc::new(AtomicBool::new(false));
+        let queued = Arc::new(AtomicUsize::new(0));
         let flag = reopen.clone();
+        let written = queued.clone();
         let thread = std::thread::Builder::new()
             .name("rolter-access-log".into())
-            .spawn(move || run(rx, out, &flag))?;
+            .spawn(move || run(rx, out, &flag, &written))?;
         Ok(Some((
             AccessLog {
                 tx: Some(tx.clone()),
                 reopen,
                 thread: Some(thread),
             },
-            AccessSink { tx },
+            AccessSink {
+                tx,
+                queued,
+                capacity,
+            },
         )))
     }
 
@@ -117,7 +134,7 @@ impl AccessLog {
     pub fn reopen(&self) {
         self.reopen.store(true, Ordering::Release);
         if let Some(tx) = &self.tx {
-            let _ = tx.try_send(Msg::Reopen);
+            let _ = tx.send(Msg::Reopen);
         }
     }
 
@@ -136,7 +153,7 @@ impl AccessLog {
 /// Write errors are logged at most this often.
 const ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 
-fn run(rx: Receiver<Msg>, mut out: Out, reopen: &AtomicBool) {
+fn run(rx: Receiver<Msg>, mut out: Out, reopen: &AtomicBool, queued: &AtomicUsize) {
     let mut last_error: Option<Instant> = None;
     let mut failed: u64 = 0;
     let mut stopping = false;
@@ -151,14 +168,11 @@ fn run(rx: Receiver<Msg>, mut out: Out, reopen: &AtomicBool) {
             if reopen.swap(false, Ordering::AcqRel) {
                 reopen_file(&mut out);
             }
-            if let Msg::Line(line) = m {
-                let w = out.writer();
-                if w.write_all(line.as_bytes())
-                    .and_then(|()| w.write_all(b"\n"))
-                    .is_err()
-                {
+            if let Msg::Lines(lines, count) = m {
+                if out.writer().write_all(&lines).is_err() {
                     failed += 1;
                 }
+                queued.fetch_sub(count, Ordering::AcqRel);
             }
             msg = rx.try_recv().ok();
         }
@@ -216,14 +230,14 @@ mod tests {
         let (log, sink) = AccessLog::start(&AccessLogDest::File(path.clone()))
             .unwrap()
             .unwrap();
-        assert!(sink.send("one".into()));
+        assert!(sink.send(b"one\n".to_vec(), 1));
         // Lines are written in order; a round trip through the channel orders the rename.
         while std::fs::read_to_string(&path).unwrap() != "one\n" {
             std::thread::yield_now();
         }
         std::fs::rename(&path, dir.join("access.log.1")).unwrap();
         log.reopen();
-        assert!(sink.send("two".into()));
+        assert!(sink.send(b"two\n".to_vec(), 1));
         drop(sink);
         log.stop();
         assert_eq!(
@@ -234,11 +248,37 @@ mod tests {
     }
 
     #[test]
-    fn a_full_buffer_drops_instead_of_waiting() {
-        let (tx, _rx) = bounded(1);
-        let sink = AccessSink { tx };
-        assert!(sink.send("a".into()));
-        assert!(!sink.send("b".into()));
+    fn lines_past_the_capacity_are_dropped_instead_of_waiting() {
+        let (tx, _rx) = unbounded();
+        let sink = AccessSink {
+            tx,
+            queued: Arc::new(AtomicUsize::new(0)),
+            capacity: 3,
+        };
+        assert!(sink.send(b"a\nb\n".to_vec(), 2));
+        assert!(!sink.send(b"c\nd\n".to_vec(), 2), "4 lines waiting > 3");
+        assert!(sink.send(b"c\n".to_vec(), 1));
+        assert!(!sink.send(b"d\n".to_vec(), 1));
+    }
+
+    #[test]
+    fn written_lines_make_room_again() {
+        let dir = temp("room");
+        let path = dir.join("access.log");
+        let (log, sink) = AccessLog::start_with(&AccessLogDest::File(path.clone()), 2)
+            .unwrap()
+            .unwrap();
+        assert!(sink.send(b"a\nb\n".to_vec(), 2));
+        while std::fs::read_to_string(&path).unwrap() != "a\nb\n" {
+            std::thread::yield_now();
+        }
+        while sink.queued.load(Ordering::Acquire) != 0 {
+            std::thread::yield_now();
+        }
+        assert!(sink.send(b"c\n".to_vec(), 1));
+        drop(sink);
+        log.stop();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb\nc\n");
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct Plane {
     pub dns: DnsBook,
     /// Where finished requests' access-log lines go (`None`: `log.access = "off"`).
     pub access: Option<AccessSink>,
+    /// Access-log lines of this tick, handed to the writer as one batch.
+    access_lines: Vec<u8>,
+    access_count: usize,
     /// The fleet plane's control end (`None` without `[state]`), for `/metrics` and
     /// `/admin/state`.
     pub fleet: Option<std::rc::Rc<std::cell::RefCell<crate::fleet::news::FleetControl>>>,
@@ -105,6 +108,10 @@ const FAILURE_LOG_EVERY: Duration = Duration::from_secs(1);
 const FALLBACK_LOG_EVERY: Duration = Duration::from_secs(60);
 /// `rolter_cache_lookups_total` result of an answer naming an instance of no route target.
 const UNKNOWN_INSTANCE: &str = "unknown_instance";
+
+/// An access-log batch is handed to the writer once it holds this many bytes, and at the
+/// end of every drain of the inbox.
+const ACCESS_BATCH_BYTES: usize = 64 * 1024;
 
 /// Counts one more occurrence of `key` in a rate-limited log book; `Some((first, count))`
 /// when a line is due: at the first occurrence, then once per [`FALLBACK_LOG_EVERY`] with
@@ -187,6 +194,8 @@ impl Plane {
             reloads: None,
             keys: None,
             poll_stats: None,
+            access_lines: Vec::new(),
+            access_count: 0,
             mesh_drops,
             drops_logged: 0,
             last_drop_log: None,
@@ -254,8 +263,14 @@ impl Plane {
                     }
                 }
                 Ok(_) => {}
-                Err(crossbeam_channel::TryRecvError::Empty) => return false,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return true,
+                Err(crossbeam_channel::TryRecvError::Empty) => {
+                    self.flush_access();
+                    return false;
+                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    self.flush_access();
+                    return true;
+                }
             }
         }
     }
@@ -292,6 +307,26 @@ impl Plane {
         self.ttft[t]
     }
 
+    /// Hands the access-log lines folded so far to the writer as one batch; a batch that
+    /// does not fit its buffer is dropped and its lines counted.
+    fn flush_access(&mut self) {
+        if self.access_count == 0 {
+            return;
+        }
+        let Some(sink) = &self.access else {
+            return;
+        };
+        let lines = std::mem::replace(
+            &mut self.access_lines,
+            Vec::with_capacity(ACCESS_BATCH_BYTES),
+        );
+        if !sink.send(lines, self.access_count) {
+            self.metrics
+                .record_access_log_drops(self.access_count as u64);
+        }
+        self.access_count = 0;
+    }
+
     /// Folds everything waiting from the workers in.
     pub fn drain(&mut self, inbox: &Receiver<ToControl>, now: Instant) {
         while let Ok(msg) = inbox.try_recv() {
@@ -308,6 +343,7 @@ impl Plane {
                 }
             }
         }
+        self.flush_access();
         let mut events = std::mem::take(&mut self.events);
         self.health.tick(now, &mut events);
         for e in events.drain(..) {
@@ -442,9 +478,11 @@ impl Plane {
                 waited,
             } => self.queues.left(route, result, waited),
             Record::Request(ref entry) => {
-                if let Some(sink) = &self.access {
-                    if !sink.send(line::format(entry, &self.config)) {
-                        self.metrics.record_access_log_drop();
+                if self.access.is_some() {
+                    line::write(entry, &self.config, &mut self.access_lines);
+                    self.access_count += 1;
+                    if self.access_lines.len() >= ACCESS_BATCH_BYTES {
+                        self.flush_access();
                     }
                 }
             }

@@ -514,9 +514,9 @@ impl GatewayMetrics {
         }
     }
 
-    /// An access-log line did not fit the writer's buffer.
-    pub fn record_access_log_drop(&mut self) {
-        self.access_log_dropped.inc();
+    /// `n` access-log lines did not fit the writer's buffer.
+    pub fn record_access_log_drops(&mut self, n: u64) {
+        self.access_log_dropped.inc_by(n);
     }
 
     /// `route`'s strategy chose `target`.
