@@ -1,19 +1,27 @@
-//! A core's sign of life for busy polling: the request path notes each client request and
-//! each upstream read here, and a polling worker keeps polling while notes keep coming.
+//! A core's sign of life: the request path notes each client request and each upstream
+//! read here. A busy-polling worker keeps polling while notes keep coming, and a worker
+//! whose signal tick slowed down for a quiet core ticks fast again at the first note.
 //!
-//! Owns a counter and the waker of a poller that went to sleep. It must not take a lock,
-//! read the clock or allocate: a note is on every read of the request path, polling on or
-//! off.
+//! Owns a counter and the wakers of the two that wait for a note. It must not take a lock,
+//! read the clock or allocate: a note is on every read of the request path.
 
 use std::cell::Cell;
 use std::task::Waker;
 
-/// Notes of work on one core (see [`crate::runtime::busy_poll`]).
+/// Who waits for the next note.
+#[derive(Debug, Clone, Copy)]
+pub enum Waiter {
+    /// The busy poller ([`crate::runtime::busy_poll`]), when it stopped polling.
+    Poller = 0,
+    /// The worker's signal tick, while the core is quiet.
+    Tick = 1,
+}
+
+/// Notes of work on one core.
 #[derive(Default)]
 pub struct Activity {
     notes: Cell<u64>,
-    /// The poller, when it stopped polling and waits for work.
-    sleeper: Cell<Option<Waker>>,
+    sleepers: [Cell<Option<Waker>>; 2],
 }
 
 impl Activity {
@@ -21,8 +29,10 @@ impl Activity {
     #[inline]
     pub fn note(&self) {
         self.notes.set(self.notes.get().wrapping_add(1));
-        if let Some(w) = self.sleeper.take() {
-            w.wake();
+        for s in &self.sleepers {
+            if let Some(w) = s.take() {
+                w.wake();
+            }
         }
     }
 
@@ -32,13 +42,13 @@ impl Activity {
     }
 
     /// Waits for the next note.
-    pub async fn next(&self) {
+    pub async fn next(&self, who: Waiter) {
         let start = self.count();
         std::future::poll_fn(|cx| {
             if self.count() != start {
                 std::task::Poll::Ready(())
             } else {
-                self.sleeper.set(Some(cx.waker().clone()));
+                self.sleepers[who as usize].set(Some(cx.waker().clone()));
                 std::task::Poll::Pending
             }
         })

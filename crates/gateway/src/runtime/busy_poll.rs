@@ -22,6 +22,7 @@ use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::mesh::polling::PollStats;
+use crate::path::activity::Waiter;
 use crate::path::state::WorkerCore;
 
 /// The longest stretch of polling without a park (which fires due timers). The timer
@@ -90,7 +91,7 @@ pub fn start(
     monoio::spawn(async move {
         let pair = main;
         loop {
-            core.activity.next().await;
+            core.activity.next(Waiter::Poller).await;
             if pair.stop.get() {
                 return;
             }

@@ -245,6 +245,7 @@ impl Gateway {
             adopt: adopt_tx,
             handoffs: handoff_txs,
             stats: reloads.clone(),
+            lifecycle: lifecycle.clone(),
         }));
         if config.source.is_file() {
             let sup = supervisor.clone();

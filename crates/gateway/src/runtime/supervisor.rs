@@ -22,6 +22,7 @@ use rolter_core::{KvView, Switches};
 use super::control_thread::Adopt;
 use super::engine_threads::EngineThreads;
 use super::worker::Handoff;
+use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::TargetCaps;
 use crate::mesh::keys::KeyBook;
 use crate::mesh::mesh;
@@ -44,6 +45,8 @@ pub struct Supervisor {
     pub adopt: Sender<Adopt>,
     pub handoffs: Vec<Sender<Handoff>>,
     pub stats: Arc<ReloadStats>,
+    /// Nudges workers sleeping through a quiet tick to take their handoff now.
+    pub lifecycle: Arc<Lifecycle>,
 }
 
 impl Supervisor {
@@ -157,6 +160,7 @@ impl Supervisor {
             // A worker that already stopped (a drain) takes nothing.
             sent += usize::from(tx.send(handoff).is_ok());
         }
+        self.lifecycle.nudge();
         let deadline = std::time::Instant::now() + SWITCH_TIMEOUT;
         let mut slow = 0;
         for _ in 0..sent {

@@ -4,6 +4,7 @@
 //! Owns a worker thread's runtime and its `WorkerState`s. It must not share that state with
 //! any other thread: everything cross-core arrives by message.
 
+use std::future::Future;
 use std::net::TcpListener as StdListener;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::keys::KeyBook;
 use crate::mesh::polling::PollStats;
 use crate::mesh::WorkerLinks;
+use crate::path::activity::Waiter;
 use crate::path::conn;
 use crate::path::generation::Generations;
 use crate::path::state::{WorkerCore, WorkerState};
@@ -33,6 +35,15 @@ pub const SIGNAL_TICK: Duration = Duration::from_millis(2);
 
 /// Housekeeping (pool eviction, shutdown checks) runs every this many signal ticks (100 ms).
 const HOUSEKEEPING_EVERY: u32 = 50;
+
+/// A core with no request in flight and no note of activity for this many ticks (100 ms)
+/// is quiet: its tick slows to [`QUIET_TICK`] until the next note (a request arriving), a
+/// drain, a stop or a reload. Messages from the other cores wait in its inbox meanwhile
+/// (each pick drains the inbox first, so nothing is picked on an old view).
+const QUIET_AFTER: u32 = 50;
+
+/// The tick of a quiet core: every tick is then also a housekeeping one.
+const QUIET_TICK: Duration = Duration::from_millis(100);
 
 /// What one worker starts with.
 pub struct WorkerSetup {
@@ -80,6 +91,27 @@ const CUT_BEFORE_STOP: Duration = Duration::from_millis(250);
 /// How long a draining worker keeps idle keep-alive connections open for a request already
 /// on its way (answered with `Connection: close`) before it closes them.
 const DRAIN_IDLE_LINGER: Duration = Duration::from_millis(500);
+
+/// Waits out a quiet core's tick: [`QUIET_TICK`], or less when a request arrives or the
+/// gateway nudges its workers (a drain, a stop, a reload).
+async fn quiet_tick(core: &WorkerCore, lifecycle: &Lifecycle, id: usize) {
+    let sleep = std::pin::pin!(monoio::time::sleep(QUIET_TICK));
+    let note = std::pin::pin!(core.activity.next(Waiter::Tick));
+    let nudge = std::pin::pin!(lifecycle.nudged(id));
+    let mut parts = (sleep, note, nudge);
+    std::future::poll_fn(|cx| {
+        let (sleep, note, nudge) = &mut parts;
+        if sleep.as_mut().poll(cx).is_ready()
+            || note.as_mut().poll(cx).is_ready()
+            || nudge.as_mut().poll(cx).is_ready()
+        {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
 
 /// The body of a worker thread, run inside its runtime.
 pub async fn run(setup: WorkerSetup) {
@@ -154,8 +186,14 @@ pub async fn run(setup: WorkerSetup) {
     let mut canceller = Some(canceller);
     let mut drain_started: Option<std::time::Instant> = None;
     let mut ticks = 0u32;
+    let mut quiet_for = 0u32;
+    let mut notes = core.activity.count();
     loop {
-        monoio::time::sleep(SIGNAL_TICK).await;
+        if quiet_for >= QUIET_AFTER {
+            quiet_tick(&core, &lifecycle, id).await;
+        } else {
+            monoio::time::sleep(SIGNAL_TICK).await;
+        }
         if let Ok(h) = handoffs.try_recv() {
             let next = WorkerState::new(
                 core.clone(),
@@ -174,7 +212,17 @@ pub async fn run(setup: WorkerSetup) {
         worker.signal_tick();
         // Places freed on other cores: this core's queued requests try again.
         core.waiters.wake_all();
+        let seen = core.activity.count();
+        let idle = seen == notes
+            && core.active_requests.get() == 0
+            && worker.retired() == 0
+            && !lifecycle.draining();
+        notes = seen;
+        quiet_for = if idle { quiet_for.saturating_add(1) } else { 0 };
         ticks += 1;
+        if quiet_for > QUIET_AFTER {
+            ticks = HOUSEKEEPING_EVERY;
+        }
         if ticks < HOUSEKEEPING_EVERY && !lifecycle.stopped() {
             continue;
         }
