@@ -137,7 +137,9 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
             worker.current().record_gateway(503, "too_many_connections");
             return;
         }
-        refuse(&worker, stream).await;
+        // Boxed, like every rarely taken branch here: the task of each open connection is
+        // as large as its largest await.
+        Box::pin(refuse(&worker, stream)).await;
         return;
     };
     core.connections.set(core.connections.get() + 1);
@@ -156,11 +158,11 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
             // The handshake holds no configuration's state while it waits: the settings
             // were taken at accept.
             let started = Instant::now();
-            let result =
-                match monoio::time::timeout(within, stream::accept(stream, fd, config)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(HandshakeFailure::Timeout),
-                };
+            let accept = monoio::time::timeout(within, stream::accept(stream, fd, config));
+            let result = match Box::pin(accept).await {
+                Ok(r) => r,
+                Err(_) => Err(HandshakeFailure::Timeout),
+            };
             let secs = started.elapsed().as_secs_f64();
             let state = worker.current();
             match result {
@@ -182,7 +184,8 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
     };
     let peer_ip = peer.ip().to_string();
     let mut rbuf: Vec<u8> = Vec::new();
-    let mut spans: Vec<HeaderSpan> = Vec::with_capacity(32);
+    // Grows to the most headers a request on this connection had.
+    let mut spans: Vec<HeaderSpan> = Vec::new();
 
     loop {
         // The limits of the configuration current when the request starts; waiting for it
@@ -212,7 +215,8 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
             HeadRead::Reject(e) => {
                 state.record_gateway(e.status, e.code);
                 let id = RequestId::generate();
-                reject(&mut io, &mut bufs.out, &e, &id, None, limits.write_timeout).await;
+                let out = &mut bufs.out;
+                Box::pin(reject(&mut io, out, &e, &id, None, limits.write_timeout)).await;
                 record::rejected(&state, peer, None, &id, &e);
                 return;
             }
@@ -224,14 +228,14 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
                     state.record_gateway(e.status, e.code);
                     let id = RequestId::generate();
                     let called = Some((&head, &rbuf[..]));
-                    reject(
+                    Box::pin(reject(
                         &mut io,
                         &mut bufs.out,
                         &e,
                         &id,
                         called,
                         limits.write_timeout,
-                    )
+                    ))
                     .await;
                     record::rejected(&state, peer, called, &id, &e);
                     return;
@@ -293,7 +297,8 @@ async fn dispatch(
         // and unboxed it would sit in every idle keep-alive connection's task.
         return Box::pin(forward(state, io, req, bufs)).await;
     }
-    local::answer(state, io, req, bufs, limits).await
+    // Boxed for the same reason (the gateway's own endpoints are not the hot path).
+    Box::pin(local::answer(state, io, req, bufs, limits)).await
 }
 
 /// Answers a rejected request and closes (RFC 9112 §6.1: close after a framing error): in
@@ -437,7 +442,7 @@ async fn read_body(
             }
             let need = head.len + n as usize;
             if head.expect_continue && rbuf.len() < need {
-                send_continue(io, limits).await?;
+                Box::pin(send_continue(io, limits)).await?;
             }
             while rbuf.len() < need {
                 rbuf.reserve((need - rbuf.len()).min(256 * 1024));
@@ -447,7 +452,7 @@ async fn read_body(
         }
         BodyFraming::Chunked => {
             if head.expect_continue && rbuf.len() == head.len {
-                send_continue(io, limits).await?;
+                Box::pin(send_continue(io, limits)).await?;
             }
             body.clear();
             let mut dec = ChunkedDecoder::new();
@@ -479,6 +484,8 @@ async fn read_body(
     }
 }
 
+/// Boxed where it is called: only a client sending `Expect: 100-continue` needs it, and a
+/// write (over TLS especially) is a large future.
 async fn send_continue(io: &mut ClientIo, limits: &Limits) -> Result<(), Option<GatewayError>> {
     match monoio::time::timeout(limits.write_timeout, io.wr.write_all(CONTINUE_100)).await {
         Ok((Ok(_), _)) => Ok(()),

@@ -187,7 +187,9 @@ pub async fn open(
         {
             deadline = deadline.min(end);
         }
-        match race(state.upstream.connect(tid), watch, deadline).await {
+        // Boxed: a fresh connection is the rarer case (the pool serves most), and the
+        // connect (with a TLS handshake) would otherwise widen every exchange's state.
+        match race(Box::pin(state.upstream.connect(tid)), watch, deadline).await {
             Race::Done(Ok(s)) => Ok(s),
             Race::Done(Err(e)) => {
                 let (status, code) = match e {
