@@ -119,16 +119,16 @@ pub async fn until_answered(
         served.fallback = picked.pick.fallback;
         record::routed(state, routed, preq, inputs, tid, now);
         if let Some(loader) = &rs.adapters {
-            loader
-                .ensure(
-                    &state.upstream,
-                    &state.links,
-                    tid,
-                    preq.model,
-                    picked.residency,
-                    &mut bufs.side,
-                )
-                .await;
+            // Boxed: a LoRA load is a call of its own, on few routes.
+            Box::pin(loader.ensure(
+                &state.upstream,
+                &state.links,
+                tid,
+                preq.model,
+                picked.residency,
+                &mut bufs.side,
+            ))
+            .await;
         }
         let retries_left = (routed.route.retries as usize)
             .saturating_sub(attempts)
@@ -183,8 +183,11 @@ pub async fn until_answered(
                     ..limits
                 },
             };
-            let hedged =
-                hedge::exchange(state, io, req, bufs, routed, inputs, preq, first, after).await;
+            // Boxed: two legs' state, and only routes with `hedge_after` need it.
+            let hedged = Box::pin(hedge::exchange(
+                state, io, req, bufs, routed, inputs, preq, first, after,
+            ))
+            .await;
             if let Some(other) = hedged.other {
                 tried[attempts] = other;
                 attempts += 1;

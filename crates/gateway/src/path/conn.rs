@@ -137,7 +137,9 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
             worker.current().record_gateway(503, "too_many_connections");
             return;
         }
-        refuse(&worker, stream).await;
+        // Boxed, like every rarely taken branch here: the task of each open connection is
+        // as large as its largest await.
+        Box::pin(refuse(&worker, stream)).await;
         return;
     };
     core.connections.set(core.connections.get() + 1);
@@ -156,11 +158,11 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
             // The handshake holds no configuration's state while it waits: the settings
             // were taken at accept.
             let started = Instant::now();
-            let result =
-                match monoio::time::timeout(within, stream::accept(stream, fd, config)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(HandshakeFailure::Timeout),
-                };
+            let accept = monoio::time::timeout(within, stream::accept(stream, fd, config));
+            let result = match Box::pin(accept).await {
+                Ok(r) => r,
+                Err(_) => Err(HandshakeFailure::Timeout),
+            };
             let secs = started.elapsed().as_secs_f64();
             let state = worker.current();
             match result {
@@ -182,7 +184,8 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
     };
     let peer_ip = peer.ip().to_string();
     let mut rbuf: Vec<u8> = Vec::new();
-    let mut spans: Vec<HeaderSpan> = Vec::with_capacity(32);
+    // Grows to the most headers a request on this connection had.
+    let mut spans: Vec<HeaderSpan> = Vec::new();
 
     loop {
         // The limits of the configuration current when the request starts; waiting for it
@@ -191,93 +194,140 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
             let s = worker.current();
             (s.head_limits, s.config.server.limits.clone())
         };
-        // A request counts as in progress (for the drain) from its first byte.
-        let mut active: Option<ActiveRequest<'_>> = None;
-        let head = read_head(
+        // Between requests the task holds only this wait; a request's own state (its head,
+        // body and forwarding) is boxed for as long as it is served.
+        if rbuf.is_empty() && !next_request(&core, &limits, &io, &mut rbuf).await {
+            return;
+        }
+        let more = Box::pin(serve_one(
+            &worker,
             &core,
+            peer,
+            &peer_ip,
             &head_limits,
             &limits,
             &mut io,
             &mut rbuf,
             &mut spans,
-            &mut active,
-        )
+        ))
         .await;
-        let state = worker.current();
-        // Buffers come from the worker only while a request is being served.
-        let mut bufs = core.take_bufs();
-        let head = match head {
-            HeadRead::Head(h) => h,
-            HeadRead::Closed => return,
-            HeadRead::Reject(e) => {
-                state.record_gateway(e.status, e.code);
-                let id = RequestId::generate();
-                reject(&mut io, &mut bufs.out, &e, &id, None, limits.write_timeout).await;
-                record::rejected(&state, peer, None, &id, &e);
-                return;
-            }
-        };
-        let (loc, consumed) =
-            match read_body(&mut io, &mut rbuf, &mut bufs.body, &head, &limits).await {
-                Ok(v) => v,
-                Err(Some(e)) => {
-                    state.record_gateway(e.status, e.code);
-                    let id = RequestId::generate();
-                    let called = Some((&head, &rbuf[..]));
-                    reject(
-                        &mut io,
-                        &mut bufs.out,
-                        &e,
-                        &id,
-                        called,
-                        limits.write_timeout,
-                    )
-                    .await;
-                    record::rejected(&state, peer, called, &id, &e);
-                    return;
-                }
-                Err(None) => return,
-            };
-        let close = head.close || core.draining.get();
-        // A decoded body leaves the buffer set while the set is lent to the exchange.
-        let decoded = std::mem::take(&mut bufs.body);
-        let fate = {
-            let body: &[u8] = match &loc {
-                BodyLoc::InBuf(r) => &rbuf[r.clone()],
-                BodyLoc::Decoded => &decoded,
-            };
-            let id = RequestId::from_client(
-                spans
-                    .iter()
-                    .find(|s| s.is(&rbuf, "x-request-id"))
-                    .map(|s| s.value(&rbuf)),
-            );
-            let req = Request {
-                head: &head,
-                buf: &rbuf,
-                spans: &spans,
-                body,
-                peer_ip: &peer_ip,
-                peer,
-                close,
-                id,
-                started: std::time::Instant::now(),
-                time: std::time::SystemTime::now(),
-                surface: Surface::of_path(head.path(&rbuf)),
-            };
-            dispatch(&state, &mut io, &req, &mut bufs, &limits).await
-        };
-        bufs.body = decoded;
-        if fate == Fate::Close || close {
+        if !more {
             return;
         }
-        rbuf.drain(..consumed);
-        if rbuf.is_empty() {
-            // An idle connection keeps no read buffer: the next request's bytes arrive in the
-            // reader's buffer, which is swapped in without a copy.
-            rbuf = Vec::new();
-        }
     }
+}
+
+/// Waits for the first bytes of the next request; false when the client closed, or stayed
+/// idle past the keep-alive timeout (during a drain, past a short wait).
+async fn next_request(
+    core: &WorkerCore,
+    limits: &Limits,
+    io: &ClientIo,
+    rbuf: &mut Vec<u8>,
+) -> bool {
+    // Draining: the last response did not say `Connection: close` (it started before the
+    // drain), so the client may be sending its next request right now. It gets a short
+    // while to arrive, and is answered with `Connection: close`.
+    let wait = if core.draining.get() {
+        DRAIN_NEXT_REQUEST
+    } else {
+        limits.keepalive_timeout
+    };
+    client_ready(&io.reader, Instant::now() + wait).await && io.reader.take_into(rbuf) > 0
+}
+
+/// Serves one request whose first bytes are in `rbuf`; false when the connection must
+/// close.
+#[allow(clippy::too_many_arguments)]
+async fn serve_one(
+    worker: &Generations,
+    core: &WorkerCore,
+    peer: SocketAddr,
+    peer_ip: &str,
+    head_limits: &HeadLimits,
+    limits: &Limits,
+    io: &mut ClientIo,
+    rbuf: &mut Vec<u8>,
+    spans: &mut Vec<HeaderSpan>,
+) -> bool {
+    // A request counts as in progress (for the drain) from its first byte.
+    let mut active: Option<ActiveRequest<'_>> = None;
+    let head = read_head(core, head_limits, limits, io, rbuf, spans, &mut active).await;
+    let state = worker.current();
+    // Buffers come from the worker only while a request is being served.
+    let mut bufs = core.take_bufs();
+    let head = match head {
+        HeadRead::Head(h) => h,
+        HeadRead::Closed => return false,
+        HeadRead::Reject(e) => {
+            state.record_gateway(e.status, e.code);
+            let id = RequestId::generate();
+            let out = &mut bufs.out;
+            Box::pin(reject(io, out, &e, &id, None, limits.write_timeout)).await;
+            record::rejected(&state, peer, None, &id, &e);
+            return false;
+        }
+    };
+    let (loc, consumed) = match read_body(io, rbuf, &mut bufs.body, &head, limits).await {
+        Ok(v) => v,
+        Err(Some(e)) => {
+            state.record_gateway(e.status, e.code);
+            let id = RequestId::generate();
+            let called = Some((&head, &rbuf[..]));
+            Box::pin(reject(
+                io,
+                &mut bufs.out,
+                &e,
+                &id,
+                called,
+                limits.write_timeout,
+            ))
+            .await;
+            record::rejected(&state, peer, called, &id, &e);
+            return false;
+        }
+        Err(None) => return false,
+    };
+    let close = head.close || core.draining.get();
+    // A decoded body leaves the buffer set while the set is lent to the exchange.
+    let decoded = std::mem::take(&mut bufs.body);
+    let fate = {
+        let body: &[u8] = match &loc {
+            BodyLoc::InBuf(r) => &rbuf[r.clone()],
+            BodyLoc::Decoded => &decoded,
+        };
+        let id = RequestId::from_client(
+            spans
+                .iter()
+                .find(|s| s.is(rbuf, "x-request-id"))
+                .map(|s| s.value(rbuf)),
+        );
+        let req = Request {
+            head: &head,
+            buf: rbuf,
+            spans,
+            body,
+            peer_ip,
+            peer,
+            close,
+            id,
+            started: std::time::Instant::now(),
+            time: std::time::SystemTime::now(),
+            surface: Surface::of_path(head.path(rbuf)),
+        };
+        dispatch(&state, io, &req, &mut bufs, limits).await
+    };
+    bufs.body = decoded;
+    if fate == Fate::Close || close {
+        return false;
+    }
+    rbuf.drain(..consumed);
+    if rbuf.is_empty() {
+        // An idle connection keeps no read buffer: the next request's bytes arrive in the
+        // reader's buffer, which is swapped in without a copy.
+        *rbuf = Vec::new();
+    }
+    true
 }
 
 /// Forwards an inference request; answers anything else locally.
@@ -289,11 +339,11 @@ async fn dispatch(
     limits: &Limits,
 ) -> Fate {
     if local::is_forwarded(state, req) {
-        // Boxed: the forwarding state machine (exchange, relay, timers) is several KiB,
-        // and unboxed it would sit in every idle keep-alive connection's task.
-        return Box::pin(forward(state, io, req, bufs)).await;
+        // Not boxed on its own: the request it serves is (see `serve`).
+        return forward(state, io, req, bufs).await;
     }
-    local::answer(state, io, req, bufs, limits).await
+    // Boxed for the same reason (the gateway's own endpoints are not the hot path).
+    Box::pin(local::answer(state, io, req, bufs, limits)).await
 }
 
 /// Answers a rejected request and closes (RFC 9112 §6.1: close after a framing error): in
@@ -374,7 +424,7 @@ fn timeout_error(what: &'static str) -> GatewayError {
     )
 }
 
-/// Reads until a complete head is buffered.
+/// Reads until a complete head is buffered; the request's first bytes are in `rbuf`.
 async fn read_head<'s>(
     core: &'s WorkerCore,
     head_limits: &HeadLimits,
@@ -384,33 +434,16 @@ async fn read_head<'s>(
     spans: &mut Vec<HeaderSpan>,
     active: &mut Option<ActiveRequest<'s>>,
 ) -> HeadRead {
-    let mut started: Option<Instant> = None;
+    let deadline = Instant::now() + limits.head_timeout;
+    *active = Some(ActiveRequest::enter(core));
     loop {
-        if !rbuf.is_empty() {
-            started.get_or_insert_with(Instant::now);
-            if active.is_none() {
-                *active = Some(ActiveRequest::enter(core));
-            }
-            match request_head::parse(rbuf, head_limits, spans) {
-                Ok(Some(h)) => return HeadRead::Head(h),
-                Ok(None) => {}
-                Err(e) => return HeadRead::Reject(head_error(e)),
-            }
+        match request_head::parse(rbuf, head_limits, spans) {
+            Ok(Some(h)) => return HeadRead::Head(h),
+            Ok(None) => {}
+            Err(e) => return HeadRead::Reject(head_error(e)),
         }
-        let deadline = match started {
-            Some(t) => t + limits.head_timeout,
-            // Draining: the last response did not say `Connection: close` (it started
-            // before the drain), so the client may be sending its next request right now.
-            // It gets a short while to arrive, and is answered with `Connection: close`.
-            None if core.draining.get() => Instant::now() + DRAIN_NEXT_REQUEST,
-            None => Instant::now() + limits.keepalive_timeout,
-        };
         if !client_ready(&io.reader, deadline).await {
-            return if started.is_some() {
-                HeadRead::Reject(timeout_error("head"))
-            } else {
-                HeadRead::Closed
-            };
+            return HeadRead::Reject(timeout_error("head"));
         }
         if io.reader.take_into(rbuf) == 0 {
             // Nothing waiting, so the client is gone.
@@ -437,7 +470,7 @@ async fn read_body(
             }
             let need = head.len + n as usize;
             if head.expect_continue && rbuf.len() < need {
-                send_continue(io, limits).await?;
+                Box::pin(send_continue(io, limits)).await?;
             }
             while rbuf.len() < need {
                 rbuf.reserve((need - rbuf.len()).min(256 * 1024));
@@ -447,7 +480,7 @@ async fn read_body(
         }
         BodyFraming::Chunked => {
             if head.expect_continue && rbuf.len() == head.len {
-                send_continue(io, limits).await?;
+                Box::pin(send_continue(io, limits)).await?;
             }
             body.clear();
             let mut dec = ChunkedDecoder::new();
@@ -479,6 +512,8 @@ async fn read_body(
     }
 }
 
+/// Boxed where it is called: only a client sending `Expect: 100-continue` needs it, and a
+/// write (over TLS especially) is a large future.
 async fn send_continue(io: &mut ClientIo, limits: &Limits) -> Result<(), Option<GatewayError>> {
     match monoio::time::timeout(limits.write_timeout, io.wr.write_all(CONTINUE_100)).await {
         Ok((Ok(_), _)) => Ok(()),

@@ -32,6 +32,23 @@ pub async fn resolve(
     bufs: &mut IoBufs,
 ) -> Inputs {
     let rs = &state.routes[routed.index];
+    if matches!(rs.tokens, TokenSource::None) && rs.lookup.is_none() {
+        return Inputs {
+            resolved: AsyncInputs::default(),
+            lookup_key: None,
+        };
+    }
+    // Boxed: the calls are large futures, and most routes make none.
+    Box::pin(resolve_calls(state, routed, req, bufs)).await
+}
+
+async fn resolve_calls(
+    state: &WorkerState,
+    routed: &Routed<'_>,
+    req: &Request<'_>,
+    bufs: &mut IoBufs,
+) -> Inputs {
+    let rs = &state.routes[routed.index];
     let mut resolved = AsyncInputs::default();
     if !matches!(rs.tokens, TokenSource::None) {
         let path = req.head.path(req.buf);

@@ -8,14 +8,27 @@
 //! separate watch read per request, this saves two io_uring operations per request, and it
 //! keeps watching after pipelined bytes arrive.
 //!
+//! A plaintext read that stays armed for [`PARK_AFTER`] without completing (an idle
+//! keep-alive connection, or a long stream during which the client sends nothing) is
+//! cancelled and its buffer freed: the reader then waits for readability with no buffer
+//! lent to the kernel, and arms a read only when bytes (or EOF) are there. A busy
+//! connection, whose next request arrives sooner, never parks and pays no extra kernel
+//! operation; a parked one pays one cancel and one readiness wait per idle spell (under
+//! epoll, neither is a system call).
+//!
 //! Owns the read half of the client connection (plaintext or TLS: for TLS the bytes here
 //! are the decrypted ones). It must not parse anything, and it stops
 //! reading while the inbox holds more than its cap (a client cannot make the gateway buffer
 //! without bound).
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use monoio::io::Canceller;
 
 use super::stream::ClientRead;
 
@@ -23,6 +36,10 @@ use super::stream::ClientRead;
 const MIN_READ: usize = 4 * 1024;
 /// Largest read buffer, reached after reads that filled the buffer (large bodies).
 const MAX_READ: usize = 64 * 1024;
+/// How long a plaintext read stays armed before it is cancelled for a readiness wait
+/// without a buffer. Back-to-back keep-alive requests come far sooner; a client that
+/// pauses longer costs one cancel and one readiness wait per pause.
+pub const PARK_AFTER: Duration = Duration::from_millis(100);
 
 /// Bytes received from the client and not yet taken by the connection task.
 pub struct Inbox {
@@ -129,6 +146,9 @@ fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
 async fn read_loop(mut rd: ClientRead, inbox: Rc<RefCell<Inbox>>) {
     let mut buf: Vec<u8> = Vec::with_capacity(MIN_READ);
     let mut size = MIN_READ;
+    let mut canceller = Canceller::new();
+    // The last read was cancelled as idle: wait for readability before lending a buffer.
+    let mut parked = false;
     loop {
         // Wait while the inbox is full; stop when the connection is done.
         std::future::poll_fn(|cx| {
@@ -144,11 +164,24 @@ async fn read_loop(mut rd: ClientRead, inbox: Rc<RefCell<Inbox>>) {
         if inbox.borrow().closed {
             return;
         }
+        if parked {
+            // Readable also means EOF or an error: the read below then reports it.
+            let _ = rd.readable().await;
+            if inbox.borrow().closed {
+                return;
+            }
+            parked = false;
+        }
         buf.clear();
         if buf.capacity() < size {
             buf.reserve(size);
         }
-        let (res, b) = rd.read(buf).await;
+        let (res, b) = if rd.parks() {
+            let read = rd.cancelable_read(buf, canceller.handle());
+            park_idle(read, &mut canceller).await
+        } else {
+            rd.read(buf).await
+        };
         buf = b;
         let mut i = inbox.borrow_mut();
         if i.closed {
@@ -171,6 +204,12 @@ async fn read_loop(mut rd: ClientRead, inbox: Rc<RefCell<Inbox>>) {
                     i.data.extend_from_slice(&buf);
                 }
             }
+            Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => {
+                // Cancelled as idle, nothing read: the buffer goes back to the allocator.
+                buf = Vec::new();
+                parked = true;
+                continue;
+            }
             _ => {
                 i.eof = true;
                 if let Some(w) = i.conn_waker.take() {
@@ -185,9 +224,77 @@ async fn read_loop(mut rd: ClientRead, inbox: Rc<RefCell<Inbox>>) {
     }
 }
 
+/// Awaits `read`, cancelling it once it has been armed for [`PARK_AFTER`]. A cancelled read
+/// still completes: with `ECANCELED`, or with the bytes that arrived first (so none is
+/// lost to the cancel).
+async fn park_idle<T>(
+    read: impl Future<Output = monoio::BufResult<usize, T>>,
+    canceller: &mut Canceller,
+) -> monoio::BufResult<usize, T> {
+    let mut read = pin!(read);
+    let mut idle = pin!(monoio::time::sleep(PARK_AFTER));
+    let mut cancelled = false;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = read.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        if !cancelled && idle.as_mut().poll(cx).is_ready() {
+            cancelled = true;
+            *canceller = std::mem::take(canceller).cancel();
+            // The cancel completes the read; poll it again in case that was at once.
+            if let Poll::Ready(r) = read.as_mut().poll(cx) {
+                return Poll::Ready(r);
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use monoio::io::AsyncWriteRentExt;
+    use monoio::net::{TcpListener, TcpStream};
+
+    /// Waits for the inbox to hold `want` bytes (or EOF) and takes them.
+    async fn take(r: &Reader, want: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        while got.len() < want {
+            std::future::poll_fn(|cx| r.poll_ready(cx)).await;
+            if r.take_into(&mut got) == 0 {
+                break;
+            }
+        }
+        got
+    }
+
+    /// A connection that goes quiet long enough for its read to park still receives every
+    /// byte sent afterwards, in order, and its EOF; under both drivers.
+    #[monoio::test_all(timer_enabled = true)]
+    async fn parked_reader_receives_later_bytes_and_eof() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let (rd, _wr) = super::super::stream::plain(server);
+        let r = Reader::spawn(rd, MIN_READ);
+        for round in 0..3u8 {
+            // Quiet for several park delays: the read is cancelled and the reader waits
+            // for readability with no buffer.
+            monoio::time::sleep(PARK_AFTER * 3).await;
+            let msg = vec![b'a' + round; 3000 + round as usize];
+            let (res, _) = client.write_all(msg.clone()).await;
+            res.unwrap();
+            assert_eq!(take(&r, msg.len()).await, msg);
+        }
+        drop(client);
+        std::future::poll_fn(|cx| r.poll_gone(cx)).await;
+        assert!(r.is_gone());
+        assert!(!r.has_data());
+        r.close();
+    }
 
     #[test]
     fn take_into_swaps_or_appends() {

@@ -187,7 +187,9 @@ pub async fn open(
         {
             deadline = deadline.min(end);
         }
-        match race(state.upstream.connect(tid), watch, deadline).await {
+        // Boxed: a fresh connection is the rarer case (the pool serves most), and the
+        // connect (with a TLS handshake) would otherwise widen every exchange's state.
+        match race(Box::pin(state.upstream.connect(tid)), watch, deadline).await {
             Race::Done(Ok(s)) => Ok(s),
             Race::Done(Err(e)) => {
                 let (status, code) = match e {
@@ -460,6 +462,9 @@ pub async fn relay<H>(
     report: &mut Report,
 ) -> Outcome {
     let target = &state.config.targets[tid];
+    // The request went out and its answer has begun: its bytes are not needed again (a
+    // retry rebuilds them), so the buffer serves other requests while this one streams.
+    state.core.give_back(&mut bufs.up);
     // Usage is looked for only in successful responses.
     let scan_usage = (200..300).contains(&head.status);
     let write_timeout = state.config.server.limits.write_timeout;
@@ -571,7 +576,9 @@ pub async fn relay<H>(
         if done {
             break StreamEnd::Complete;
         }
-        out.clear();
+        // Between events a stream holds only its upstream read's buffer: the one for the
+        // client's bytes goes back to the worker until the next event arrives.
+        state.core.give_back(out);
         bufs.ubuf.clear();
         bufs.ubuf.reserve(read_size);
         let ub = std::mem::take(&mut bufs.ubuf);
@@ -584,6 +591,7 @@ pub async fn relay<H>(
             Race::Done((Ok(n), ub)) if n > 0 => {
                 state.core.activity.note();
                 bufs.ubuf = ub;
+                state.core.lend(out);
                 read_size = if n == bufs.ubuf.capacity() {
                     (read_size * 2).min(MAX_UPSTREAM_READ)
                 } else {

@@ -2,7 +2,7 @@
 //! the buffers one request is served with, lent by the worker for the request's length.
 //!
 //! Owns no bytes of its own: the connection owns the read buffer, the worker the spare
-//! buffer sets.
+//! buffer sets (and the single buffers a streaming request lends back while it waits).
 
 use std::net::SocketAddr;
 use std::time::{Instant, SystemTime};
@@ -64,9 +64,9 @@ pub const MAX_UPSTREAM_READ: usize = 64 * 1024;
 
 /// Buffers for one request, lent by the worker.
 pub struct IoBufs {
-    /// Bytes for the client.
+    /// Bytes for the client. Lent back to the worker between a stream's events.
     pub out: Vec<u8>,
-    /// The upstream request.
+    /// The upstream request. Lent back to the worker once the response has begun.
     pub up: Vec<u8>,
     /// Upstream reads.
     pub ubuf: Vec<u8>,
@@ -83,8 +83,8 @@ pub struct IoBufs {
 impl IoBufs {
     pub fn new() -> Self {
         IoBufs {
-            out: Vec::with_capacity(4 * 1024),
-            up: Vec::with_capacity(4 * 1024),
+            out: Vec::new(),
+            up: Vec::new(),
             ubuf: Vec::with_capacity(MIN_UPSTREAM_READ),
             hdrs: Vec::with_capacity(512),
             body: Vec::new(),

@@ -77,6 +77,10 @@ pub struct WorkerCore {
     /// Buffer sets not in use: a connection holds one only while it serves a request, so
     /// an idle keep-alive connection costs almost nothing.
     spare_bufs: RefCell<Vec<IoBufs>>,
+    /// Single request-sized buffers a request gave back while it has no use for them (a
+    /// stream between its events needs only its armed upstream read), lent to the next
+    /// that needs one.
+    spare_vecs: RefCell<Vec<Vec<u8>>>,
     /// The state thread, when `[state]` is configured (it lives as long as the process).
     pub store: Option<StoreLink>,
     /// The process's client connections over every worker (`server.max_connections`).
@@ -100,13 +104,43 @@ impl WorkerCore {
             connections: Cell::new(0),
             active_requests: Cell::new(0),
             spare_bufs: RefCell::new(Vec::new()),
+            spare_vecs: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Takes `v`'s buffer for reuse by another request (kept up to a bound, freed beyond
+    /// it), leaving `v` without one.
+    pub fn give_back(&self, v: &mut Vec<u8>) {
+        let mut v = std::mem::take(v);
+        if v.capacity() < SPARE_VEC || v.capacity() > IoBufs::KEEP {
+            return;
+        }
+        let mut spare = self.spare_vecs.borrow_mut();
+        if spare.len() < MAX_SPARE_VECS {
+            v.clear();
+            spare.push(v);
+        }
+    }
+
+    /// Gives `v` a request-sized buffer if it has a smaller one (or none): a spare one,
+    /// else a new one.
+    pub fn lend(&self, v: &mut Vec<u8>) {
+        if v.capacity() < SPARE_VEC {
+            *v = self
+                .spare_vecs
+                .borrow_mut()
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(SPARE_VEC));
         }
     }
 
     /// A buffer set for one request.
     pub fn take_bufs(&self) -> PooledBufs<'_> {
         self.activity.note();
-        let bufs = self.spare_bufs.borrow_mut().pop().unwrap_or_default();
+        let mut bufs = self.spare_bufs.borrow_mut().pop().unwrap_or_default();
+        // A set that went back while a stream had lent these out gets them again.
+        self.lend(&mut bufs.out);
+        self.lend(&mut bufs.up);
         PooledBufs {
             core: self,
             bufs: Some(bufs),
@@ -152,6 +186,11 @@ pub struct WorkerState {
 
 /// Most spare buffer sets a worker keeps.
 const MAX_SPARE_BUFS: usize = 256;
+/// Most single spare buffers a worker keeps: streams share them, each holding one only
+/// while it writes.
+const MAX_SPARE_VECS: usize = 64;
+/// The size of a lent buffer (a set's `out` and `up` start at it).
+const SPARE_VEC: usize = 4 * 1024;
 
 /// A buffer set borrowed from the worker for one request; returned when dropped.
 pub struct PooledBufs<'a> {

@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use monoio::buf::{IoBuf, IoVecBuf};
 use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelHandle, CancelableAsyncReadRent,
+    OwnedReadHalf, OwnedWriteHalf, Splitable,
 };
 use monoio::net::TcpStream;
 use monoio::BufResult;
@@ -220,6 +221,40 @@ impl ClientRead {
         match self {
             ClientRead::Plain(rd) => rd.read(buf).await,
             ClientRead::Tls(t) => t.read(buf).await,
+        }
+    }
+
+    /// Whether a pending read can be cancelled and replaced by [`Self::readable`]: only on
+    /// plaintext (a TLS read may hold a partial record in the session's buffers).
+    pub fn parks(&self) -> bool {
+        matches!(self, ClientRead::Plain(_))
+    }
+
+    /// A plaintext read that `cancel` can cancel: it then ends with `ECANCELED` unless
+    /// bytes arrived first. Only for [`Self::parks`] halves.
+    pub async fn cancelable_read(
+        &mut self,
+        buf: Vec<u8>,
+        cancel: CancelHandle,
+    ) -> BufResult<usize, Vec<u8>> {
+        match self {
+            ClientRead::Plain(rd) => rd.cancelable_read(buf, cancel).await,
+            ClientRead::Tls(t) => t.read(buf).await,
+        }
+    }
+
+    /// Waits, holding no buffer, until the socket has bytes, EOF or an error (plaintext;
+    /// at once for TLS). It may end early under epoll; a read then simply waits.
+    pub async fn readable(&self) -> io::Result<()> {
+        match self {
+            ClientRead::Plain(rd) => {
+                // SAFETY: `readable` only takes another handle on the socket's descriptor
+                // for a readiness wait; it neither reads nor writes the stream, so it does
+                // not alias the write half's use of it.
+                let stream = unsafe { &*rd.0.get() };
+                stream.readable(true).await
+            }
+            ClientRead::Tls(_) => Ok(()),
         }
     }
 }
