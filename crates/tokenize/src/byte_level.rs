@@ -19,6 +19,8 @@ use serde_json::Value as Json;
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::{Model, NormalizedString, Normalizer, Tokenizer};
 
+use super::scanner::Scanner;
+
 /// The GPT-2 pre-tokenizer regex that `ByteLevel` uses when `use_regex` is true.
 const GPT2_PATTERN: &str =
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
@@ -26,6 +28,9 @@ const GPT2_PATTERN: &str =
 /// The encoder of a recognised pipeline.
 pub(crate) struct ByteLevelEncoder {
     split: onig::Regex,
+    /// The same split without the regex engine, for ASCII text, when the pattern is Qwen2's
+    /// or Llama 3's.
+    scanner: Option<Scanner>,
     /// The normaliser leaves ASCII text as it is (NFC, NFD, NFKC, NFKD, or none).
     ascii_identity: bool,
     /// GPT-2's byte-to-character table.
@@ -47,6 +52,7 @@ impl ByteLevelEncoder {
         let split = onig::Regex::new(&pattern).ok()?;
         Some(ByteLevelEncoder {
             split,
+            scanner: Scanner::for_pattern(&pattern),
             ascii_identity,
             chars: bytes_to_chars(),
         })
@@ -82,6 +88,9 @@ impl ByteLevelEncoder {
             out.extend(model.tokenize(&word)?.into_iter().map(|t| t.id));
             Ok(())
         };
+        if let Some(scanner) = self.scanner.filter(|_| normalized.is_ascii()) {
+            return scanner.split(&normalized, piece);
+        }
         // `Isolated`: every match is a piece, and so is every gap between matches.
         let mut last = 0;
         for (start, end) in self.split.find_iter(&normalized) {

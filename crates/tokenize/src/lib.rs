@@ -21,6 +21,8 @@ mod byte_level;
 pub mod local;
 pub mod remote;
 #[cfg(feature = "local")]
+mod scanner;
+#[cfg(feature = "local")]
 mod segments;
 #[cfg(feature = "local")]
 pub mod template;

@@ -17,10 +17,11 @@
 //! take the tokenizer's special tokens from its post-processor.
 //!
 //! Cost (`benches/tokenize.rs`, a 32k-entry BPE, realistic English, every cache emptied):
-//! about 0.5 ms for a 1 KiB chat request and 9 ms for 32 KiB (the library's whole encode
-//! took 1.1 and 25 ms of that text); a 32 KiB conversation whose history was tokenized
-//! before costs about 0.3 ms. Cold, the BPE merges of new words and the Oniguruma
-//! pre-tokenizer regex are most of it. Callers run it off the event loop.
+//! about 110 µs for a 1 KiB chat request and 3 ms for 32 KiB (the library's whole encode
+//! took 0.56 and 18 ms of that text); a 32 KiB conversation whose history was tokenized
+//! before costs about 90 µs. Cold, the BPE merges of new words are most of it; a message
+//! with any non-ASCII character is split by the regex engine, many times slower than the
+//! ASCII scanner. Callers run it off the event loop.
 //!
 //! Must not: fetch anything (no hub downloads; files are given by path), log, keep
 //! per-request state (a [`LocalTokenizer`] is shared, `Send + Sync`, by all workers), or
