@@ -2,10 +2,11 @@
 # The test command: installs what the tests need on a fresh machine when it is missing —
 # system packages with apt-get (curl, python3 with pip, g++, Python's ZMQ and msgpack
 # bindings, redis-server, and Prometheus's promtool where the distribution ships it), the
-# OpenAI and Anthropic Python SDKs with pip, the pinned Rust toolchain with rustup — saying what it
-# installs, then runs formatting, lints, the module-import check and the whole test suite:
-# the default build, then the lean build (`--no-default-features`: no ZMQ, no local
-# tokenizer, no demo), whose dependency tree is checked to hold none of them.
+# OpenAI and Anthropic Python SDKs, Hugging Face's tokenizers and jinja2 with pip, the
+# pinned Rust toolchain with rustup — saying what it installs, then runs formatting, lints,
+# the module-import check and the whole test suite: the default build, then the lean build
+# (`--no-default-features`: no ZMQ, no local tokenizer, no demo), whose dependency tree is
+# checked to hold none of them.
 #
 #   ./tests/run.sh
 set -euo pipefail
@@ -65,6 +66,14 @@ if ! python3 -c 'import anthropic' >/dev/null 2>&1; then
   log "installing the anthropic Python package"
   python3 -m pip install --quiet 'anthropic>=0.40' \
     || python3 -m pip install --quiet --break-system-packages 'anthropic>=0.40'
+fi
+
+# Hugging Face's tokenizers and jinja2, the reference implementations that
+# tests/tokenize_python.rs checks the local tokenizer's ids against.
+if ! python3 -c 'import tokenizers, jinja2' >/dev/null 2>&1; then
+  log "installing the tokenizers and jinja2 Python packages"
+  python3 -m pip install --quiet 'tokenizers>=0.20' 'jinja2>=3.1' \
+    || python3 -m pip install --quiet --break-system-packages 'tokenizers>=0.20' 'jinja2>=3.1'
 fi
 
 # The toolchain pinned in rust-toolchain.toml, with rustfmt and clippy. When the installed

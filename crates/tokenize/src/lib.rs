@@ -16,8 +16,14 @@
 //! other Rolter crate.
 
 #[cfg(feature = "local")]
+mod byte_level;
+#[cfg(feature = "local")]
 pub mod local;
 pub mod remote;
+#[cfg(feature = "local")]
+mod scanner;
+#[cfg(feature = "local")]
+mod segments;
 #[cfg(feature = "local")]
 pub mod template;
 
