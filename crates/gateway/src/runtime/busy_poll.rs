@@ -34,7 +34,6 @@ pub const SLICE: Duration = Duration::from_millis(1);
 #[derive(Default)]
 struct Pair {
     wakers: [Cell<Option<Waker>>; 2],
-    stop: Cell<bool>,
 }
 
 impl Pair {
@@ -57,55 +56,26 @@ impl Pair {
     }
 }
 
-/// Stops the poller when dropped (the worker is ending).
-pub struct Poller {
-    pair: Rc<Pair>,
-}
-
-impl Drop for Poller {
-    fn drop(&mut self) {
-        self.pair.stop.set(true);
-        for w in &self.pair.wakers {
-            if let Some(w) = w.take() {
-                w.wake();
-            }
-        }
-    }
-}
-
-/// Starts the poller on this worker. `window` reads the current configuration's
-/// `server.busy_poll` (so a reload changes it); zero: the poller only waits for notes.
-pub fn start(
-    core: Rc<WorkerCore>,
-    stats: Arc<PollStats>,
-    window: impl Fn() -> Duration + 'static,
-) -> Poller {
+/// Starts the poller on this worker; its tasks end with the worker's runtime. `window`
+/// reads the current configuration's `server.busy_poll` (so a reload changes it); zero:
+/// the poller only waits for notes.
+pub fn start(core: Rc<WorkerCore>, stats: Arc<PollStats>, window: impl Fn() -> Duration + 'static) {
     let pair = Rc::new(Pair::default());
     let echo = pair.clone();
     monoio::spawn(async move {
-        while !echo.stop.get() {
+        loop {
             echo.bounce(1).await;
         }
     });
-    let main = pair.clone();
     monoio::spawn(async move {
-        let pair = main;
         loop {
             core.activity.next(Waiter::Poller).await;
-            if pair.stop.get() {
-                return;
-            }
             let window = window();
-            if window.is_zero() {
-                continue;
-            }
-            poll_while_active(&core, &pair, &stats, window).await;
-            if pair.stop.get() {
-                return;
+            if !window.is_zero() {
+                poll_while_active(&core, &pair, &stats, window).await;
             }
         }
     });
-    Poller { pair }
 }
 
 /// Polls until `window` passes with no note, parking once per [`SLICE`]; each slice's
@@ -119,10 +89,6 @@ async fn poll_while_active(core: &WorkerCore, pair: &Pair, stats: &PollStats, wi
         loop {
             pair.bounce(0).await;
             let now = Instant::now();
-            if pair.stop.get() {
-                stats.add(now.duration_since(slice_start));
-                return;
-            }
             let count = core.activity.count();
             if count != seen {
                 seen = count;

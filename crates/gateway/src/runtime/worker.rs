@@ -180,7 +180,7 @@ pub async fn run(setup: WorkerSetup) {
         }
     }));
     let poller_worker = worker.clone();
-    let _poller = busy_poll::start(core.clone(), poll_stats, move || {
+    busy_poll::start(core.clone(), poll_stats, move || {
         poller_worker.current().config.server.busy_poll
     });
     let mut canceller = Some(canceller);
