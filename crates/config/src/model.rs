@@ -515,7 +515,8 @@ pub struct Limits {
     pub head_timeout: Duration,
     /// Time allowed to receive a whole request body.
     pub body_timeout: Duration,
-    /// Idle keep-alive time between requests on a client connection.
+    /// Idle keep-alive time between requests on a client connection (a coarse deadline:
+    /// the connection closes at the worker's first sweep after it, up to 100 ms later).
     pub keepalive_timeout: Duration,
     /// Longest a single write to a client may block (a client that never reads).
     pub write_timeout: Duration,

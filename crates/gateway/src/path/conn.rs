@@ -34,8 +34,9 @@ use rolter_config::Limits;
 
 use super::client::{respond, ClientIo, Fate};
 use super::forward::forward;
+use super::idle_timer::IdleDeadline;
 use super::local;
-use super::race::client_ready;
+use super::race::{client_ready, client_ready_idle};
 use super::reader::Reader;
 use super::record;
 use super::request::{IoBufs, Request};
@@ -233,7 +234,7 @@ async fn next_request(
     } else {
         limits.keepalive_timeout
     };
-    client_ready(&io.reader, Instant::now() + wait).await && io.reader.take_into(rbuf) > 0
+    client_ready_idle(&io.reader, IdleDeadline::after(wait)).await && io.reader.take_into(rbuf) > 0
 }
 
 /// Serves one request whose first bytes are in `rbuf`; false when the connection must

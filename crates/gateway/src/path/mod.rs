@@ -26,8 +26,8 @@
 //! (which configuration's state a new request takes, across reloads), [`client`] (the
 //! client socket and writing to it), [`stream`] (the client's bytes, plaintext or TLS, and
 //! the TLS handshake), [`client_tls`] (the listener's certificates per configuration),
-//! [`reader`] and [`race`] (the disconnect watch), [`activity`] (the notes busy polling
-//! follows).
+//! [`reader`] and [`race`] (the disconnect watch), [`idle_timer`] (the coarse deadlines of
+//! idle waits), [`activity`] (the notes busy polling follows).
 //!
 //! Owns everything that happens per request on a worker core. It must not block, take a
 //! lock, or log per request; anything slow belongs to the control thread.
@@ -42,6 +42,7 @@ pub mod forward;
 pub mod generation;
 pub mod head_times;
 pub mod hedge;
+pub mod idle_timer;
 pub mod inputs;
 pub mod local;
 pub mod models;

@@ -13,6 +13,7 @@ use std::task::Poll;
 
 use monoio::time::Instant;
 
+use super::idle_timer::IdleDeadline;
 use super::reader::Reader;
 
 /// Outcome of a race.
@@ -53,6 +54,23 @@ pub async fn client_ready(client: &Reader, deadline: Instant) -> bool {
             return Poll::Ready(true);
         }
         if sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(false);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// As [`client_ready`], for the long wait of an idle connection: its deadline is a coarse
+/// one ([`IdleDeadline`]), which an idle task holds in a few bytes instead of a runtime
+/// timer. Returns false on timeout.
+pub async fn client_ready_idle(client: &Reader, deadline: IdleDeadline) -> bool {
+    let mut deadline = deadline;
+    std::future::poll_fn(|cx| {
+        if client.poll_ready(cx).is_ready() {
+            return Poll::Ready(true);
+        }
+        if deadline.poll_due(cx).is_ready() {
             return Poll::Ready(false);
         }
         Poll::Pending

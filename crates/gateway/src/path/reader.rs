@@ -8,7 +8,8 @@
 //! separate watch read per request, this saves two io_uring operations per request, and it
 //! keeps watching after pipelined bytes arrive.
 //!
-//! A plaintext read that stays armed for [`PARK_AFTER`] without completing (an idle
+//! A plaintext read that stays armed for [`PARK_AFTER`] (a coarse deadline, see
+//! [`super::idle_timer`]) without completing (an idle
 //! keep-alive connection, or a long stream during which the client sends nothing) is
 //! cancelled and its buffer freed: the reader then waits for readability with no buffer
 //! lent to the kernel, and arms a read only when bytes (or EOF) are there. A busy
@@ -30,7 +31,8 @@ use std::time::Duration;
 
 use monoio::io::Canceller;
 
-use super::stream::ClientRead;
+use super::idle_timer::IdleDeadline;
+use super::stream::{ClientRead, ReadSource};
 
 /// Smallest read buffer: an idle connection holds no more than this.
 const MIN_READ: usize = 4 * 1024;
@@ -73,7 +75,11 @@ impl Reader {
             conn_waker: None,
             reader_waker: None,
         }));
-        monoio::spawn(read_loop(rd, inbox.clone()));
+        // One task type per transport: a plaintext connection's task holds no TLS state.
+        match rd {
+            ClientRead::Plain(rd) => drop(monoio::spawn(read_loop(rd, inbox.clone()))),
+            ClientRead::Tls(rd) => drop(monoio::spawn(read_loop(rd, inbox.clone()))),
+        }
         Reader { inbox }
     }
 
@@ -143,7 +149,7 @@ fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
     }
 }
 
-async fn read_loop(mut rd: ClientRead, inbox: Rc<RefCell<Inbox>>) {
+async fn read_loop<R: ReadSource>(mut rd: R, inbox: Rc<RefCell<Inbox>>) {
     let mut buf: Vec<u8> = Vec::with_capacity(MIN_READ);
     let mut size = MIN_READ;
     let mut canceller = Canceller::new();
@@ -164,7 +170,7 @@ async fn read_loop(mut rd: ClientRead, inbox: Rc<RefCell<Inbox>>) {
         if inbox.borrow().closed {
             return;
         }
-        if parked {
+        if R::PARKS && parked {
             // Readable also means EOF or an error: the read below then reports it.
             let _ = rd.readable().await;
             if inbox.borrow().closed {
@@ -176,8 +182,8 @@ async fn read_loop(mut rd: ClientRead, inbox: Rc<RefCell<Inbox>>) {
         if buf.capacity() < size {
             buf.reserve(size);
         }
-        let (res, b) = if rd.parks() {
-            let read = rd.cancelable_read(buf, canceller.handle());
+        let (res, b) = if R::PARKS {
+            let read = pin!(rd.cancelable_read(buf, canceller.handle()));
             park_idle(read, &mut canceller).await
         } else {
             rd.read(buf).await
@@ -227,18 +233,17 @@ async fn read_loop(mut rd: ClientRead, inbox: Rc<RefCell<Inbox>>) {
 /// Awaits `read`, cancelling it once it has been armed for [`PARK_AFTER`]. A cancelled read
 /// still completes: with `ECANCELED`, or with the bytes that arrived first (so none is
 /// lost to the cancel).
-async fn park_idle<T>(
-    read: impl Future<Output = monoio::BufResult<usize, T>>,
+async fn park_idle<T, F: Future<Output = monoio::BufResult<usize, T>>>(
+    mut read: std::pin::Pin<&mut F>,
     canceller: &mut Canceller,
 ) -> monoio::BufResult<usize, T> {
-    let mut read = pin!(read);
-    let mut idle = pin!(monoio::time::sleep(PARK_AFTER));
+    let mut idle = IdleDeadline::after(PARK_AFTER);
     let mut cancelled = false;
     std::future::poll_fn(|cx| {
         if let Poll::Ready(r) = read.as_mut().poll(cx) {
             return Poll::Ready(r);
         }
-        if !cancelled && idle.as_mut().poll(cx).is_ready() {
+        if !cancelled && idle.poll_due(cx).is_ready() {
             cancelled = true;
             *canceller = std::mem::take(canceller).cancel();
             // The cancel completes the read; poll it again in case that was at once.
@@ -280,6 +285,13 @@ mod tests {
         let (server, _) = listener.accept().await.unwrap();
         let (rd, _wr) = super::super::stream::plain(server);
         let r = Reader::spawn(rd, MIN_READ);
+        // The worker's tick, which sweeps the idle deadlines.
+        monoio::spawn(async {
+            loop {
+                monoio::time::sleep(Duration::from_millis(5)).await;
+                super::super::idle_timer::sweep(std::time::Instant::now());
+            }
+        });
         for round in 0..3u8 {
             // Quiet for several park delays: the read is cancelled and the reader waits
             // for readability with no buffer.

@@ -11,6 +11,7 @@
 //! It must not parse HTTP.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::io::{self, Read, Write};
 use std::os::fd::RawFd;
 use std::rc::Rc;
@@ -213,49 +214,72 @@ pub async fn accept(
     })
 }
 
-impl ClientRead {
+/// A client read half the reader drives: its own type per transport, so a plaintext
+/// connection's reader task is not sized for a TLS read's state.
+pub trait ReadSource {
+    /// Whether a pending read can be cancelled and replaced by [`Self::readable`]: only on
+    /// plaintext (a TLS read may hold a partial record in the session's buffers).
+    const PARKS: bool;
+
     /// Reads into the spare capacity of `buf` (which must have some). `Ok(0)`: the client
     /// closed (for TLS: with close_notify, or a TCP close, which this side treats alike:
     /// either way no more request bytes come).
-    pub async fn read(&mut self, buf: Vec<u8>) -> BufResult<usize, Vec<u8>> {
-        match self {
-            ClientRead::Plain(rd) => rd.read(buf).await,
-            ClientRead::Tls(t) => t.read(buf).await,
-        }
-    }
+    fn read(&mut self, buf: Vec<u8>) -> impl Future<Output = BufResult<usize, Vec<u8>>>;
 
-    /// Whether a pending read can be cancelled and replaced by [`Self::readable`]: only on
-    /// plaintext (a TLS read may hold a partial record in the session's buffers).
-    pub fn parks(&self) -> bool {
-        matches!(self, ClientRead::Plain(_))
-    }
-
-    /// A plaintext read that `cancel` can cancel: it then ends with `ECANCELED` unless
-    /// bytes arrived first. Only for [`Self::parks`] halves.
-    pub async fn cancelable_read(
+    /// A read that `cancel` can cancel: it then ends with `ECANCELED` unless bytes arrived
+    /// first. Only called when [`Self::PARKS`].
+    fn cancelable_read(
         &mut self,
         buf: Vec<u8>,
         cancel: CancelHandle,
-    ) -> BufResult<usize, Vec<u8>> {
-        match self {
-            ClientRead::Plain(rd) => rd.cancelable_read(buf, cancel).await,
-            ClientRead::Tls(t) => t.read(buf).await,
-        }
+    ) -> impl Future<Output = BufResult<usize, Vec<u8>>>;
+
+    /// Waits, holding no buffer, until the socket has bytes, EOF or an error. It may end
+    /// early under epoll; a read then simply waits. Only called when [`Self::PARKS`].
+    fn readable(&self) -> impl Future<Output = io::Result<()>>;
+}
+
+impl ReadSource for OwnedReadHalf<TcpStream> {
+    const PARKS: bool = true;
+
+    fn read(&mut self, buf: Vec<u8>) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
+        AsyncReadRent::read(self, buf)
     }
 
-    /// Waits, holding no buffer, until the socket has bytes, EOF or an error (plaintext;
-    /// at once for TLS). It may end early under epoll; a read then simply waits.
-    pub async fn readable(&self) -> io::Result<()> {
-        match self {
-            ClientRead::Plain(rd) => {
-                // SAFETY: `readable` only takes another handle on the socket's descriptor
-                // for a readiness wait; it neither reads nor writes the stream, so it does
-                // not alias the write half's use of it.
-                let stream = unsafe { &*rd.0.get() };
-                stream.readable(true).await
-            }
-            ClientRead::Tls(_) => Ok(()),
-        }
+    fn cancelable_read(
+        &mut self,
+        buf: Vec<u8>,
+        cancel: CancelHandle,
+    ) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
+        CancelableAsyncReadRent::cancelable_read(self, buf, cancel)
+    }
+
+    fn readable(&self) -> impl Future<Output = io::Result<()>> {
+        // SAFETY: `readable` only takes another handle on the socket's descriptor for a
+        // readiness wait; it neither reads nor writes the stream, so it does not alias the
+        // write half's use of it.
+        let stream = unsafe { &*self.0.get() };
+        stream.readable(true)
+    }
+}
+
+impl ReadSource for TlsRead {
+    const PARKS: bool = false;
+
+    fn read(&mut self, buf: Vec<u8>) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
+        TlsRead::read(self, buf)
+    }
+
+    fn cancelable_read(
+        &mut self,
+        buf: Vec<u8>,
+        _cancel: CancelHandle,
+    ) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
+        TlsRead::read(self, buf)
+    }
+
+    fn readable(&self) -> impl Future<Output = io::Result<()>> {
+        std::future::ready(Ok(()))
     }
 }
 
@@ -302,7 +326,7 @@ impl TlsRead {
                 raw = Vec::new();
             }
             raw.reserve(self.size);
-            let (r, raw) = self.rd.read(raw).await;
+            let (r, raw) = AsyncReadRent::read(&mut self.rd, raw).await;
             self.raw = raw;
             if let Ok(n) = r {
                 self.size = if n > 0 && n == self.raw.capacity() {

@@ -24,6 +24,7 @@ use crate::mesh::WorkerLinks;
 use crate::path::activity::Waiter;
 use crate::path::conn;
 use crate::path::generation::Generations;
+use crate::path::idle_timer;
 use crate::path::state::{WorkerCore, WorkerState};
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
@@ -210,6 +211,8 @@ pub async fn run(setup: WorkerSetup) {
             let _ = h.done.send(id);
         }
         worker.signal_tick();
+        // Keep-alive timeouts and idle reads' park delays that have passed.
+        idle_timer::sweep(std::time::Instant::now());
         // Places freed on other cores: this core's queued requests try again.
         core.waiters.wake_all();
         let seen = core.activity.count();
