@@ -5,7 +5,7 @@
 //!
 //! Owns the table and its sweep. A deadline fires at the first sweep after it has passed:
 //! up to about 10 ms late while the worker is busy (it ticks every 2 ms and scans at most
-//! once per [`SWEEP_EVERY`]), up to its 100 ms tick while it is quiet. It must not serve deadlines that need precision (the head, body and upstream
+//! once per `SWEEP_EVERY`), up to its 100 ms tick while it is quiet. It must not serve deadlines that need precision (the head, body and upstream
 //! timeouts keep runtime timers), and it must not be used off a worker thread.
 
 use std::cell::{Cell, RefCell};
