@@ -41,7 +41,7 @@ pub enum HealthEvent {
 
 /// A running average over about the last `span` samples: the plain mean of the first
 /// `span`, then an exponential average with weight `1 / span`.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Average {
     mean: f64,
     samples: u32,
@@ -80,6 +80,9 @@ struct TargetHealth {
     itl: Average,
     /// A latency outlier since then.
     slow_since: Option<Instant>,
+    /// When its latency was last forgotten (its last ejection): attempts sent before then
+    /// (a slow request still in flight when it was ejected) no longer teach it.
+    latency_since: Option<Instant>,
     /// When it last joined (returned, became healthy, was added by a reload), for slow
     /// start.
     joined_at: Option<Instant>,
@@ -179,6 +182,12 @@ impl HealthBook {
         let Some(ttft) = s.ttft else {
             return;
         };
+        let sent = s.finished.checked_sub(s.duration);
+        if h.latency_since
+            .is_some_and(|since| sent.is_none_or(|sent| sent < since))
+        {
+            return;
+        }
         h.ttft.add(ttft.as_secs_f64() * 1e3, span);
         if let Some(u) = s.usage.filter(|u| u.completion_tokens > 1) {
             let rest = s.duration.saturating_sub(ttft).as_secs_f64() * 1e3;
@@ -280,6 +289,7 @@ impl HealthBook {
         h.slow_since = None;
         h.ttft = Average::default();
         h.itl = Average::default();
+        h.latency_since = Some(now);
         duration
     }
 
@@ -679,6 +689,31 @@ mod tests {
         assert!(b.eligible(2));
         b.tick(t0 + Duration::from_secs(30), &mut events);
         assert_eq!(events.len(), 1, "not judged again before new samples");
+    }
+
+    #[test]
+    fn an_attempt_sent_before_its_ejection_does_not_teach_the_returning_target() {
+        let mut b = book(3, latency_cfg());
+        let t0 = Instant::now();
+        let mut events = Vec::new();
+        for _ in 0..10 {
+            b.on_sample(&sample(0, 20, 1, 20));
+            b.on_sample(&sample(1, 20, 1, 20));
+            b.on_sample(&sample(2, 100, 1, 100));
+        }
+        b.tick(t0, &mut events);
+        b.tick(t0 + Duration::from_secs(5), &mut events);
+        assert!(!b.eligible(2));
+        // A slow request sent before the ejection ends during it: forgotten with the rest.
+        let mut late = sample(2, 100, 1, 100);
+        late.finished = t0 + Duration::from_secs(5) + Duration::from_millis(50);
+        b.on_sample(&late);
+        assert_eq!(b.targets[2].ttft, Average::default());
+        // One sent afterwards counts.
+        let mut fresh = sample(2, 20, 1, 20);
+        fresh.finished = t0 + Duration::from_secs(16);
+        b.on_sample(&fresh);
+        assert_ne!(b.targets[2].ttft, Average::default());
     }
 
     #[test]
