@@ -209,15 +209,18 @@ impl Drop for Proc {
     }
 }
 
-/// A configuration file for one mock engine behind `workers` workers on a free port.
+/// A configuration file for one mock engine behind `workers` workers on a free port, with
+/// its own control socket (the default one is named after the port, 0 for every test here,
+/// so gateways of tests running at once would take each other for a running instance).
 fn config_file(dir: &TempDir, driver: &str, workers: usize, engine: SocketAddr) -> PathBuf {
     let path = dir.0.join("rolter.toml");
     std::fs::write(
         &path,
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworkers = {workers}\npin_workers = false\n\
-             driver = \"{driver}\"\nshutdown_grace = \"2s\"\n\n\
-             [[targets]]\nname = \"a\"\nurl = \"http://{engine}\"\n"
+             driver = \"{driver}\"\nshutdown_grace = \"2s\"\ncontrol_socket = \"{}\"\n\n\
+             [[targets]]\nname = \"a\"\nurl = \"http://{engine}\"\n",
+            dir.0.join("control.sock").display()
         ),
     )
     .unwrap();
@@ -455,14 +458,6 @@ fn an_upgrade_hands_the_main_pid_to_the_new_process() {
     let manager = Manager::at_path();
     let dir = TempDir::new("upgrade");
     let config = config_file(&dir, "epoll", 1, engine.addr());
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    let socket = dir.0.join("control.sock");
-    text = text.replacen(
-        "[server]\n",
-        &format!("[server]\ncontrol_socket = \"{}\"\n", socket.display()),
-        1,
-    );
-    std::fs::write(&config, text).unwrap();
     // As systemd starts a service with WatchdogSec=: WATCHDOG_PID is the main process.
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
