@@ -646,6 +646,16 @@ mod tests {
         }
     }
 
+    /// `n` rounds of one single-token success per target, target `i` answering in
+    /// `ttft_ms[i]`.
+    fn feed(b: &mut HealthBook, ttft_ms: [u64; 3], n: usize) {
+        for _ in 0..n {
+            for (t, ms) in ttft_ms.into_iter().enumerate() {
+                b.on_sample(&sample(t, ms, 1, ms));
+            }
+        }
+    }
+
     fn latency_cfg() -> HealthConfig {
         HealthConfig {
             latency_factor: 3.0,
@@ -660,11 +670,7 @@ mod tests {
         let mut b = book(3, latency_cfg());
         let t0 = Instant::now();
         let mut events = Vec::new();
-        for _ in 0..10 {
-            b.on_sample(&sample(0, 20, 1, 20));
-            b.on_sample(&sample(1, 25, 1, 25));
-            b.on_sample(&sample(2, 100, 1, 100));
-        }
+        feed(&mut b, [20, 25, 100], 10);
         // 100 ms against a median of 22.5 ms: an outlier from now on, not yet for long.
         b.tick(t0, &mut events);
         b.tick(t0 + Duration::from_secs(4), &mut events);
@@ -696,11 +702,7 @@ mod tests {
         let mut b = book(3, latency_cfg());
         let t0 = Instant::now();
         let mut events = Vec::new();
-        for _ in 0..10 {
-            b.on_sample(&sample(0, 20, 1, 20));
-            b.on_sample(&sample(1, 20, 1, 20));
-            b.on_sample(&sample(2, 100, 1, 100));
-        }
+        feed(&mut b, [20, 20, 100], 10);
         b.tick(t0, &mut events);
         b.tick(t0 + Duration::from_secs(5), &mut events);
         assert!(!b.eligible(2));
@@ -721,11 +723,7 @@ mod tests {
         let mut b = book(3, latency_cfg());
         let t0 = Instant::now();
         let mut events = Vec::new();
-        for _ in 0..10 {
-            b.on_sample(&sample(0, 20, 1, 20));
-            b.on_sample(&sample(1, 20, 1, 20));
-            b.on_sample(&sample(2, 100, 1, 100));
-        }
+        feed(&mut b, [20, 20, 100], 10);
         b.tick(t0, &mut events);
         // Fast again: the average falls back under 3x the peers' before latency_for ends.
         for _ in 0..40 {
@@ -736,11 +734,7 @@ mod tests {
         assert!(events.is_empty() && b.eligible(2));
         // Nine samples are not enough to judge.
         let mut fresh = book(3, latency_cfg());
-        for _ in 0..9 {
-            fresh.on_sample(&sample(0, 20, 1, 20));
-            fresh.on_sample(&sample(1, 20, 1, 20));
-            fresh.on_sample(&sample(2, 500, 1, 500));
-        }
+        feed(&mut fresh, [20, 20, 500], 9);
         fresh.tick(t0, &mut events);
         fresh.tick(t0 + Duration::from_secs(60), &mut events);
         assert!(events.is_empty());
