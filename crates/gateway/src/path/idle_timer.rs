@@ -76,8 +76,9 @@ pub fn sweep(now: Instant) {
     })
 }
 
-/// How many waits the table holds (for tests).
-pub fn pending() -> usize {
+/// How many waits the table holds.
+#[cfg(test)]
+fn pending() -> usize {
     TABLE.with(|t| t.entries.borrow().len())
 }
 

@@ -8,7 +8,7 @@
 //! upstream read, so the caller then discards that upstream connection.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::task::Poll;
 
 use monoio::time::Instant;
@@ -48,29 +48,24 @@ where
 /// Waits until client bytes are waiting or the client is gone, or `deadline` passes.
 /// Returns false on timeout.
 pub async fn client_ready(client: &Reader, deadline: Instant) -> bool {
-    let mut sleep = pin!(monoio::time::sleep_until(deadline));
-    std::future::poll_fn(|cx| {
-        if client.poll_ready(cx).is_ready() {
-            return Poll::Ready(true);
-        }
-        if sleep.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(false);
-        }
-        Poll::Pending
-    })
-    .await
+    ready_before(client, pin!(monoio::time::sleep_until(deadline))).await
 }
 
 /// As [`client_ready`], for the long wait of an idle connection: its deadline is a coarse
 /// one ([`IdleDeadline`]), which an idle task holds in a few bytes instead of a runtime
 /// timer. Returns false on timeout.
 pub async fn client_ready_idle(client: &Reader, deadline: IdleDeadline) -> bool {
-    let mut deadline = deadline;
+    ready_before(client, pin!(deadline)).await
+}
+
+/// Ready with true once client bytes wait or the client is gone, with false once `due`
+/// completes first. `due` comes pinned so its caller stores it once.
+async fn ready_before<F: Future<Output = ()>>(client: &Reader, mut due: Pin<&mut F>) -> bool {
     std::future::poll_fn(|cx| {
         if client.poll_ready(cx).is_ready() {
             return Poll::Ready(true);
         }
-        if deadline.poll_due(cx).is_ready() {
+        if due.as_mut().poll(cx).is_ready() {
             return Poll::Ready(false);
         }
         Poll::Pending
