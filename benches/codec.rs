@@ -1,10 +1,12 @@
 //! Hot-path codec costs: request-head parsing, routing-fact extraction, chunked decoding
-//! and re-framing of an SSE event.
+//! and re-framing of an SSE event, and what the relay does to each read of a streamed
+//! answer (decode, count the content deltas, look for usage, re-frame).
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rolter::codec::api::facts;
+use rolter::codec::api::deltas::DeltaCounter;
+use rolter::codec::api::{facts, usage};
 use rolter::codec::h1::chunked::{encode_chunk, ChunkedDecoder};
 use rolter::codec::h1::request_head::{self as head, HeadLimits};
 use rolter::gateway::path::request::Request;
@@ -74,6 +76,74 @@ fn bench_chunked(c: &mut Criterion) {
     g.finish();
 }
 
+/// A 64-token chat stream as an engine frames it (one chunk per event, usage in the last),
+/// cut into the 4 KiB reads the relay makes.
+fn chunked_stream() -> Vec<u8> {
+    let mut framed = Vec::new();
+    let head = r#"data: {"id":"chatcmpl-72529da172387fe44e6d89813d11b1cd","object":"chat.completion.chunk","created":1796171015,"model":"m","choices":[{"index":0,"delta":{"#;
+    encode_chunk(
+        &mut framed,
+        format!("{head}\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}],\"usage\":null}}\n\n").as_bytes(),
+    );
+    for i in 0..64 {
+        encode_chunk(
+            &mut framed,
+            format!("{head}\"content\":\" tok{i}\"}},\"logprobs\":null,\"finish_reason\":null}}],\"usage\":null}}\n\n").as_bytes(),
+        );
+    }
+    encode_chunk(
+        &mut framed,
+        format!("{head}}},\"logprobs\":null,\"finish_reason\":\"length\"}}],\"usage\":{{\"prompt_tokens\":250,\"total_tokens\":314,\"completion_tokens\":64}}}}\n\n").as_bytes(),
+    );
+    encode_chunk(&mut framed, b"data: [DONE]\n\n");
+    framed.extend_from_slice(b"0\r\n\r\n");
+    framed
+}
+
+fn bench_stream(c: &mut Criterion) {
+    let framed = chunked_stream();
+    let mut out = Vec::with_capacity(8192);
+    let mut g = c.benchmark_group("sse_stream");
+    g.throughput(Throughput::Bytes(framed.len() as u64));
+    g.bench_function("relay_64_events_in_4k_reads", |b| {
+        b.iter(|| {
+            let mut d = ChunkedDecoder::new();
+            let mut deltas = DeltaCounter::default();
+            let mut found = None;
+            for read in black_box(&framed).chunks(4096) {
+                out.clear();
+                found = usage::scan(read).or(found);
+                d.feed(read, |piece| {
+                    deltas.feed(piece);
+                    encode_chunk(&mut out, piece)
+                })
+                .unwrap();
+            }
+            assert!(d.is_done());
+            (deltas.count(), found)
+        })
+    });
+    g.bench_function("decode_64_events", |b| {
+        b.iter(|| {
+            let mut d = ChunkedDecoder::new();
+            let mut n = 0;
+            d.feed(black_box(&framed), |piece| n += piece.len())
+                .unwrap();
+            n
+        })
+    });
+    g.bench_function("count_deltas_64_events", |b| {
+        b.iter(|| {
+            let mut d = ChunkedDecoder::new();
+            let mut deltas = DeltaCounter::default();
+            d.feed(black_box(&framed), |piece| deltas.feed(piece))
+                .unwrap();
+            deltas.count()
+        })
+    });
+    g.finish();
+}
+
 fn bench_rewrite(c: &mut Criterion) {
     // The upstream request for a typical SDK request: hop-by-hop and client auth removed, a
     // target key injected, X-Forwarded-For replaced, fresh Content-Length, 1 KiB body copied.
@@ -136,6 +206,7 @@ criterion_group!(
     bench_head,
     bench_facts,
     bench_chunked,
+    bench_stream,
     bench_rewrite
 );
 criterion_main!(benches);

@@ -4,18 +4,18 @@
 //! token per delta).
 //!
 //! A byte-level state machine fed each upstream read in turn, so a key split across two
-//! reads still counts. Between keys it does not walk the bytes: a SIMD substring search
-//! (`memchr::memmem`) jumps to the next `"content"` or `"text"`, and the machine runs only
-//! from there, over a key carried from the previous read, and over the last bytes of a read
-//! (where a key the next read completes may begin). It never allocates and must not parse
-//! JSON.
+//! reads still counts. Between keys it does not walk the bytes: one SIMD search for both
+//! keys ([`KeySearch`]) jumps to the next `"content"` or `"text"`, and
+//! the machine runs only from the key's end to its value's first byte, over what the
+//! previous read left unfinished, and from the last quote in a read's last bytes (where a
+//! key the next read completes may begin). It never allocates and must not parse JSON.
 
 use std::sync::LazyLock;
 
-use memchr::memmem::Finder;
+use super::key_search::KeySearch;
 
-static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"content\""));
-static TEXT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"text\""));
+/// The two keys, in the order of [`Key`]'s variants.
+static KEYS: LazyLock<KeySearch> = LazyLock::new(|| KeySearch::new(&[b"\"content\"", b"\"text\""]));
 /// The longest start of a key that a read can end in: `"conten` plus its last letter.
 const LONGEST_PARTIAL: usize = b"\"content".len();
 
@@ -73,47 +73,33 @@ impl DeltaCounter {
 
     /// Feeds the next bytes of the body.
     pub fn feed(&mut self, data: &[u8]) {
-        let mut i = self.run(data, 0);
-        if i == data.len() {
-            return;
-        }
-        // The next occurrence of each key at or after `i` (searched again only once passed).
-        let find = |f: &Finder<'_>, from: usize| f.find(&data[from..]).map(|o| from + o);
-        let mut content = find(&CONTENT, i);
-        let mut text = find(&TEXT, i);
-        loop {
-            if content.is_some_and(|p| p < i) {
-                content = find(&CONTENT, i);
-            }
-            if text.is_some_and(|p| p < i) {
-                text = find(&TEXT, i);
-            }
-            let Some(p) = content.into_iter().chain(text).min() else {
+        // What the previous read left unfinished: a key, its colon, or its value's start.
+        let mut i = self.resume(data, 0);
+        while self.state == State::Scan {
+            let Some((key, end)) = KEYS.find(data, i) else {
                 break;
             };
-            i = self.run(data, p);
-            if i == data.len() {
-                return;
-            }
+            self.key = if key == 0 { Key::Content } else { Key::Text };
+            self.state = State::Colon;
+            i = self.resume(data, end);
         }
-        // No whole key is left; one the next read completes may begin in the last bytes.
+        if self.state != State::Scan {
+            return; // the read ended inside a key or before its value's first byte
+        }
+        // No whole key is left; one the next read completes may begin at the last quote of
+        // the last bytes (a key has no quote inside it).
         let tail = data.len().saturating_sub(LONGEST_PARTIAL).max(i);
-        for &b in &data[tail..] {
-            self.step(b);
+        if let Some(q) = memchr::memrchr(b'"', &data[tail..]) {
+            for &b in &data[tail + q..] {
+                self.step(b);
+            }
         }
     }
 
-    /// Steps from `from` while a key is being matched (the first byte always); where it
-    /// stopped: back to scanning (then `State::Scan`), or the end of `data`.
-    fn run(&mut self, data: &[u8], from: usize) -> usize {
+    /// Steps from `from` until the machine is back to scanning (where it is then) or the
+    /// end of `data`.
+    fn resume(&mut self, data: &[u8], from: usize) -> usize {
         let mut i = from;
-        if self.state == State::Scan {
-            if i >= data.len() {
-                return i;
-            }
-            self.step(data[i]);
-            i += 1;
-        }
         while i < data.len() && self.state != State::Scan {
             self.step(data[i]);
             i += 1;
@@ -242,6 +228,55 @@ data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\
                 c.feed(part);
             }
             assert_eq!(c.count(), one.count(), "reads of {size} bytes");
+        }
+    }
+
+    /// The machine stepped over every byte, with no search: what `feed` must count.
+    fn stepped(data: &[u8]) -> u32 {
+        let mut c = DeltaCounter::default();
+        for &b in data {
+            c.step(b);
+        }
+        c.count()
+    }
+
+    #[test]
+    fn the_search_counts_what_stepping_every_byte_counts() {
+        // Random runs of key-like pieces, cut into random reads.
+        const PIECES: [&str; 14] = [
+            "\"",
+            "content",
+            "text",
+            "conten",
+            "tex",
+            ":",
+            " ",
+            "\n",
+            "x",
+            "\\",
+            "\"\"",
+            "\"content\"",
+            "\"text\": \"",
+            "{\"delta\":{",
+        ];
+        let mut rng = fastrand::Rng::with_seed(17);
+        for _ in 0..3000 {
+            let data: Vec<u8> = (0..rng.usize(1..40))
+                .flat_map(|_| PIECES[rng.usize(..PIECES.len())].bytes())
+                .collect();
+            let mut c = DeltaCounter::default();
+            let mut rest = &data[..];
+            while !rest.is_empty() {
+                let (read, next) = rest.split_at(rng.usize(1..=rest.len()));
+                c.feed(read);
+                rest = next;
+            }
+            assert_eq!(
+                c.count(),
+                stepped(&data),
+                "{:?}",
+                String::from_utf8_lossy(&data)
+            );
         }
     }
 

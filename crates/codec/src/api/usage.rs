@@ -3,7 +3,8 @@
 //! Messages), in a JSON body or in the last SSE event of a stream that asked for usage.
 //!
 //! A byte scan, not a JSON parse: it runs on the relay path over each upstream read of a
-//! successful response, so it must stay a couple of SIMD searches and never allocate.
+//! successful response, so it must stay one SIMD pass (two more when a usage is there) and
+//! never allocate.
 //! Usage split across two reads is missed (the sample then has no usage).
 
 use memchr::memmem::Finder;
@@ -11,17 +12,35 @@ use std::sync::LazyLock;
 
 use rolter_core::Usage;
 
+use super::key_search::KeySearch;
+
+/// The keys that open a usage: OpenAI's (index 0) and Responses' and Messages' (index 1).
+static PROMPT_OR_INPUT: LazyLock<KeySearch> =
+    LazyLock::new(|| KeySearch::new(&[b"\"prompt_tokens\"", b"\"input_tokens\""]));
 static COMPLETION: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"completion_tokens\""));
-static PROMPT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"prompt_tokens\""));
 static OUTPUT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"output_tokens\""));
-static INPUT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"input_tokens\""));
 
 /// The usage reported in `data`, if a complete one is there.
 pub fn scan(data: &[u8]) -> Option<Usage> {
-    let (prompt, completion) = match number_after(&PROMPT, data) {
+    // One pass finds the first of each opening key (a read without usage, the common
+    // case, is searched once).
+    let (mut prompt, mut input) = (None, None);
+    let mut from = 0;
+    while let Some((key, end)) = PROMPT_OR_INPUT.find(data, from) {
+        let first = if key == 0 { &mut prompt } else { &mut input };
+        first.get_or_insert(end);
+        if prompt.is_some() && input.is_some() {
+            break;
+        }
+        from = end;
+    }
+    let (prompt, completion) = match prompt.and_then(|at| number_at(&data[at..])) {
         Some(p) => (Some(p), number_after(&COMPLETION, data)),
-        None => (number_after(&INPUT, data), number_after(&OUTPUT, data)),
+        None => (
+            input.and_then(|at| number_at(&data[at..])),
+            number_after(&OUTPUT, data),
+        ),
     };
     let prompt = prompt?;
     Some(Usage {
@@ -34,7 +53,11 @@ pub fn scan(data: &[u8]) -> Option<Usage> {
 /// The integer that follows `"key"` and a colon, allowing JSON whitespace.
 fn number_after(key: &Finder<'_>, data: &[u8]) -> Option<u32> {
     let at = key.find(data)? + key.needle().len();
-    let rest = &data[at..];
+    number_at(&data[at..])
+}
+
+/// The integer after a key: a colon and the digits, allowing JSON whitespace.
+fn number_at(rest: &[u8]) -> Option<u32> {
     let mut i = rest.iter().position(|b| !b" \t\r\n".contains(b))?;
     if rest[i] != b':' {
         return None;
@@ -88,6 +111,24 @@ mod tests {
             Some(Usage {
                 prompt_tokens: 40,
                 completion_tokens: 2
+            })
+        );
+        // Messages' stream: the first usage has both; a later `input_tokens` is ignored.
+        let start = br#"{"usage":{"input_tokens":25,"output_tokens":1},"x":{"input_tokens":9}}"#;
+        assert_eq!(
+            scan(start),
+            Some(Usage {
+                prompt_tokens: 25,
+                completion_tokens: 1
+            })
+        );
+        // A `prompt_tokens` with no number falls back to `input_tokens`.
+        let both = br#"{"prompt_tokens":null,"input_tokens":3,"output_tokens":4}"#;
+        assert_eq!(
+            scan(both),
+            Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 4
             })
         );
         let emb = br#"{"data":[],"usage":{"prompt_tokens":5,"total_tokens":5}}"#;
