@@ -549,7 +549,9 @@ pub async fn relay<H>(
     if tail.sent || done {
         report.first_byte = Some(std::time::Instant::now());
     }
-    let mut read_size = MIN_UPSTREAM_READ;
+    // A read that filled its buffer (the head's too) leaves more queued: the next read takes
+    // all it can, so a burst of events moves in one read and one write.
+    let mut read_size = next_read_size(bufs.ubuf.len(), bufs.ubuf.capacity());
     let end = loop {
         if done {
             // The engine is done with the request: its place under `max_concurrent` is
@@ -592,11 +594,7 @@ pub async fn relay<H>(
                 state.core.activity.note();
                 bufs.ubuf = ub;
                 state.core.lend(out);
-                read_size = if n == bufs.ubuf.capacity() {
-                    (read_size * 2).min(MAX_UPSTREAM_READ)
-                } else {
-                    MIN_UPSTREAM_READ
-                };
+                read_size = next_read_size(n, bufs.ubuf.capacity());
                 if scan_usage {
                     report.usage = usage::scan(&bufs.ubuf).or(report.usage);
                 }
@@ -688,6 +686,17 @@ pub async fn relay<H>(
     }
 }
 
+/// The next upstream read's size after one that brought `n` bytes into `capacity`: the
+/// largest after a full read, the smallest otherwise (an SSE stream's events come one at a
+/// time and keep small buffers).
+fn next_read_size(n: usize, capacity: usize) -> usize {
+    if n >= capacity {
+        MAX_UPSTREAM_READ
+    } else {
+        MIN_UPSTREAM_READ
+    }
+}
+
 /// Tracks whether the body bytes relayed so far end on an SSE event boundary, so the error
 /// event follows without an empty event before it.
 #[derive(Default)]
@@ -774,7 +783,20 @@ async fn fail_midstream(
 
 #[cfg(test)]
 mod tests {
-    use super::SseTail;
+    use super::{next_read_size, SseTail, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
+
+    #[test]
+    fn a_full_read_makes_the_next_one_the_largest() {
+        // A 15 KiB burst after a full 4 KiB head read: one more read takes the rest.
+        assert_eq!(next_read_size(4096, 4096), MAX_UPSTREAM_READ);
+        // One event at a time: the buffer stays small, even after a burst.
+        assert_eq!(next_read_size(230, 4096), MIN_UPSTREAM_READ);
+        assert_eq!(next_read_size(11_000, MAX_UPSTREAM_READ), MIN_UPSTREAM_READ);
+        assert_eq!(
+            next_read_size(MAX_UPSTREAM_READ, MAX_UPSTREAM_READ),
+            MAX_UPSTREAM_READ
+        );
+    }
 
     fn sep(parts: &[&[u8]]) -> &'static [u8] {
         let mut t = SseTail::default();

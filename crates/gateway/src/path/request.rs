@@ -55,9 +55,9 @@ impl Request<'_> {
     }
 }
 
-/// Smallest upstream read; a read that fills the buffer doubles the next one (up to
-/// [`MAX_UPSTREAM_READ`]), so SSE streams keep small buffers and large bodies move in large
-/// reads.
+/// Smallest upstream read; after a read that fills its buffer the next one is
+/// [`MAX_UPSTREAM_READ`], so SSE streams keep small buffers and bursts and large bodies move
+/// in large reads.
 pub const MIN_UPSTREAM_READ: usize = 4 * 1024;
 /// Largest upstream read.
 pub const MAX_UPSTREAM_READ: usize = 64 * 1024;
