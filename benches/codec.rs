@@ -123,6 +123,13 @@ fn bench_stream(c: &mut Criterion) {
             (deltas.count(), found)
         })
     });
+    g.bench_function("scan_usage_64_events_in_4k_reads", |b| {
+        b.iter(|| {
+            black_box(&framed)
+                .chunks(4096)
+                .fold(None, |found, read| usage::scan(read).or(found))
+        })
+    });
     g.bench_function("decode_64_events", |b| {
         b.iter(|| {
             let mut d = ChunkedDecoder::new();

@@ -3,8 +3,7 @@
 //! Messages), in a JSON body or in the last SSE event of a stream that asked for usage.
 //!
 //! A byte scan, not a JSON parse: it runs on the relay path over each upstream read of a
-//! successful response, so it must stay one SIMD pass (two more when a usage is there) and
-//! never allocate.
+//! successful response, so it must stay one SIMD pass and never allocate.
 //! Usage split across two reads is missed (the sample then has no usage).
 
 use memchr::memmem::Finder;
@@ -12,35 +11,27 @@ use std::sync::LazyLock;
 
 use rolter_core::Usage;
 
-use super::key_search::KeySearch;
+/// What every usage key ends in; the searched bytes are rare in SSE events, so the search
+/// runs at memchr's speed over a read that holds no usage (the common case).
+static TOKENS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"_tokens\""));
 
-/// The keys that open a usage: OpenAI's (index 0) and Responses' and Messages' (index 1).
-static PROMPT_OR_INPUT: LazyLock<KeySearch> =
-    LazyLock::new(|| KeySearch::new(&[b"\"prompt_tokens\"", b"\"input_tokens\""]));
-static COMPLETION: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new(b"\"completion_tokens\""));
-static OUTPUT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"output_tokens\""));
+/// The usage keys, by what precedes `_tokens"`: OpenAI's prompt and completion, then
+/// Responses' and Messages' input and output.
+const PREFIXES: [&[u8]; 4] = [b"\"prompt", b"\"completion", b"\"input", b"\"output"];
 
 /// The usage reported in `data`, if a complete one is there.
 pub fn scan(data: &[u8]) -> Option<Usage> {
-    // One pass finds the first of each opening key (a read without usage, the common
-    // case, is searched once).
-    let (mut prompt, mut input) = (None, None);
-    let mut from = 0;
-    while let Some((key, end)) = PROMPT_OR_INPUT.find(data, from) {
-        let first = if key == 0 { &mut prompt } else { &mut input };
-        first.get_or_insert(end);
-        if prompt.is_some() && input.is_some() {
-            break;
+    // Where the first of each key ends.
+    let mut first: [Option<usize>; 4] = [None; 4];
+    for at in TOKENS.find_iter(data) {
+        if let Some(k) = PREFIXES.iter().position(|p| data[..at].ends_with(p)) {
+            first[k].get_or_insert(at + TOKENS.needle().len());
         }
-        from = end;
     }
-    let (prompt, completion) = match prompt.and_then(|at| number_at(&data[at..])) {
-        Some(p) => (Some(p), number_after(&COMPLETION, data)),
-        None => (
-            input.and_then(|at| number_at(&data[at..])),
-            number_after(&OUTPUT, data),
-        ),
+    let number = |k: usize| first[k].and_then(|at| number_at(&data[at..]));
+    let (prompt, completion) = match number(0) {
+        Some(p) => (Some(p), number(1)),
+        None => (number(2), number(3)),
     };
     let prompt = prompt?;
     Some(Usage {
@@ -48,12 +39,6 @@ pub fn scan(data: &[u8]) -> Option<Usage> {
         // Embeddings report no completion tokens.
         completion_tokens: completion.unwrap_or(0),
     })
-}
-
-/// The integer that follows `"key"` and a colon, allowing JSON whitespace.
-fn number_after(key: &Finder<'_>, data: &[u8]) -> Option<u32> {
-    let at = key.find(data)? + key.needle().len();
-    number_at(&data[at..])
 }
 
 /// The integer after a key: a colon and the digits, allowing JSON whitespace.
