@@ -581,8 +581,7 @@ pub async fn relay<H>(
         // Between events a stream holds only its upstream read's buffer: the one for the
         // client's bytes goes back to the worker until the next event arrives.
         state.core.give_back(out);
-        bufs.ubuf.clear();
-        bufs.ubuf.reserve(read_size);
+        fit_read_buffer(&mut bufs.ubuf, read_size);
         let ub = std::mem::take(&mut bufs.ubuf);
         let mut deadline = Instant::now() + idle;
         let cut = state.core.cut_at.get().map(Instant::from_std);
@@ -687,13 +686,28 @@ pub async fn relay<H>(
 }
 
 /// The next upstream read's size after one that brought `n` bytes into `capacity`: the
-/// largest after a full read, the smallest otherwise (an SSE stream's events come one at a
-/// time and keep small buffers).
+/// largest after a full read, the same after a partial one still larger than the smallest
+/// (a large body arriving slower than it is read), the smallest after a small one (an SSE
+/// stream's events come one at a time and keep small buffers).
 fn next_read_size(n: usize, capacity: usize) -> usize {
     if n >= capacity {
         MAX_UPSTREAM_READ
+    } else if n > MIN_UPSTREAM_READ {
+        capacity
     } else {
         MIN_UPSTREAM_READ
+    }
+}
+
+/// Empties `buf` for a read of `size`: a buffer a burst grew to [`MAX_UPSTREAM_READ`] is
+/// swapped for a small one once reads come back partial, so a stream that goes quiet
+/// after a burst does not hold 64 KiB until it ends.
+fn fit_read_buffer(buf: &mut Vec<u8>, size: usize) {
+    buf.clear();
+    if buf.capacity() > 4 * size {
+        *buf = Vec::with_capacity(size);
+    } else {
+        buf.reserve(size);
     }
 }
 
@@ -783,7 +797,21 @@ async fn fail_midstream(
 
 #[cfg(test)]
 mod tests {
-    use super::{next_read_size, SseTail, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
+    use super::{fit_read_buffer, next_read_size, SseTail, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
+
+    #[test]
+    fn a_quiet_stream_after_a_burst_holds_a_small_buffer() {
+        let mut buf = Vec::with_capacity(MAX_UPSTREAM_READ);
+        buf.extend_from_slice(b"events");
+        fit_read_buffer(&mut buf, MIN_UPSTREAM_READ);
+        assert!(buf.is_empty());
+        assert!((MIN_UPSTREAM_READ..2 * MIN_UPSTREAM_READ).contains(&buf.capacity()));
+        // A burst's buffer is kept while bursts go on.
+        let mut big = Vec::with_capacity(MAX_UPSTREAM_READ);
+        let at = big.as_ptr();
+        fit_read_buffer(&mut big, MAX_UPSTREAM_READ);
+        assert_eq!((big.as_ptr(), big.capacity()), (at, MAX_UPSTREAM_READ));
+    }
 
     #[test]
     fn a_full_read_makes_the_next_one_the_largest() {
@@ -791,7 +819,9 @@ mod tests {
         assert_eq!(next_read_size(4096, 4096), MAX_UPSTREAM_READ);
         // One event at a time: the buffer stays small, even after a burst.
         assert_eq!(next_read_size(230, 4096), MIN_UPSTREAM_READ);
-        assert_eq!(next_read_size(11_000, MAX_UPSTREAM_READ), MIN_UPSTREAM_READ);
+        assert_eq!(next_read_size(3000, MAX_UPSTREAM_READ), MIN_UPSTREAM_READ);
+        // A large body read in part keeps its buffer (no shrinking and growing in turn).
+        assert_eq!(next_read_size(11_000, MAX_UPSTREAM_READ), MAX_UPSTREAM_READ);
         assert_eq!(
             next_read_size(MAX_UPSTREAM_READ, MAX_UPSTREAM_READ),
             MAX_UPSTREAM_READ
