@@ -12,32 +12,9 @@ RES=$(cd "${1:-$(ls -d "$ROOT"/loadtest/results/2*/ | tail -1)}" && pwd)
 L=$RES/wrk-chat.lua
 [ -f "$L" ] || { echo "no $L: run loadtest/run.sh --quick first" >&2; exit 2; }
 TMP=$(mktemp -d); cd "$TMP"
-for p in 19001 19002 19003; do taskset -c 0 $B/rolter-mock --listen 127.0.0.1:$p --threads 1 >/dev/null 2>&1 & done
-sleep 0.3
-mk() { # port access
-  cat > g$1.toml <<T
-[server]
-listen = "127.0.0.1:$1"
-workers = 1
-pin_workers = false
-[log]
-access = "$2"
-[[targets]]
-name = "mock1"
-url = "http://127.0.0.1:19001"
-[[targets]]
-name = "mock2"
-url = "http://127.0.0.1:19002"
-[[targets]]
-name = "mock3"
-url = "http://127.0.0.1:19003"
-[[routes]]
-name = "all"
-targets = ["mock1", "mock2", "mock3"]
-strategy = "round_robin"
-T
-}
-mk 19601 $TMP/access.log; mk 19602 off
+. "$ROOT/loadtest/mock_fleet.sh"
+start_mocks
+rolter_config g19601.toml 19601 "$TMP/access.log"; rolter_config g19602.toml 19602 off
 ROLTER_LOG=warn taskset -c 1 $B/rolter run --config g19601.toml > on.out 2>&1 & ON=$!
 ROLTER_LOG=warn taskset -c 1 $B/rolter run --config g19602.toml > off.out 2>&1 & OFF=$!
 sleep 1

@@ -25,29 +25,10 @@ L=$RES/wrk-$LOAD.lua
 [ -f "$L" ] || { echo "no $L: run loadtest/run.sh --quick first" >&2; exit 2; }
 TMP=$(mktemp -d); cd "$TMP"
 trap 'pkill -f "rolter-mock --listen 127.0.0.1:1900" || true; rm -rf "$TMP"' EXIT
-for p in 19001 19002 19003; do
-  taskset -c 0 "$B/rolter-mock" --listen 127.0.0.1:$p --model m --tokens 64 --max-running 0 --threads 1 >/dev/null 2>&1 &
-done
-sleep 0.3
-cat > rolter.toml <<T
-[server]
-listen = "127.0.0.1:19700"
-workers = 1
-pin_workers = false
-[[targets]]
-name = "mock1"
-url = "http://127.0.0.1:19001"
-[[targets]]
-name = "mock2"
-url = "http://127.0.0.1:19002"
-[[targets]]
-name = "mock3"
-url = "http://127.0.0.1:19003"
-[[routes]]
-name = "all"
-targets = ["mock1", "mock2", "mock3"]
-strategy = "round_robin"
-T
+. "$ROOT/loadtest/mock_fleet.sh"
+start_mocks --model m --tokens 64 --max-running 0
+# Rolter's defaults, its access log (to stdout, here a file) included, as in loadtest/run.sh.
+rolter_config rolter.toml 19700
 cat > haproxy.cfg <<T
 global
   nbthread 1
