@@ -5,10 +5,10 @@
 //!
 //! A byte-level state machine fed each upstream read in turn, so a key split across two
 //! reads still counts. Between keys it does not walk the bytes: one SIMD search for both
-//! keys ([`KeySearch`]) jumps to the next `"content"` or `"text"`, and
-//! the machine runs only from the key's end to its value's first byte, over what the
-//! previous read left unfinished, and from the last quote in a read's last bytes (where a
-//! key the next read completes may begin). It never allocates and must not parse JSON.
+//! keys ([`KeySearch`]) jumps to the next `"content"` or `"text"`, and the machine runs
+//! only from the key's end to its value's first byte, over what the previous read left
+//! unfinished, and from the last quote in a read's last bytes (where a key the next read
+//! completes may begin). It never allocates and must not parse JSON.
 
 use std::sync::LazyLock;
 

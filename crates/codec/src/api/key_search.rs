@@ -34,12 +34,15 @@ impl KeySearch {
 
     /// The leftmost key in `data` at or after `from`: its index and where its match ends.
     pub fn find(&self, data: &[u8], from: usize) -> Option<(usize, usize)> {
+        if from > data.len() {
+            return None;
+        }
         if let Some(p) = &self.packed {
             return p
                 .find_in(data, Span::from(from..data.len()))
                 .map(|m| (m.pattern().as_usize(), m.end()));
         }
-        let rest = data.get(from..)?;
+        let rest = &data[from..];
         self.each
             .iter()
             .enumerate()
@@ -67,6 +70,7 @@ mod tests {
             }
             assert_eq!(found, [(1, 7), (0, 21), (1, 45)]);
             assert_eq!(s.find(data, data.len()), None);
+            assert_eq!(s.find(data, data.len() + 1), None);
             assert_eq!(s.find(b"", 0), None);
         }
     }

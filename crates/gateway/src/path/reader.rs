@@ -9,8 +9,8 @@
 //! keeps watching after pipelined bytes arrive.
 //!
 //! A plaintext read that stays armed for [`PARK_AFTER`] (a coarse deadline, see
-//! [`super::idle_timer`]) without completing (an idle
-//! keep-alive connection, or a long stream during which the client sends nothing) is
+//! [`super::idle_timer`]) without completing (an idle keep-alive connection, or a long
+//! stream during which the client sends nothing) is
 //! cancelled and its buffer freed: the reader then waits for readability with no buffer
 //! lent to the kernel, and arms a read only when bytes (or EOF) are there. A busy
 //! connection, whose next request arrives sooner, never parks and pays no extra kernel
