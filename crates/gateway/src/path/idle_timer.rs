@@ -1,12 +1,15 @@
-//! Coarse deadlines for the waits an idle connection holds for long: the keep-alive timeout
-//! between requests and the reader's park delay. One worker-local table, swept by the
-//! worker's tick, takes the place of a runtime timer inside every waiting task (a monoio
-//! `Sleep` is 640 bytes, and an idle connection's two tasks each carried one).
+//! Coarse deadlines for the waits a connection holds for long: the keep-alive timeout
+//! between requests, the reader's park delay, and a streaming body's idle and write
+//! timeouts (one wait per event). One worker-local table, swept by the worker's tick,
+//! takes the place of a runtime timer inside every waiting task (a monoio `Sleep` is 640
+//! bytes, and an idle connection's two tasks each carried one).
 //!
 //! Owns the table and its sweep. A deadline fires at the first sweep after it has passed:
 //! up to about 10 ms late while the worker is busy (it ticks every 2 ms and scans at most
-//! once per `SWEEP_EVERY`), up to its 100 ms tick while it is quiet. It must not serve deadlines that need precision (the head, body and upstream
-//! timeouts keep runtime timers), and it must not be used off a worker thread.
+//! once per `SWEEP_EVERY`), up to its 100 ms tick while it is quiet. It must not serve
+//! deadlines that need precision (the request's head and body reads, connects, the wait
+//! for a response's first byte and the per-try timeouts keep runtime timers), and it must
+//! not be used off a worker thread.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;

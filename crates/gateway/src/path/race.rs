@@ -1,7 +1,7 @@
 //! Racing an I/O future against the client's disconnect and a deadline.
 //!
 //! While a request is in progress, the connection's reader keeps a read armed on the client
-//! socket (`proxy::reader`). EOF or an error there means the client is gone and the
+//! socket (`path::reader`). EOF or an error there means the client is gone and the
 //! upstream exchange must be abandoned at once; bytes there (a pipelined next request) stay
 //! in the inbox and do not interrupt anything. This module must not drop the raced I/O
 //! future unless the client is gone or the deadline passed: dropping it loses an in-flight
@@ -9,9 +9,9 @@
 
 use std::future::Future;
 use std::pin::{pin, Pin};
-use std::task::Poll;
+use std::task::{Context, Poll};
 
-use monoio::time::Instant;
+use monoio::time::{Instant, Sleep};
 
 use super::idle_timer::IdleDeadline;
 use super::reader::Reader;
@@ -23,26 +23,61 @@ pub enum Race<T> {
     TimedOut,
 }
 
-/// Polls `io` until it completes, the client goes away, or `deadline` passes.
-pub async fn race<T, F>(io: F, client: &Reader, deadline: Instant) -> Race<T>
-where
-    F: Future<Output = T>,
-{
-    let mut io = pin!(io);
-    let mut sleep = pin!(monoio::time::sleep_until(deadline));
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(v) = io.as_mut().poll(cx) {
+pin_project_lite::pin_project! {
+    /// An I/O future raced against the client's disconnect and a deadline `D`: a plain
+    /// struct rather than an `async fn`, so the raced future is stored once (an `async fn`
+    /// keeps its argument and its pinned copy side by side) and a coarse deadline adds a
+    /// few bytes instead of a runtime timer.
+    pub struct Racing<'a, F, D> {
+        #[pin]
+        io: F,
+        #[pin]
+        due: D,
+        client: &'a Reader,
+    }
+}
+
+impl<F: Future, D: Future<Output = ()>> Future for Racing<'_, F, D> {
+    type Output = Race<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(v) = this.io.poll(cx) {
             return Poll::Ready(Race::Done(v));
         }
-        if client.poll_gone(cx).is_ready() {
+        if this.client.poll_gone(cx).is_ready() {
             return Poll::Ready(Race::ClientGone);
         }
-        if sleep.as_mut().poll(cx).is_ready() {
+        if this.due.poll(cx).is_ready() {
             return Poll::Ready(Race::TimedOut);
         }
         Poll::Pending
-    })
-    .await
+    }
+}
+
+/// Polls `io` until it completes, the client goes away, or `deadline` passes (a runtime
+/// timer: for the deadlines that need precision, up to the response's first byte).
+pub fn race<F: Future>(io: F, client: &Reader, deadline: Instant) -> Racing<'_, F, Sleep> {
+    Racing {
+        io,
+        due: monoio::time::sleep_until(deadline),
+        client,
+    }
+}
+
+/// As [`race`], with a coarse deadline ([`IdleDeadline`], which fires up to about 10 ms
+/// late while the worker is busy): for the idle and write timeouts of a stream's body,
+/// which a long stream waits on once per event.
+pub fn race_idle<F: Future>(
+    io: F,
+    client: &Reader,
+    deadline: IdleDeadline,
+) -> Racing<'_, F, IdleDeadline> {
+    Racing {
+        io,
+        due: deadline,
+        client,
+    }
 }
 
 /// Waits until client bytes are waiting or the client is gone, or `deadline` passes.

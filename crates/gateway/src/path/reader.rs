@@ -201,12 +201,16 @@ async fn read_loop<R: ReadSource>(mut rd: R, inbox: Rc<RefCell<Inbox>>) {
                 } else {
                     MIN_READ
                 };
-                if i.data.is_empty() {
+                if i.data.is_empty() && n > buf.capacity() / 2 {
                     std::mem::swap(&mut i.data, &mut buf);
                     if buf.capacity() > MAX_READ {
                         buf = Vec::new();
                     }
                 } else {
+                    // A small read is copied out (the inbox's buffer is then about its size)
+                    // and the read buffer kept: a request that streams for minutes holds
+                    // its bytes, not a mostly empty read buffer, for the same one
+                    // allocation a swap would cost the next read.
                     i.data.extend_from_slice(&buf);
                 }
             }

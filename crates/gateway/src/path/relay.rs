@@ -2,12 +2,17 @@
 //! response head, and stream the body to the client as it arrives.
 //!
 //! Every upstream read is raced against the client-disconnect watch and a deadline (the
-//! first-byte timeout until the head arrives, the idle timeout after). Each upstream read
+//! first-byte timeout until the head arrives, the idle timeout after: a coarse one, as the
+//! write timeout of the body's writes). A stream whose events come far apart lends no read
+//! buffer between them ([`PARK_UPSTREAM_AFTER`]). Each upstream read
 //! becomes one client write, so an SSE event is never held back. A client that goes away
 //! drops the upstream connection at once (the engine sees the close and aborts). A failure
 //! after bytes reached the client ends the stream with an SSE error event and no terminal
 //! chunk, never a clean end. Only a cleanly finished exchange returns its connection to the
 //! pool. This module must not retry: it reports whether a retry is safe.
+
+use std::io;
+use std::time::Duration;
 
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
@@ -24,7 +29,8 @@ use rolter_codec::{GatewayError, Retry, Surface};
 use rolter_config::RetryOn;
 use rolter_core::Usage;
 
-use super::race::{race, Race};
+use super::idle_timer::IdleDeadline;
+use super::race::{race, race_idle, Race};
 use super::reader::Reader;
 use super::request::{IoBufs, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
 use super::stream::ClientWrite;
@@ -142,7 +148,9 @@ pub async fn exchange<H>(
     held: &mut Option<H>,
     report: &mut Report,
 ) -> Outcome {
-    match open(state, tid, watch, bufs, limits, report).await {
+    // Boxed: the head's wait (a runtime timer among it) is over before the body streams,
+    // and a long stream should not carry its space for as long as it lasts.
+    match Box::pin(open(state, tid, watch, bufs, limits, report)).await {
         Opened::Done(outcome) => outcome,
         Opened::Head(up, head) => {
             relay(state, tid, up, head, wr, watch, bufs, client, held, report).await
@@ -173,6 +181,9 @@ pub async fn open(
     limits: TryLimits,
     report: &mut Report,
 ) -> Opened {
+    // The buffer for the client's bytes is not needed before the head arrives (which can
+    // take as long as the engine's queue): the worker keeps it meanwhile.
+    state.core.give_back(&mut bufs.out);
     let target = &state.config.targets[tid];
     let pooled = state.upstream.pooled(tid);
     let fresh = async || {
@@ -473,6 +484,7 @@ pub async fn relay<H>(
         !client.http10 && matches!(head.framing, RespFraming::Chunked | RespFraming::Close);
 
     let out = &mut bufs.out;
+    state.core.lend(out);
     out.clear();
     write_status_line(out, head.status);
     out.extend_from_slice(&bufs.hdrs);
@@ -552,6 +564,9 @@ pub async fn relay<H>(
     // A read that filled its buffer (the head's too) leaves more queued: the next read takes
     // all it can, so a burst of events moves in one read and one write.
     let mut read_size = next_read_size(bufs.ubuf.len(), bufs.ubuf.capacity());
+    let mut park = false;
+    // The last read's byte count: a parked read expects about as many.
+    let mut last_n = bufs.ubuf.len();
     let end = loop {
         if done {
             // The engine is done with the request: its place under `max_concurrent` is
@@ -564,8 +579,8 @@ pub async fn relay<H>(
         }
         if !out.is_empty() {
             let buf = std::mem::take(out);
-            let deadline = Instant::now() + write_timeout;
-            match race(wr.write_all(buf), watch, deadline).await {
+            let deadline = IdleDeadline::after(write_timeout);
+            match race_idle(wr.write_all(buf), watch, deadline).await {
                 Race::Done((Ok(_), buf)) => {
                     report.client_status = head.status;
                     report.bytes_out += buf.len() as u64;
@@ -578,22 +593,44 @@ pub async fn relay<H>(
         if done {
             break StreamEnd::Complete;
         }
-        // Between events a stream holds only its upstream read's buffer: the one for the
+        // Between events a stream holds at most its upstream read's buffer: the one for the
         // client's bytes goes back to the worker until the next event arrives.
         state.core.give_back(out);
-        fit_read_buffer(&mut bufs.ubuf, read_size);
-        let ub = std::mem::take(&mut bufs.ubuf);
-        let mut deadline = Instant::now() + idle;
-        let cut = state.core.cut_at.get().map(Instant::from_std);
+        let waited = std::time::Instant::now();
+        let mut deadline = waited + idle;
+        let cut = state.core.cut_at.get();
         if let Some(cut) = cut {
             deadline = deadline.min(cut);
         }
-        match race(up.read(ub), watch, deadline).await {
-            Race::Done((Ok(n), ub)) if n > 0 => {
+        let parked = park && !up.is_tls();
+        let size = if parked {
+            parked_read_size(last_n)
+        } else {
+            read_size
+        };
+        let read = read_next(&mut up, watch, &mut bufs.ubuf, size, deadline, parked);
+        let read = read.await;
+        // Events as far apart as the last two: the next wait lends no buffer.
+        park = waited.elapsed() >= PARK_UPSTREAM_AFTER;
+        match read {
+            Race::Done(Ok(n)) if n > 0 => {
                 state.core.activity.note();
-                bufs.ubuf = ub;
-                state.core.lend(out);
-                read_size = next_read_size(n, bufs.ubuf.capacity());
+                last_n = n;
+                if parked {
+                    // Its own small buffer, as the read's: a decode step's events arrive
+                    // together for every stream, and each holds its write's buffer until
+                    // the write completes.
+                    out.reserve_exact(n + FRAMING_ROOM);
+                } else {
+                    state.core.lend(out);
+                }
+                read_size = if parked && n < MIN_UPSTREAM_READ {
+                    // After a parked read an ordinary small one (which takes the rest, when
+                    // the parked one filled its small buffer).
+                    MIN_UPSTREAM_READ
+                } else {
+                    next_read_size(n, bufs.ubuf.capacity())
+                };
                 if scan_usage {
                     report.usage = usage::scan(&bufs.ubuf).or(report.usage);
                 }
@@ -608,8 +645,7 @@ pub async fn relay<H>(
                     Err(()) => break StreamEnd::UpstreamFailed,
                 }
             }
-            Race::Done((res, ub)) => {
-                bufs.ubuf = ub;
+            Race::Done(res) => {
                 // Over TLS only a close_notify (`Ok(0)`) is a clean end; a bare TCP close is
                 // a possible truncation and fails the stream.
                 let clean_close = res.is_ok() || !up.is_tls();
@@ -621,7 +657,7 @@ pub async fn relay<H>(
                 break StreamEnd::UpstreamFailed;
             }
             Race::ClientGone => break StreamEnd::ClientGone,
-            Race::TimedOut if cut.is_some_and(|c| Instant::now() >= c) => {
+            Race::TimedOut if cut.is_some_and(|c| std::time::Instant::now() >= c) => {
                 break StreamEnd::ShutdownCut
             }
             Race::TimedOut => break StreamEnd::UpstreamTimedOut,
@@ -663,7 +699,8 @@ pub async fn relay<H>(
                 ),
             };
             report.cut = Some(cut);
-            return fail_midstream(
+            // Boxed: the rare ending, which a stream's future should not be sized for.
+            return Box::pin(fail_midstream(
                 wr,
                 out,
                 &head,
@@ -673,7 +710,7 @@ pub async fn relay<H>(
                 &tail,
                 write_timeout,
                 report,
-            )
+            ))
             .await;
         }
     }
@@ -682,6 +719,61 @@ pub async fn relay<H>(
     }
     Outcome::Relayed {
         close: close_client,
+    }
+}
+
+/// A stream whose last wait for the engine's bytes lasted this long waits for the next
+/// ones before lending a read buffer: slow streams (a large model's tokens, a queued
+/// request's first byte) then hold no buffer between events, for one readiness wait more
+/// per event (an io_uring poll, or under epoll a `poll(2)`). Bursts and fast streams never
+/// park.
+const PARK_UPSTREAM_AFTER: Duration = Duration::from_millis(20);
+
+/// Room for a client write's framing beyond the bytes read: a chunk's size line and
+/// CRLF, the last chunk.
+const FRAMING_ROOM: usize = 32;
+
+/// A parked read's size: twice the last read, rounded up to a power of two, from 512 bytes
+/// to [`MIN_UPSTREAM_READ`]. A slow stream's events are alike in size; a larger one fills
+/// the buffer and the next read (which does not park) takes the rest.
+fn parked_read_size(last: usize) -> usize {
+    (2 * last)
+        .next_power_of_two()
+        .clamp(PARKED_READ_MIN, MIN_UPSTREAM_READ)
+}
+
+const PARKED_READ_MIN: usize = 512;
+
+/// Reads the stream's next bytes into `ubuf` (emptied for a read of `size`), racing the
+/// client's disconnect and `deadline`. When `park` (plaintext only: a TLS session may
+/// hold decrypted bytes already), the buffer is released until the connection is readable
+/// and a new one of `size` taken then.
+async fn read_next(
+    up: &mut UpstreamConn,
+    watch: &Reader,
+    ubuf: &mut Vec<u8>,
+    size: usize,
+    deadline: std::time::Instant,
+    park: bool,
+) -> Race<io::Result<usize>> {
+    if let Some(readable) = up.readable().filter(|_| park) {
+        *ubuf = Vec::new();
+        match race_idle(readable, watch, IdleDeadline::at(deadline)).await {
+            // Readable also means EOF or an error: the read below then reports it.
+            Race::Done(_) => *ubuf = Vec::with_capacity(size),
+            Race::ClientGone => return Race::ClientGone,
+            Race::TimedOut => return Race::TimedOut,
+        }
+    }
+    fit_read_buffer(ubuf, size);
+    let buf = std::mem::take(ubuf);
+    match race_idle(up.read(buf), watch, IdleDeadline::at(deadline)).await {
+        Race::Done((res, buf)) => {
+            *ubuf = buf;
+            Race::Done(res)
+        }
+        Race::ClientGone => Race::ClientGone,
+        Race::TimedOut => Race::TimedOut,
     }
 }
 
@@ -797,7 +889,19 @@ async fn fail_midstream(
 
 #[cfg(test)]
 mod tests {
-    use super::{fit_read_buffer, next_read_size, SseTail, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
+    use super::{
+        fit_read_buffer, next_read_size, parked_read_size, SseTail, MAX_UPSTREAM_READ,
+        MIN_UPSTREAM_READ,
+    };
+
+    #[test]
+    fn a_parked_read_expects_about_the_last_ones_size() {
+        assert_eq!(parked_read_size(0), 512);
+        assert_eq!(parked_read_size(200), 512);
+        assert_eq!(parked_read_size(300), 1024);
+        assert_eq!(parked_read_size(1500), 4096);
+        assert_eq!(parked_read_size(60_000), MIN_UPSTREAM_READ);
+    }
 
     #[test]
     fn a_quiet_stream_after_a_burst_holds_a_small_buffer() {

@@ -47,6 +47,18 @@ impl UpstreamConn {
         matches!(self, UpstreamConn::Tls(_))
     }
 
+    /// Waits, holding no buffer, until a plaintext connection has bytes, EOF or an error.
+    /// Not relaxed: after a read that did not drain the socket to `EAGAIN`, epoll's cached
+    /// readiness is stale, so under epoll a `poll(2)` checks it (io_uring arms a poll).
+    /// `None` for TLS, whose session may already hold decrypted bytes: there only a read
+    /// tells.
+    pub fn readable(&self) -> Option<impl std::future::Future<Output = io::Result<()>> + '_> {
+        match self {
+            UpstreamConn::Plain(s) => Some(s.readable(false)),
+            UpstreamConn::Tls(_) => None,
+        }
+    }
+
     /// True when `e`, from a read on this connection, means the peer closed the TCP
     /// connection without a TLS close_notify. rustls reports that as an error (a possible
     /// truncation); before any response byte it is the same keep-alive race as a plaintext
