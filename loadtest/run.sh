@@ -493,15 +493,21 @@ run_s6_slow() {
     --addr "127.0.0.1:${PORT[$sys]}" --conns "$SLOW_CONNS" --tokens "$SLOW_TOKENS" --itl-ms $SLOW_ITL_MS \
     --ready-file "$TMP/ready" --out "$raw" 2>"$raw.err" &
   cpid=$!; PIDS+=($cpid)
+  local samples=()
   while kill -0 $cpid 2>/dev/null; do   # sample the proxy's RSS while the streams run
     v=$(status_kb VmRSS "${pids[@]}"); [ "$v" -gt "$peak" ] && peak=$v
+    [ -f "$TMP/ready" ] && samples+=("$v")
     sleep 0.1
   done
+  # The peak includes the moment every stream opened at once; the median, the streams'
+  # steady state.
+  local median
+  median=$(printf '%s\n' "${samples[@]:-$peak}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
   wait $cpid || rc=$?
   hwm=$(status_kb VmHWM "${pids[@]}")
   if [ $rc != 0 ]; then fail "s6_slow $sys round $round (see $raw.err)"; return 0; fi
   "$LC" record --runs "$RUNS" --tool slow --raw "$raw" --round "$round" --scenario s6_slow --system "$sys" \
-    --set "base_rss_kb=$base" --set "peak_rss_kb=$peak" --set "hwm_kb=$hwm" || fail "s6_slow $sys: cannot parse $raw"
+    --set "base_rss_kb=$base" --set "peak_rss_kb=$peak" --set "median_rss_kb=$median" --set "hwm_kb=$hwm" || fail "s6_slow $sys: cannot parse $raw"
 }
 
 # ---------------------------------------------------------------------------------------

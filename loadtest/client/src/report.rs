@@ -223,6 +223,9 @@ pub fn record(a: RecordArgs) -> Result<(), String> {
         if let (Some(top), true) = (top, n > 0.0) {
             m.insert("rss_per_conn_kib".into(), json!((top - base) / n));
         }
+        if let (Some(mid), true) = (f(&m, "median_rss_kb"), n > 0.0) {
+            m.insert("rss_median_per_conn_kib".into(), json!((mid - base) / n));
+        }
     }
     let line = json!({"round": a.round, "scenario": a.scenario, "system": a.system,
         "tool": a.tool, "raw": a.raw.display().to_string(), "metrics": m});
@@ -467,6 +470,13 @@ const ROWS: &[Row] = &[
         "s6_slow",
         "rss_per_conn_kib",
         "6 RSS per concurrent slow stream",
+        "KiB",
+        false,
+    ),
+    row(
+        "s6_slow",
+        "rss_median_per_conn_kib",
+        "6 RSS per slow stream, median while they run",
         "KiB",
         false,
     ),
