@@ -723,8 +723,8 @@ pub async fn relay<H>(
 }
 
 /// A stream whose last wait for the engine's bytes lasted this long waits for the next
-/// ones before lending a read buffer: slow streams (a large model's tokens, a queued
-/// request's first byte) then hold no buffer between events, for one readiness wait more
+/// ones before lending a read buffer: slow streams (a large model's tokens, an engine
+/// that pauses mid-answer) then hold no buffer between events, for one readiness wait more
 /// per event (an io_uring poll, or under epoll a `poll(2)`). Bursts and fast streams never
 /// park.
 const PARK_UPSTREAM_AFTER: Duration = Duration::from_millis(20);
