@@ -407,24 +407,6 @@ fn fleet_load_and_fleet_wide_max_concurrent_see_the_other_replicas_requests() {
         })
         .count();
     assert!(to_t0 > 0, "round_robin uses t0 again");
-    // A holds t0 full again; then the store goes away. C cannot know A's load any more
-    // and forgets it (the cap is exact per gateway, soft across the fleet): t0 is a
-    // candidate again instead of staying full for the whole outage.
-    let held: Vec<_> = (0..4)
-        .map(|_| {
-            std::thread::spawn(move || {
-                call(addr, &post("/v1/chat/completions", &[], &chat_body(false))).status
-            })
-        })
-        .collect();
-    wait_until("C to count A's requests", Duration::from_secs(5), || {
-        served_by_t1(&c, 2) == 2
-    });
-    redis.kill();
-    wait_until("C to see the store gone", Duration::from_secs(5), || {
-        !store_up(&c)
-    });
-    std::thread::sleep(Duration::from_millis(30));
     let fast_pick = |g: &Gateway| {
         call(
             g.local_addr(),
@@ -437,6 +419,26 @@ fn fleet_load_and_fleet_wide_max_concurrent_see_the_other_replicas_requests() {
         .header("x-rolter-target")
         .map(str::to_string)
     };
+    // A holds t0 full again; then the store goes away. C cannot know A's load any more
+    // and forgets it (the cap is exact per gateway, soft across the fleet): t0 is a
+    // candidate again instead of staying full for the whole outage.
+    let held: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                call(addr, &post("/v1/chat/completions", &[], &chat_body(false))).status
+            })
+        })
+        .collect();
+    // Probed with requests the mock answers at once: a pick of t0 before C has learned
+    // A's load must not take t0's 3 s, which is all the time A's requests are held.
+    wait_until("C to count A's requests", Duration::from_secs(3), || {
+        (0..2).all(|_| fast_pick(&c).as_deref() == Some("t1"))
+    });
+    redis.kill();
+    wait_until("C to see the store gone", Duration::from_secs(5), || {
+        !store_up(&c)
+    });
+    std::thread::sleep(Duration::from_millis(30));
     let during = (0..4)
         .filter(|_| fast_pick(&c).as_deref() == Some("t0"))
         .count();
@@ -695,9 +697,11 @@ fn a_keys_limit_with_share_limits_counts_every_replicas_requests() {
             let b = replica(d, "b", &[&m], &[1.0], "\"round_robin\"", &state);
             wait_until("both replicas up", SHORT, || store_up(&a) && store_up(&b));
             let start = minute();
-            // Three on replica a; the store learns them within a sync or two.
+            // Three on replica a; the store learns them at a's next full exchange, and b
+            // at its own after that.
             let on_a: Vec<u16> = (0..3).map(|_| ask(&a)).collect();
-            std::thread::sleep(Duration::from_millis(300));
+            synced(&a, 2.0);
+            synced(&b, 2.0);
             // Replica b has two left of the fleet's five.
             let on_b: Vec<u16> = (0..4).map(|_| ask(&b)).collect();
             if minute() != start && tries < 3 {
