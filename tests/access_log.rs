@@ -425,12 +425,13 @@ fn a_queue_timeout_and_a_full_queue_are_flagged_uo() {
         );
         let g = gateway(d, &rest);
         let addr = g.local_addr();
-        // The engine holds the target's only place.
+        // The engine holds the target's only place: for 3 s, long enough for the steps
+        // below and well inside the test client's 5 s read timeout.
         let held = std::thread::spawn(move || {
             chat(
                 addr,
                 "uo-held",
-                &[("x-mock-ttft-ms", "5000")],
+                &[("x-mock-ttft-ms", "3000")],
                 &chat_body(false),
             )
         });
