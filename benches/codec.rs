@@ -9,7 +9,8 @@ use rolter::codec::api::deltas::DeltaCounter;
 use rolter::codec::api::{facts, usage};
 use rolter::codec::h1::chunked::{encode_chunk, ChunkedDecoder};
 use rolter::codec::h1::request_head::{self as head, HeadLimits};
-use rolter::gateway::path::request::Request;
+use rolter::gateway::path::outgoing::Outgoing;
+use rolter::gateway::path::request::{BodyInPlace, Request};
 use rolter::gateway::path::upstream_request;
 
 const HEAD: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway.local:8080\r\nUser-Agent: OpenAI/Python 1.54.0\r\nAccept: application/json\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-test-0123456789abcdef\r\nX-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.54.0\r\nx-session-id: user-42\r\nContent-Length: 1024\r\n\r\n";
@@ -153,7 +154,8 @@ fn bench_stream(c: &mut Criterion) {
 
 fn bench_rewrite(c: &mut Criterion) {
     // The upstream request for a typical SDK request: hop-by-hop and client auth removed, a
-    // target key injected, X-Forwarded-For replaced, fresh Content-Length, 1 KiB body copied.
+    // target key injected, X-Forwarded-For replaced, fresh Content-Length, the body copied
+    // after the head (1 KiB, 32 KiB) or, at 32 KiB, left in place for a vectored write.
     let config = rolter::config::load_str(
         r#"
 [[targets]]
@@ -164,47 +166,60 @@ headers = { "Authorization" = "Bearer upstream-key" }
         "<bench>",
     )
     .unwrap();
-    let body = chat_body(1024);
-    let mut raw = HEAD.to_vec();
-    raw.extend_from_slice(&body);
     let limits = HeadLimits {
         max_head_bytes: 32 * 1024,
         max_headers: 100,
         max_uri_bytes: 8192,
         underscores: Default::default(),
     };
-    let mut spans = Vec::new();
-    let head = head::parse(&raw, &limits, &mut spans).unwrap().unwrap();
-    let body = &raw[head.len..];
-    let facts = facts::extract(body).unwrap();
-    let req = Request {
-        head: &head,
-        buf: &raw,
-        spans: &spans,
-        body,
-        peer_ip: "10.1.2.3",
-        peer: "10.1.2.3:50000".parse().unwrap(),
-        close: false,
-        id: rolter::codec::h1::request_id::RequestId::generate(),
-        started: std::time::Instant::now(),
-        time: std::time::SystemTime::now(),
-        surface: rolter::codec::Surface::OpenAi,
-    };
-    let mut out = Vec::with_capacity(4096);
     let mut g = c.benchmark_group("rewrite");
-    g.bench_function("upstream_request_1k", |b| {
-        b.iter(|| {
-            upstream_request::build(
-                &mut out,
-                black_box(&req),
-                &facts,
-                &config.routes[0],
-                &config.targets[0],
-                None,
-            );
-            out.len()
-        })
-    });
+    for (name, size, in_place) in [
+        ("upstream_request_1k", 1024, false),
+        ("upstream_request_32k_copied", 32 * 1024, false),
+        ("upstream_request_32k_in_place", 32 * 1024, true),
+    ] {
+        let body = chat_body(size);
+        let mut raw = HEAD.to_vec();
+        raw.extend_from_slice(&body);
+        let raw = std::rc::Rc::new(raw);
+        let mut spans = Vec::new();
+        let head = head::parse(&raw, &limits, &mut spans).unwrap().unwrap();
+        let body = &raw[head.len..];
+        let facts = facts::extract(body).unwrap();
+        let req = Request {
+            head: &head,
+            buf: &raw,
+            spans: &spans,
+            body,
+            body_in_place: in_place.then_some(BodyInPlace {
+                buf: &raw,
+                at: head.len,
+            }),
+            peer_ip: "10.1.2.3",
+            peer: "10.1.2.3:50000".parse().unwrap(),
+            close: false,
+            id: rolter::codec::h1::request_id::RequestId::generate(),
+            started: std::time::Instant::now(),
+            time: std::time::SystemTime::now(),
+            surface: rolter::codec::Surface::OpenAi,
+        };
+        let mut out = Outgoing::default();
+        out.bytes.reserve(64 * 1024);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                upstream_request::build(
+                    &mut out,
+                    black_box(&req),
+                    &facts,
+                    &config.routes[0],
+                    &config.targets[0],
+                    None,
+                );
+                out.len()
+            })
+        });
+        out.clear();
+    }
     g.finish();
 }
 

@@ -36,10 +36,11 @@ use super::client::{respond, ClientIo, Fate};
 use super::forward::forward;
 use super::idle_timer::IdleDeadline;
 use super::local;
+use super::outgoing::IN_PLACE_BODY_MIN;
 use super::race::{client_ready, client_ready_idle};
 use super::reader::Reader;
 use super::record;
-use super::request::{IoBufs, Request};
+use super::request::{BodyInPlace, IoBufs, Request};
 use super::stream::{self, HandshakeFailure};
 use crate::path::generation::Generations;
 use crate::path::state::{WorkerCore, WorkerState};
@@ -292,35 +293,51 @@ async fn serve_one(
     let close = head.close || core.draining.get();
     // A decoded body leaves the buffer set while the set is lent to the exchange.
     let decoded = std::mem::take(&mut bufs.body);
+    // A large body is written upstream from where it was read: the read buffer is shared
+    // with the upstream write for the request's length (`outgoing`).
+    let shared = match &loc {
+        BodyLoc::InBuf(r) if r.len() >= IN_PLACE_BODY_MIN => Some(Rc::new(std::mem::take(rbuf))),
+        _ => None,
+    };
     let fate = {
-        let body: &[u8] = match &loc {
-            BodyLoc::InBuf(r) => &rbuf[r.clone()],
-            BodyLoc::Decoded => &decoded,
+        let buf: &[u8] = shared.as_deref().unwrap_or(rbuf);
+        let (body, body_in_place): (&[u8], _) = match &loc {
+            BodyLoc::InBuf(r) => (
+                &buf[r.clone()],
+                shared.as_ref().map(|buf| BodyInPlace { buf, at: r.start }),
+            ),
+            BodyLoc::Decoded => (&decoded, None),
         };
         let id = RequestId::from_client(
             spans
                 .iter()
-                .find(|s| s.is(rbuf, "x-request-id"))
-                .map(|s| s.value(rbuf)),
+                .find(|s| s.is(buf, "x-request-id"))
+                .map(|s| s.value(buf)),
         );
         let req = Request {
             head: &head,
-            buf: rbuf,
+            buf,
             spans,
             body,
+            body_in_place,
             peer_ip,
             peer,
             close,
             id,
             started: std::time::Instant::now(),
             time: std::time::SystemTime::now(),
-            surface: Surface::of_path(head.path(rbuf)),
+            surface: Surface::of_path(head.path(buf)),
         };
         dispatch(&state, io, &req, &mut bufs, limits).await
     };
     bufs.body = decoded;
     if fate == Fate::Close || close {
         return false;
+    }
+    let mut consumed = consumed;
+    if let Some(shared) = shared {
+        bufs.up.release_body();
+        (*rbuf, consumed) = take_back(shared, consumed);
     }
     rbuf.drain(..consumed);
     if rbuf.is_empty() {
@@ -329,6 +346,17 @@ async fn serve_one(
         *rbuf = Vec::new();
     }
     true
+}
+
+/// The read buffer back from the upstream write it was shared with, and how much of it the
+/// request took. A write abandoned in flight (the client left, a deadline passed) may still
+/// hold it until the kernel is done with it: then the bytes after the request (a pipelined
+/// one's) are copied out, and the request took none of the copy.
+fn take_back(shared: Rc<Vec<u8>>, consumed: usize) -> (Vec<u8>, usize) {
+    match Rc::try_unwrap(shared) {
+        Ok(v) => (v, consumed),
+        Err(still) => (still[consumed..].to_vec(), 0),
+    }
 }
 
 /// Forwards an inference request; answers anything else locally.
@@ -534,4 +562,30 @@ async fn read_more(
         return Err(None);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_read_buffer_comes_back_whole_or_as_the_bytes_after_the_request() {
+        let buf = Rc::new(b"REQUEST-BYTESnext".to_vec());
+        let (v, consumed) = take_back(buf, 13);
+        assert_eq!(
+            (&v[consumed..], v.len()),
+            (&b"next"[..], 17),
+            "no copy when unshared"
+        );
+
+        let buf = Rc::new(b"REQUEST-BYTESnext".to_vec());
+        let in_flight = Rc::clone(&buf);
+        let (v, consumed) = take_back(buf, 13);
+        assert_eq!(
+            (&v[..], consumed),
+            (&b"next"[..], 0),
+            "still shared: the tail copied"
+        );
+        assert_eq!(Rc::strong_count(&in_flight), 1);
+    }
 }

@@ -15,7 +15,8 @@
 //!    waits for a place when the route has a queue and every candidate is full
 //!    ([`release`] wakes the waiters);
 //! 5. [`attempt`]: one try on the chosen target (an adapter loaded first when asked), the
-//!    upstream request's bytes ([`upstream_request`]), and the retry decision (with
+//!    upstream request's bytes ([`upstream_request`]; [`outgoing`] holds and writes them, a
+//!    large body from where it was read), and the retry decision (with
 //!    [`retry`]: the reasons, the route's budget and the back-off); [`hedge`] races a
 //!    second attempt against a slow first one ([`head_times`] learns the delay);
 //! 6. [`relay`]: the exchange with the target, streaming the answer to the client;
@@ -46,6 +47,7 @@ pub mod idle_timer;
 pub mod inputs;
 pub mod local;
 pub mod models;
+pub mod outgoing;
 pub mod pick;
 pub mod queue;
 pub mod race;

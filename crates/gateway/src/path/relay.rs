@@ -280,8 +280,8 @@ async fn send_and_read_head(
     let req = std::mem::take(&mut bufs.up);
     let deadline = limits.first_byte_by(target.timeouts.first_byte);
     let timed_out = || Head::Failed(Outcome::Failed(first_byte_timeout(&target.name, &limits)));
-    match race(up.write_all(req), watch, deadline).await {
-        Race::Done((Ok(_), req)) => {
+    match race(req.write_to(&mut up), watch, deadline).await {
+        Race::Done((Ok(()), req)) => {
             bufs.up = req;
             report.sent = Some(std::time::Instant::now());
         }
@@ -475,7 +475,7 @@ pub async fn relay<H>(
     let target = &state.config.targets[tid];
     // The request went out and its answer has begun: its bytes are not needed again (a
     // retry rebuilds them), so the buffer serves other requests while this one streams.
-    state.core.give_back(&mut bufs.up);
+    state.core.give_back(&mut bufs.up.bytes);
     // Usage is looked for only in successful responses.
     let scan_usage = (200..300).contains(&head.status);
     let write_timeout = state.config.server.limits.write_timeout;

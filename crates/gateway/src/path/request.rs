@@ -5,11 +5,14 @@
 //! buffer sets (and the single buffers a streaming request lends back while it waits).
 
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::time::{Instant, SystemTime};
 
 use rolter_codec::h1::request_head::{HeaderSpan, RequestHead};
 use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::{Reply, Surface};
+
+use super::outgoing::Outgoing;
 
 /// A parsed request, borrowed from the connection's buffers.
 pub struct Request<'a> {
@@ -17,6 +20,9 @@ pub struct Request<'a> {
     pub buf: &'a [u8],
     pub spans: &'a [HeaderSpan],
     pub body: &'a [u8],
+    /// Where a large body lies in the read buffer, shared so that the upstream write sends
+    /// it from there ([`super::outgoing`]); `None` when the body is copied instead.
+    pub body_in_place: Option<BodyInPlace<'a>>,
     pub peer_ip: &'a str,
     pub peer: SocketAddr,
     /// The connection closes after this exchange.
@@ -29,6 +35,14 @@ pub struct Request<'a> {
     pub time: SystemTime,
     /// The API the request called: the shape of the gateway's own answers to it.
     pub surface: Surface,
+}
+
+/// A large body's place: `buf[at..at + body.len()]`, where `buf` is the read buffer the
+/// request was parsed from.
+#[derive(Clone, Copy)]
+pub struct BodyInPlace<'a> {
+    pub buf: &'a Rc<Vec<u8>>,
+    pub at: usize,
 }
 
 impl Request<'_> {
@@ -66,8 +80,9 @@ pub const MAX_UPSTREAM_READ: usize = 64 * 1024;
 pub struct IoBufs {
     /// Bytes for the client. Lent back to the worker between a stream's events.
     pub out: Vec<u8>,
-    /// The upstream request. Lent back to the worker once the response has begun.
-    pub up: Vec<u8>,
+    /// The upstream request. Its bytes are lent back to the worker once the response has
+    /// begun.
+    pub up: Outgoing,
     /// Upstream reads.
     pub ubuf: Vec<u8>,
     /// Forwardable response headers, scratch.
@@ -84,7 +99,7 @@ impl IoBufs {
     pub fn new() -> Self {
         IoBufs {
             out: Vec::new(),
-            up: Vec::new(),
+            up: Outgoing::default(),
             ubuf: Vec::with_capacity(MIN_UPSTREAM_READ),
             hdrs: Vec::with_capacity(512),
             body: Vec::new(),
@@ -101,9 +116,10 @@ impl IoBufs {
     /// Empties every buffer and releases any that grew past [`Self::KEEP`] (a big body or
     /// response), so spare sets stay small.
     pub fn recycle(&mut self) {
+        self.up.release_body();
         for b in [
             &mut self.out,
-            &mut self.up,
+            &mut self.up.bytes,
             &mut self.ubuf,
             &mut self.hdrs,
             &mut self.body,

@@ -140,7 +140,7 @@ impl WorkerCore {
         let mut bufs = self.spare_bufs.borrow_mut().pop().unwrap_or_default();
         // A set that went back while a stream had lent these out gets them again.
         self.lend(&mut bufs.out);
-        self.lend(&mut bufs.up);
+        self.lend(&mut bufs.up.bytes);
         PooledBufs {
             core: self,
             bufs: Some(bufs),

@@ -8,6 +8,9 @@
 //! generated), and a fresh Content-Length over the body, with the model (a JSON string or
 //! a form field) swapped for the target's upstream name.
 //!
+//! A large body is not copied: the request's bytes then name where in the read buffer it
+//! lies ([`Outgoing::body_in_place`]), and the write gathers the parts.
+//!
 //! Owns those bytes only; it writes into a reused buffer and must not allocate per
 //! request beyond what the buffer needs.
 
@@ -16,6 +19,7 @@ use rolter_codec::h1::write::{write_content_length, write_header};
 use rolter_codec::h1::{header_tokens, is_hop_by_hop};
 use rolter_config::{Route, Target};
 
+use super::outgoing::Outgoing;
 use super::request::Request;
 
 /// The values of the request's `Connection` fields, gathered once per request.
@@ -103,16 +107,17 @@ fn withheld(
 }
 
 /// Writes the upstream request: a fresh head and framing, then the body (with the model name
-/// swapped for the target's upstream name when one is configured).
+/// swapped for the target's upstream name when one is configured), copied or in place.
 pub fn build(
-    out: &mut Vec<u8>,
+    up: &mut Outgoing,
     req: &Request<'_>,
     facts: &RequestFacts<'_>,
     route: &Route,
     target: &Target,
     key_header: Option<&str>,
 ) {
-    out.clear();
+    up.clear();
+    let out = &mut up.bytes;
     out.extend_from_slice(req.head.method.as_str().as_bytes());
     out.push(b' ');
     // Like an SDK's base URL: a target URL with a path (".../v1") replaces the request's
@@ -166,14 +171,24 @@ pub fn build(
             let len = req.body.len() - span.len() + quoted.len();
             write_content_length(out, len as u64);
             out.extend_from_slice(b"\r\n");
-            out.extend_from_slice(&req.body[..span.start]);
-            out.extend_from_slice(quoted.as_bytes());
-            out.extend_from_slice(&req.body[span.end..]);
+            if let Some(p) = req.body_in_place {
+                let end = p.at + req.body.len();
+                up.body_in_place(p.buf, p.at..p.at + span.start, p.at + span.end..end);
+                up.bytes.extend_from_slice(quoted.as_bytes());
+            } else {
+                out.extend_from_slice(&req.body[..span.start]);
+                out.extend_from_slice(quoted.as_bytes());
+                out.extend_from_slice(&req.body[span.end..]);
+            }
         }
         _ => {
             write_content_length(out, req.body.len() as u64);
             out.extend_from_slice(b"\r\n");
-            out.extend_from_slice(req.body);
+            if let Some(p) = req.body_in_place {
+                up.body_in_place(p.buf, p.at..p.at + req.body.len(), 0..0);
+            } else {
+                out.extend_from_slice(req.body);
+            }
         }
     }
 }
