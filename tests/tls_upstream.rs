@@ -73,6 +73,8 @@ struct Seen {
     authorization: Mutex<Vec<String>>,
     host: Mutex<Vec<String>>,
     alpn: Mutex<Vec<Option<Vec<u8>>>>,
+    /// The request bodies, in arrival order.
+    bodies: Mutex<Vec<Vec<u8>>>,
 }
 
 /// A minimal HTTPS engine on std threads: keep-alive HTTP/1.1, a JSON chat completion, or a
@@ -185,7 +187,9 @@ fn serve(cfg: Arc<ServerConfig>, tcp: TcpStream, seen: &Seen, mode: Mode) {
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
         }
-        let body = String::from_utf8_lossy(&buf[head_len..head_len + content_length]).to_string();
+        let raw_body = buf[head_len..head_len + content_length].to_vec();
+        let body = String::from_utf8_lossy(&raw_body).to_string();
+        seen.bodies.lock().unwrap().push(raw_body);
         buf.drain(..head_len + content_length);
         let stream = stream || body.replace(' ', "").contains("\"stream\":true");
         seen.requests.fetch_add(1, Ordering::SeqCst);
@@ -329,9 +333,20 @@ fn completion_and_stream_over_one_tls_connection() {
             "{name}: sequential requests reuse one TLS connection"
         );
 
+        // A large body (written from the client's read buffer, in parts) arrives whole.
+        let big = chat_body(false).replace("Hello there", &"long prompt ".repeat(200 * 1024 / 12));
+        let r = call(addr, &post("/v1/chat/completions", &[], &big));
+        assert_eq!(r.status, 200, "{name}: {}", r.text());
+        let bodies = engine.seen.bodies.lock().unwrap().clone();
+        assert_eq!(bodies.len(), 4, "{name}");
+        assert!(
+            bodies[3] == big.as_bytes(),
+            "{name}: the large body differs"
+        );
+
         // The configured credentials, Host and ALPN reached the engine.
         let auth = engine.seen.authorization.lock().unwrap().clone();
-        assert_eq!(auth, vec![API_KEY; 3], "{name}");
+        assert_eq!(auth, vec![API_KEY; 4], "{name}");
         let host = engine.seen.host.lock().unwrap().clone();
         assert_eq!(host[0], format!("localhost:{}", engine.port()), "{name}");
         let alpn = engine.seen.alpn.lock().unwrap().clone();
