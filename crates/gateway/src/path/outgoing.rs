@@ -91,8 +91,9 @@ impl Outgoing {
         self.len() == 0
     }
 
-    /// The request's bytes in order, copied (for tests and diagnostics).
-    pub fn to_vec(&self) -> Vec<u8> {
+    /// The request's bytes in order, copied.
+    #[cfg(test)]
+    fn to_vec(&self) -> Vec<u8> {
         let Some(p) = &self.in_place else {
             return self.bytes.clone();
         };
