@@ -134,8 +134,13 @@ if [ "$SKIP_INSTALL" = 0 ]; then
   fi
 fi
 export PATH="$PATH:/usr/sbin:/sbin"
+# oha runs scenarios 1 (oha) and 4 only: without them it is neither built nor required.
+NEED_OHA=0
+if [ "$KERNEL_OPS" = 0 ]; then
+  for s in $SCENARIOS; do case $s in s1_oha|s4_open) NEED_OHA=1 ;; esac; done
+fi
 OHA=${OHA:-}
-if [ -z "$OHA" ]; then
+if [ -z "$OHA" ] && [ "$NEED_OHA" = 1 ]; then
   if [ -x "$TOOLS/bin/oha" ]; then OHA="$TOOLS/bin/oha"
   elif command -v oha >/dev/null; then OHA=$(command -v oha)
   elif [ "$SKIP_INSTALL" = 0 ]; then
@@ -145,9 +150,12 @@ if [ -z "$OHA" ]; then
   fi
 fi
 for t in wrk nginx haproxy taskset; do command -v $t >/dev/null || die "$t not found"; done
-[ -n "$OHA" ] && [ -x "$OHA" ] || die "oha not found (run without --skip-install, or set OHA=)"
-if "$OHA" --help 2>&1 | grep -q -- '--output-format'; then OHA_JSON=(--output-format json); else OHA_JSON=(-j); fi
-OHA_LC=(); "$OHA" --help 2>&1 | grep -q -- '--latency-correction' && OHA_LC=(--latency-correction)
+OHA_JSON=(-j); OHA_LC=()
+if [ "$NEED_OHA" = 1 ]; then
+  [ -n "$OHA" ] && [ -x "$OHA" ] || die "oha not found (run without --skip-install, or set OHA=)"
+  if "$OHA" --help 2>&1 | grep -q -- '--output-format'; then OHA_JSON=(--output-format json); fi
+  "$OHA" --help 2>&1 | grep -q -- '--latency-correction' && OHA_LC=(--latency-correction)
+fi
 
 # ---------------------------------------------------------------------------------------
 # Build
@@ -616,7 +624,7 @@ META=(
   --meta "scenario 3=$S3_REQS sequential streams per run, first token after $S3_TTFT_MS ms, $S3_TOKENS tokens $S3_ITL_MS ms apart"
   --meta "scenario 4=$RATE req/s open loop, $OPEN_CONNS connections, oha ${OHA_LC[*]:-(no latency correction)}"
   --meta "scenario 6=$IDLE_CONNS idle keep-alive connections; $SLOW_CONNS slow streams of $SLOW_TOKENS tokens $SLOW_ITL_MS ms apart"
-  --meta "versions=$(ver nginx -v); $(ver haproxy -v); $(ver wrk -v); $(ver "$OHA" --version)"
+  --meta "versions=$(ver nginx -v); $(ver haproxy -v); $(ver wrk -v)$([ "$NEED_OHA" = 1 ] && echo "; $(ver "$OHA" --version)")"
   --meta "elapsed=${ELAPSED} s"
 )
 echo
