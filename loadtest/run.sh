@@ -624,7 +624,7 @@ META=(
   --meta "scenario 3=$S3_REQS sequential streams per run, first token after $S3_TTFT_MS ms, $S3_TOKENS tokens $S3_ITL_MS ms apart"
   --meta "scenario 4=$RATE req/s open loop, $OPEN_CONNS connections, oha ${OHA_LC[*]:-(no latency correction)}"
   --meta "scenario 6=$IDLE_CONNS idle keep-alive connections; $SLOW_CONNS slow streams of $SLOW_TOKENS tokens $SLOW_ITL_MS ms apart"
-  --meta "versions=$(ver nginx -v); $(ver haproxy -v); $(ver wrk -v)$([ "$NEED_OHA" = 1 ] && echo "; $(ver "$OHA" --version)")"
+  --meta "versions=$(ver nginx -v); $(ver haproxy -v); $(ver wrk -v)$([ "$NEED_OHA" = 0 ] || echo "; $(ver "$OHA" --version)")"
   --meta "elapsed=${ELAPSED} s"
 )
 echo
