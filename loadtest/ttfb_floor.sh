@@ -124,6 +124,7 @@ import re, statistics, sys
 proxy = sys.argv[1]
 background = sys.argv[2] == "1"
 ev = []
+opcode = {}  # io_uring request -> the opcode it was last submitted with
 for line in sys.stdin:
     m = re.match(r"\s*(.+?)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+):\s*(.*)$", line)
     if not m:
@@ -136,10 +137,16 @@ for line in sys.stdin:
             ev.append((t, "xmit", comm, n))
     elif name == "sched:sched_switch":
         ev.append((t, "run", re.search(r"next_comm=(\S+)", rest).group(1), 0))
+    elif name == "io_uring:io_uring_submit_req":
+        req = re.search(r"req (0x[0-9a-f]+)", rest).group(1)
+        op = re.search(r"opcode (\w+)", rest).group(1)
+        opcode[req] = op
+        if op.startswith("SEND") or op.startswith("WRITE"):
+            ev.append((t, "send", comm, 0))
     elif name == "io_uring:io_uring_complete":
-        ev.append((t, "cqe", comm, int(re.search(r"result (-?\d+)", rest).group(1))))
-    elif name == "io_uring:io_uring_submit_req" and "opcode SEND" in rest:
-        ev.append((t, "send", comm, 0))
+        req = re.search(r"req (0x[0-9a-f]+)", rest).group(1)
+        if opcode.get(req, "").startswith(("RECV", "READ")):  # a receive, not a send
+            ev.append((t, "cqe", comm, int(re.search(r"result (-?\d+)", rest).group(1))))
 def after(i, kind, who, min_len=0):
     while i < len(ev):
         e = ev[i]
