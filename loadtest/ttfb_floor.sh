@@ -5,7 +5,7 @@
 #   direct_same   a mock engine on CPU 0, the client's own CPU (the harness's "direct");
 #   direct_cross  a mock engine on CPU 1 (two cross-CPU wake-ups per request, no proxy);
 #   rolter        Rolter on CPU 1 in front of the CPU-0 engine (default mode);
-#   rolter_busy   the same with busy polling (server.busy_poll = "1ms");
+#   rolter_busy   the same with busy polling (server.busy_poll, 1ms or --busy-poll);
 #   nginx, haproxy  the same layout (one worker, keep-alive upstream).
 # It prints each round's TTFB p50 and p99.
 #   --hops        also records, for each system's run, perf tracepoints on both CPUs
@@ -20,13 +20,14 @@
 #                 programs' own work, since the two clients' hops interleave).
 # Needs the release binaries, nginx and haproxy (or --systems without them), perf for --hops:
 #   loadtest/ttfb_floor.sh [--rounds N] [--requests N] [--systems "LIST"] [--hops] [--background]
+#                          [--busy-poll DURATION]
 #   (default: 3 rounds of 200 requests, all six systems)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=${CARGO_TARGET_DIR:-$ROOT/target}/release
 export PATH="$PATH:/usr/sbin:/sbin"
 ROUNDS=3; REQS=200; SYSTEMS="direct_same direct_cross rolter rolter_busy nginx haproxy"
-HOPS=0; BACKGROUND=0
+HOPS=0; BACKGROUND=0; BUSY_POLL=1ms
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift ;;
@@ -34,6 +35,7 @@ while [ $# -gt 0 ]; do
     --systems) SYSTEMS=$2; shift ;;
     --hops) HOPS=1 ;;
     --background) BACKGROUND=1 ;;
+    --busy-poll) BUSY_POLL=$2; shift ;;
     *) echo "ttfb_floor.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -48,7 +50,7 @@ taskset -c 1 "$B/rolter-mock" --listen 127.0.0.1:19011 --threads 1 --model m >/d
 PIDS+=($!)
 for mode in default busy; do
   port=19700; poll=""
-  [ $mode = busy ] && { port=19701; poll='busy_poll = "1ms"'; }
+  [ $mode = busy ] && { port=19701; poll="busy_poll = \"$BUSY_POLL\""; }
   cat >"$mode.toml" <<T
 [server]
 listen = "127.0.0.1:$port"
