@@ -4,7 +4,8 @@
 # three mock engines on CPU 0, access log off; then the samples' self time summed by layer:
 # the io_uring layer (SQE issue, poll arming, CQE posting, task work), file lookups
 # (fget/fput, what registered files would skip), system call entry, the scheduler, the rest
-# of the kernel (TCP/IP, sockets, memory), and each user-space object.
+# of the kernel (TCP/IP, sockets, memory), and each user-space object; then the 15 symbols
+# with the most self time.
 # Needs the release binaries, wrk and perf:
 #   loadtest/kernel_split.sh [--load chat|stream] [--secs N]   (default: chat, 8 s)
 set -euo pipefail
@@ -66,3 +67,6 @@ for name, p in sorted(by.items(), key=lambda x: -x[1]):
     print(f"{p:6.2f} %  {name}")
 print(f"{total:6.2f} %  (all samples)")
 '
+echo "top symbols (self time):"
+perf report -i perf.data --no-children --sort dso,sym --stdio -g none 2>/dev/null \
+  | grep -E '^ +[0-9]' | head -15
