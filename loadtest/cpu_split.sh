@@ -29,28 +29,7 @@ trap 'pkill -f "rolter-mock --listen 127.0.0.1:1900" || true; rm -rf "$TMP"' EXI
 start_mocks --model m --tokens 64 --max-running 0
 # Rolter's defaults, its access log (to stdout, here a file) included, as in loadtest/run.sh.
 rolter_config rolter.toml 19700
-cat > haproxy.cfg <<T
-global
-  nbthread 1
-  maxconn 5000
-defaults
-  mode http
-  option http-keep-alive
-  option http-no-delay
-  http-reuse always
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  timeout http-keep-alive 60s
-frontend fe
-  bind 127.0.0.1:19700
-  default_backend be
-backend be
-  balance roundrobin
-  server mock1 127.0.0.1:19001
-  server mock2 127.0.0.1:19002
-  server mock3 127.0.0.1:19003
-T
+haproxy_config haproxy.cfg 19700 19001 19002 19003
 TICK=$(getconf CLK_TCK)
 URL=http://127.0.0.1:19700/v1/chat/completions
 for r in $(seq 1 "$ROUNDS"); do

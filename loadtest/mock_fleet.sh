@@ -1,5 +1,6 @@
-# Sourced by the side-by-side scripts (access_log_cost.sh, cpu_split.sh): three mock engines
-# on 127.0.0.1:19001-19003, pinned to CPU 0, and a one-worker Rolter config in front of them.
+# Sourced by the side-by-side scripts (access_log_cost.sh, cpu_split.sh, ...): three mock
+# engines on 127.0.0.1:19001-19003, pinned to CPU 0, a one-worker Rolter config in front of
+# them, and a one-thread HAProxy config to set beside it.
 # Needs B (the release binaries' directory).
 
 # start_mocks [mock options...]: starts the three engines in the background.
@@ -35,4 +36,32 @@ name = "all"
 targets = ["mock1", "mock2", "mock3"]
 strategy = "round_robin"
 T
+}
+
+# haproxy_config FILE PORT ENGINE_PORT...: HAProxy with one thread on PORT, keep-alive and
+# connection reuse to the engines on 127.0.0.1:ENGINE_PORT..., round robin over them.
+haproxy_config() {
+  local file=$1 port=$2 n=0 p
+  shift 2
+  { cat <<T
+global
+  nbthread 1
+  maxconn 5000
+defaults
+  mode http
+  option http-keep-alive
+  option http-no-delay
+  http-reuse always
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  timeout http-keep-alive 60s
+frontend fe
+  bind 127.0.0.1:$port
+  default_backend be
+backend be
+  balance roundrobin
+T
+    for p in "$@"; do n=$((n + 1)); echo "  server mock$n 127.0.0.1:$p"; done
+  } >"$file"
 }

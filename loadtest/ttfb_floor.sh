@@ -92,23 +92,8 @@ http {
   }
 }
 T
-cat >haproxy.cfg <<T
-global
-  nbthread 1
-defaults
-  mode http
-  option http-keep-alive
-  option http-no-delay
-  http-reuse always
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend fe
-  bind 127.0.0.1:19703
-  default_backend be
-backend be
-  server mock1 127.0.0.1:19001
-T
+. "$ROOT/loadtest/mock_fleet.sh"
+haproxy_config haproxy.cfg 19703 19001
 # The harness's ~1 KiB non-streaming body, for --background.
 n=$((1024 / 29 - 7))
 { echo 'wrk.method = "POST"'
