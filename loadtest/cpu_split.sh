@@ -40,7 +40,7 @@ for r in $(seq 1 "$ROUNDS"); do
       ROLTER_LOG=warn taskset -c 1 "$s" run --config rolter.toml >rolter.log 2>&1 &
     fi
     pid=$!
-    for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/19700) 2>/dev/null && break; sleep 0.1; done
+    wait_listening 19700
     taskset -c 0 wrk -t1 -c32 -d2s -s "$L" $URL >/dev/null
     read -r u0 s0 < <(awk '{print $14, $15}' /proc/$pid/stat)
     out=$(taskset -c 0 timeout 40 wrk -t1 -c32 -d8s -s "$L" $URL)

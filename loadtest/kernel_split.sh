@@ -23,18 +23,13 @@ done
 case $LOAD in chat) STREAM=false ;; stream) STREAM=true ;; *) echo "--load chat|stream" >&2; exit 2 ;; esac
 TMP=$(mktemp -d); cd "$TMP"
 trap 'pkill -f "rolter-mock --listen 127.0.0.1:1900" || true; rm -rf "$TMP"' EXIT
-# The harness's ~1 KiB body (loadtest/run.sh).
-n=$((1024 / 29 - 7))
-{ echo 'wrk.method = "POST"'
-  printf 'wrk.body = [[{"model":"m","stream":%s,"max_tokens":%s,"messages":[{"role":"system","content":"%s"},{"role":"user","content":"Summarise the plot of a long novel in two sentences."}]}]]\n' \
-    $STREAM $([ $STREAM = true ] && echo 64 || echo 16) "$(for ((k = 0; k < n; k++)); do printf 'You are a helpful assistant. '; done)"
-  echo 'wrk.headers["Content-Type"] = "application/json"'; } >load.lua
 . "$ROOT/loadtest/mock_fleet.sh"
+chat_wrk_script load.lua $STREAM
 start_mocks --model m --tokens 64 --max-running 0
 rolter_config rolter.toml 19700 off
 ROLTER_LOG=warn taskset -c 1 "$B/rolter" run --config rolter.toml >rolter.log 2>&1 &
 pid=$!
-for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/19700) 2>/dev/null && break; sleep 0.1; done
+wait_listening 19700
 taskset -c 0 wrk -t1 -c32 -d$((SECS + 6))s -s load.lua http://127.0.0.1:19700/v1/chat/completions >wrk.txt &
 w=$!
 sleep 3

@@ -1,6 +1,7 @@
 # Sourced by the side-by-side scripts (access_log_cost.sh, cpu_split.sh, ...): three mock
 # engines on 127.0.0.1:19001-19003, pinned to CPU 0, a one-worker Rolter config in front of
-# them, and a one-thread HAProxy config to set beside it.
+# them, a one-thread HAProxy config to set beside it, the harness's ~1 KiB body as a wrk
+# script, and a wait for a listener.
 # Needs B (the release binaries' directory).
 
 # start_mocks [mock options...]: starts the three engines in the background.
@@ -64,4 +65,27 @@ backend be
 T
     for p in "$@"; do n=$((n + 1)); echo "  server mock$n 127.0.0.1:$p"; done
   } >"$file"
+}
+
+# chat_wrk_script FILE STREAM: a wrk script POSTing loadtest/run.sh's ~1 KiB chat
+# completion (a system prompt of 29-byte sentences); STREAM true asks for a 64-token stream,
+# false for 16 tokens at once.
+chat_wrk_script() {
+  local n=$((1024 / 29 - 7)) k max=16
+  [ "$2" = true ] && max=64
+  { echo 'wrk.method = "POST"'
+    printf 'wrk.body = [[{"model":"m","stream":%s,"max_tokens":%s,"messages":[{"role":"system","content":"%s"},{"role":"user","content":"Summarise the plot of a long novel in two sentences."}]}]]\n' \
+      "$2" "$max" "$(for ((k = 0; k < n; k++)); do printf 'You are a helpful assistant. '; done)"
+    echo 'wrk.headers["Content-Type"] = "application/json"'; } >"$1"
+}
+
+# wait_listening PORT: waits up to 5 s for a listener on 127.0.0.1:PORT; fails without one.
+wait_listening() {
+  local _
+  for _ in $(seq 50); do
+    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on 127.0.0.1:$1 after 5 s" >&2
+  return 1
 }

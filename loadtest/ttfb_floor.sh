@@ -94,15 +94,8 @@ http {
 T
 . "$ROOT/loadtest/mock_fleet.sh"
 haproxy_config haproxy.cfg 19703 19001
-# The harness's ~1 KiB non-streaming body, for --background.
-n=$((1024 / 29 - 7))
-{ echo 'wrk.method = "POST"'
-  printf 'wrk.body = [[{"model":"m","stream":false,"max_tokens":16,"messages":[{"role":"system","content":"%s"},{"role":"user","content":"Summarise the plot of a long novel in two sentences."}]}]]\n' \
-    "$(for ((k = 0; k < n; k++)); do printf 'You are a helpful assistant. '; done)"
-  echo 'wrk.headers["Content-Type"] = "application/json"'; } >chat.lua
-
-wait_port() { for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return; sleep 0.1; done; }
-wait_port 19001; wait_port 19011
+chat_wrk_script chat.lua false  # for --background
+wait_listening 19001; wait_listening 19011
 
 # hops DATA PROXY_COMM: the medians of a request's hops in a --hops recording.
 hops() {
@@ -202,7 +195,7 @@ for r in $(seq 1 "$ROUNDS"); do
       *) echo "ttfb_floor.sh: unknown system $sys" >&2; exit 2 ;;
     esac
     [ -n "$pid" ] && PIDS+=($pid)
-    wait_port $port
+    wait_listening $port
     bg=""
     if [ "$BACKGROUND" = 1 ]; then
       taskset -c 0 wrk -t1 -c1 -d600s -s chat.lua "http://127.0.0.1:$port/v1/chat/completions" >/dev/null 2>&1 &
