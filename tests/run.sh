@@ -112,6 +112,13 @@ if cargo tree -p rolter -e normal --no-default-features --prefix none \
   echo "the lean build depends on an optional feature's crates (listed above)" >&2
   exit 1
 fi
+# The demo alone needs only the mock engine's HTTP side: no ZMQ.
+log "demo build: cargo tree -e normal --no-default-features --features demo"
+if cargo tree -p rolter -e normal --no-default-features --features demo --prefix none \
+    | grep -E '^(zmq|zmq-sys) '; then
+  echo "the demo build depends on ZMQ (listed above)" >&2
+  exit 1
+fi
 log "lean build: cargo clippy --no-default-features"
 cargo clippy "${LEAN[@]}" --all-targets --no-default-features -- -D warnings
 log "lean build: cargo test --no-default-features"

@@ -6,10 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use rolter_mock::{
-    Controller, ControllerConfig, Driver, KvEventsConfig, LmcacheWorkerConfig, MockConfig,
-    PrefixCacheConfig,
-};
+#[cfg(feature = "zmq")]
+use rolter_mock::{Controller, ControllerConfig};
+use rolter_mock::{Driver, KvEventsConfig, LmcacheWorkerConfig, MockConfig, PrefixCacheConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -28,6 +27,7 @@ struct Cli {
 enum Command {
     /// Run an LMCache controller stand-in: workers PUSH to its PULL socket, routers ask
     /// its HTTP `/lookup` which instance holds how much of a prompt.
+    #[cfg(feature = "zmq")]
     LmcacheController(ControllerArgs),
 }
 
@@ -153,11 +153,13 @@ fn wait_for_signal() {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
+        #[cfg(feature = "zmq")]
         Some(Command::LmcacheController(c)) => run_controller(c),
         None => run_engine(cli.engine),
     }
 }
 
+#[cfg(feature = "zmq")]
 fn run_controller(args: ControllerArgs) {
     let controller = match Controller::start(ControllerConfig {
         http: args.http,
@@ -182,6 +184,7 @@ fn run_controller(args: ControllerArgs) {
 }
 
 fn run_engine(args: Args) {
+    #[cfg(feature = "zmq")]
     let lmcache_controller = args.lmcache_controller.clone();
     let mut models = args.models;
     if models.is_empty() {
@@ -248,12 +251,14 @@ fn run_engine(args: Args) {
         handle.addr(),
         handle.driver()
     );
+    #[cfg(feature = "zmq")]
     if let Some(ep) = handle.kv_events_endpoint() {
         match handle.kv_replay_endpoint() {
             Some(replay) => println!("kv events on {ep} (replay on {replay})"),
             None => println!("kv events on {ep}"),
         }
     }
+    #[cfg(feature = "zmq")]
     if let (Some(id), Some(controller)) = (handle.lmcache_instance_id(), &lmcache_controller) {
         println!("lmcache worker {id} reporting to {controller}");
     }

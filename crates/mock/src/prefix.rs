@@ -12,13 +12,16 @@
 //! it holds the LRU lock, so the events leave in the order the cache changed.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+#[cfg(feature = "zmq")]
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::PrefixCacheConfig;
+#[cfg(feature = "zmq")]
 use crate::kv_events::{KvEvent, KvPublisher};
 
 /// The prompt of a request as the cache sees it: its block keys and its token count.
@@ -64,6 +67,7 @@ pub(crate) struct PrefixCache {
     capacity: usize,
     prefill_per_token: Duration,
     lru: Mutex<Lru>,
+    #[cfg(feature = "zmq")]
     events: Option<Arc<KvPublisher>>,
 }
 
@@ -133,7 +137,10 @@ fn block_key(parent: u64, block: &[u8]) -> u64 {
 
 impl PrefixCache {
     /// A cache; with `events`, every change of its contents is published.
-    pub fn new(cfg: &PrefixCacheConfig, events: Option<Arc<KvPublisher>>) -> PrefixCache {
+    pub fn new(
+        cfg: &PrefixCacheConfig,
+        #[cfg(feature = "zmq")] events: Option<Arc<KvPublisher>>,
+    ) -> PrefixCache {
         let block_tokens = cfg.block_tokens.max(1) as u64;
         let chars_per_token = cfg.chars_per_token.max(1) as u64;
         PrefixCache {
@@ -143,6 +150,7 @@ impl PrefixCache {
             capacity: cfg.capacity_blocks,
             prefill_per_token: Duration::from_micros(cfg.prefill_us_per_token),
             lru: Mutex::new(Lru::default()),
+            #[cfg(feature = "zmq")]
             events,
         }
     }
@@ -162,12 +170,13 @@ impl PrefixCache {
                 parent
             })
             .collect::<Vec<u64>>();
-        let tokens = match &self.events {
-            Some(_) => token_ids(
+        let tokens = if self.publishes() {
+            token_ids(
                 &canonical[..keys.len() * self.block_bytes],
                 self.chars_per_token as usize,
-            ),
-            None => Vec::new(),
+            )
+        } else {
+            Vec::new()
         };
         PrefixQuery {
             keys,
@@ -197,7 +206,7 @@ impl PrefixCache {
             .iter()
             .take_while(|k| lru.stamps.contains_key(k))
             .count() as u64;
-        let publish = self.events.is_some();
+        let publish = self.publishes();
         // Indices of the blocks inserted now, last to first.
         let mut stored: Vec<usize> = Vec::new();
         for (i, &key) in q.keys.iter().enumerate().rev() {
@@ -223,6 +232,7 @@ impl PrefixCache {
                 removed.push(key);
             }
         }
+        #[cfg(feature = "zmq")]
         if let Some(events) = &self.events {
             stored.reverse();
             let mut batch = self.stored_events(q, &stored);
@@ -238,6 +248,7 @@ impl PrefixCache {
         }
     }
 
+    #[cfg(feature = "zmq")]
     /// `BlockStored` events for the blocks at `idx` (ascending): one per consecutive run.
     fn stored_events(&self, q: &PrefixQuery, idx: &[usize]) -> Vec<KvEvent> {
         let bt = self.block_tokens as usize;
@@ -261,16 +272,26 @@ impl PrefixCache {
         out
     }
 
+    /// Whether changes of the contents are published as KV events.
+    fn publishes(&self) -> bool {
+        #[cfg(feature = "zmq")]
+        return self.events.is_some();
+        #[cfg(not(feature = "zmq"))]
+        false
+    }
+
     /// Empties the cache (vLLM's `reset_prefix_cache`) and publishes `AllBlocksCleared`.
     pub fn clear(&self) {
         let mut lru = self.lru.lock().unwrap();
         lru.stamps.clear();
         lru.order.clear();
+        #[cfg(feature = "zmq")]
         if let Some(events) = &self.events {
             events.publish(&[KvEvent::AllBlocksCleared]);
         }
     }
 
+    #[cfg(feature = "zmq")]
     /// Empties the cache without publishing anything, as an engine restart does (the new
     /// process starts with an empty cache and a new event sequence).
     pub fn forget(&self) {
@@ -314,6 +335,7 @@ mod tests {
                 prefill_us_per_token: 100,
                 chars_per_token,
             },
+            #[cfg(feature = "zmq")]
             None,
         )
     }

@@ -28,6 +28,7 @@ use monoio::time::Instant;
 use crate::admission::Admission;
 use crate::api::{self, Api, FaultBody, Gen, GenBody};
 use crate::http::{self, Body, Head, Length, Parse, Route};
+#[cfg(feature = "zmq")]
 use crate::lmcache_worker::LmcacheQuery;
 use crate::lora::{self, LoraSlot};
 use crate::prefix::{self, PrefixQuery};
@@ -150,6 +151,7 @@ impl Reader {
 /// worker (each `None` when that model is off or the request has no prompt).
 struct PromptQueries {
     prefix: Option<PrefixQuery>,
+    #[cfg(feature = "zmq")]
     lmcache: Option<LmcacheQuery>,
 }
 
@@ -393,21 +395,18 @@ impl Conn {
         // With the prefix cache on, chat and completions prompts are keyed here (and
         // chunked for the LMCache worker), while the body bytes are at hand; the lookups
         // themselves happen on admission.
-        let (prefix_query, lmcache_query) = match (&self.shared.prefix, head.route) {
+        let prompt = match (&self.shared.prefix, head.route) {
             (Some(cache), Route::Chat | Route::Completions) => {
-                match prefix::canonical_prompt(body_bytes) {
-                    Some(p) => (
-                        Some(cache.query(&p)),
-                        self.shared
-                            .lmcache
-                            .as_ref()
-                            .map(|w| w.query(&prefix::token_ids(&p, cache.chars_per_token()))),
-                    ),
-                    None => (None, None),
-                }
+                prefix::canonical_prompt(body_bytes).map(|p| (cache, p))
             }
-            _ => (None, None),
+            _ => None,
         };
+        let prefix_query = prompt.as_ref().map(|(cache, p)| cache.query(p));
+        #[cfg(feature = "zmq")]
+        let lmcache_query = prompt.as_ref().and_then(|(cache, p)| {
+            let w = self.shared.lmcache.as_ref()?;
+            Some(w.query(&prefix::token_ids(p, cache.chars_per_token())))
+        });
         let task: Option<Result<Vec<u8>, String>> = head
             .route
             .is_task()
@@ -454,6 +453,7 @@ impl Conn {
                 if let Some(l) = &shared.lora {
                     l.render_metrics(&mut text);
                 }
+                #[cfg(feature = "zmq")]
                 if let Some(w) = &shared.lmcache {
                     w.render_metrics(&mut text, &shared.metrics_model);
                 }
@@ -522,6 +522,7 @@ impl Conn {
                 let parsed = parsed.unwrap_or_else(|| Err("missing body".into()));
                 let prompt = PromptQueries {
                     prefix: prefix_query,
+                    #[cfg(feature = "zmq")]
                     lmcache: lmcache_query,
                 };
                 self.inference(route, head, parsed, prompt).await
@@ -567,7 +568,8 @@ impl Conn {
     ) -> Flow {
         let PromptQueries {
             prefix: prefix_query,
-            lmcache: lmcache_query,
+            #[cfg(feature = "zmq")]
+                lmcache: lmcache_query,
         } = prompt_queries;
         let shared = self.shared.clone();
         let cfg = &shared.cfg;
@@ -650,6 +652,7 @@ impl Conn {
         // prompt tokens neither holds add their prefill time to the constant TTFT.
         let (first_token, cached_tokens) = match (&shared.prefix, &prefix_query) {
             (Some(cache), Some(q)) => {
+                #[cfg_attr(not(feature = "zmq"), allow(unused_mut))]
                 let mut hit = cache.lookup(q);
                 stats
                     .prefix_cache_queries
@@ -657,6 +660,7 @@ impl Conn {
                 stats
                     .prefix_cache_hits
                     .fetch_add(hit.cached_tokens, Relaxed);
+                #[cfg(feature = "zmq")]
                 if let (Some(w), Some(lq)) = (&shared.lmcache, &lmcache_query) {
                     let external = w.lookup(lq).min(hit.prompt_tokens);
                     hit.cached_tokens = hit.cached_tokens.max(external);
@@ -708,6 +712,7 @@ impl Conn {
             }
             .filter(|&n| n <= tokens);
             let last = fault_at.unwrap_or(tokens).max(1) - 1;
+            #[cfg(feature = "zmq")]
             if let Some(q) = &lmcache_query {
                 if !self.wait_until(token_time(0)).await {
                     return self.abort(&head, 0);
@@ -759,6 +764,7 @@ impl Conn {
         if !self.wait_until(token_time(0)).await {
             return self.abort(&head, 0);
         }
+        #[cfg(feature = "zmq")]
         if let Some(q) = &lmcache_query {
             self.lmcache_store(q);
         }
@@ -808,6 +814,7 @@ impl Conn {
     }
 
     /// Once a prompt's prefill is done, the LMCache worker stores its chunks.
+    #[cfg(feature = "zmq")]
     fn lmcache_store(&self, q: &LmcacheQuery) {
         if let Some(w) = &self.shared.lmcache {
             w.store(q);

@@ -16,6 +16,7 @@
 
 pub mod client;
 pub mod config;
+#[cfg(feature = "zmq")]
 pub mod lmcache_controller;
 pub mod lmcache_wire;
 pub mod lora;
@@ -26,7 +27,9 @@ mod api;
 mod conn;
 mod endpoints;
 mod http;
+#[cfg(feature = "zmq")]
 mod kv_events;
+#[cfg(feature = "zmq")]
 mod lmcache_worker;
 mod prefix;
 mod server;
@@ -39,6 +42,7 @@ use std::thread::JoinHandle;
 pub use config::{
     Driver, Fault, KvEventsConfig, LmcacheWorkerConfig, MockConfig, PrefixCacheConfig,
 };
+#[cfg(feature = "zmq")]
 pub use lmcache_controller::{Controller, ControllerConfig, LayoutEntry};
 pub use lora::{LoraConfig, LoraStats};
 pub use stats::{LmcacheStats, PrefixCacheStats, StatsSnapshot};
@@ -77,8 +81,10 @@ pub(crate) struct Shared {
     /// LoRA adapters, when `cfg.lora` is set.
     pub lora: Option<Arc<lora::Lora>>,
     /// The KV-event publisher, when `cfg.kv_events` is set.
+    #[cfg(feature = "zmq")]
     pub kv: Option<Arc<kv_events::KvPublisher>>,
     /// The LMCache worker, when `cfg.lmcache` is set.
+    #[cfg(feature = "zmq")]
     pub lmcache: Option<Arc<lmcache_worker::LmcacheWorker>>,
     fault_set: AtomicBool,
     fault: Mutex<Option<Fault>>,
@@ -110,6 +116,14 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
     if cfg.models.is_empty() {
         cfg.models.push("mock-model".to_string());
     }
+    #[cfg(not(feature = "zmq"))]
+    if cfg.kv_events.is_some() || cfg.lmcache.is_some() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "KV events and the LMCache worker speak ZMQ: build rolter-mock with its `zmq` feature",
+        ));
+    }
+    #[cfg(feature = "zmq")]
     let kv = match &cfg.kv_events {
         Some(k) => {
             cfg.prefix_cache
@@ -124,6 +138,7 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
     }
     let listeners = server::bind(cfg.listen, cfg.threads)?;
     let addr = listeners[0].local_addr()?;
+    #[cfg(feature = "zmq")]
     let lmcache = match &cfg.lmcache {
         Some(l) => Some(lmcache_worker::LmcacheWorker::start(l, &cfg.name, addr)?),
         None => None,
@@ -135,11 +150,16 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
         default_model,
         models_body: api::models_body(&cfg.models),
         stats: Arc::new(stats::Stats::default()),
-        prefix: cfg
-            .prefix_cache
-            .as_ref()
-            .map(|p| prefix::PrefixCache::new(p, kv.clone())),
+        prefix: cfg.prefix_cache.as_ref().map(|p| {
+            prefix::PrefixCache::new(
+                p,
+                #[cfg(feature = "zmq")]
+                kv.clone(),
+            )
+        }),
+        #[cfg(feature = "zmq")]
         kv,
+        #[cfg(feature = "zmq")]
         lmcache,
         lora: cfg.lora.clone().map(|l| Arc::new(lora::Lora::new(l))),
         fault_set: AtomicBool::new(false),
@@ -223,17 +243,20 @@ impl MockHandle {
         self.shared.lora.as_ref().map(|l| l.stats())
     }
 
+    #[cfg(feature = "zmq")]
     /// The bound KV-event PUB endpoint (real port when 0 was asked); `None` without
     /// `kv_events`.
     pub fn kv_events_endpoint(&self) -> Option<String> {
         Some(self.shared.kv.as_ref()?.endpoint().to_string())
     }
 
+    #[cfg(feature = "zmq")]
     /// The bound KV-event replay endpoint; `None` without one.
     pub fn kv_replay_endpoint(&self) -> Option<String> {
         Some(self.shared.kv.as_ref()?.replay_endpoint()?.to_string())
     }
 
+    #[cfg(feature = "zmq")]
     /// The seq the next KV-event message will get; `None` without `kv_events`.
     pub fn kv_next_seq(&self) -> Option<u64> {
         Some(self.shared.kv.as_ref()?.next_seq())
@@ -247,6 +270,7 @@ impl MockHandle {
         }
     }
 
+    #[cfg(feature = "zmq")]
     /// Drops the next `n` KV-event messages as a PUB does at its high-water mark: each
     /// takes its seq (and its place in the replay buffer) but is not sent, so
     /// subscribers see a gap.
@@ -256,6 +280,7 @@ impl MockHandle {
         }
     }
 
+    #[cfg(feature = "zmq")]
     /// Closes the KV-event PUB socket for good (the engine's HTTP side keeps serving), as
     /// when an engine's publisher dies.
     pub fn stop_kv_events(&self) {
@@ -264,6 +289,7 @@ impl MockHandle {
         }
     }
 
+    #[cfg(feature = "zmq")]
     /// Takes the KV-event PUB socket down (`true`) or brings it back on the same endpoint
     /// (`false`), as when an engine's publisher is unreachable for a while: subscribers
     /// are disconnected, and batches published meanwhile take their seqs and stay in the
@@ -275,6 +301,7 @@ impl MockHandle {
         }
     }
 
+    #[cfg(feature = "zmq")]
     /// Restarts the engine as far as its KV cache goes: the prefix cache empties without
     /// an event (a new process), and the KV-event publisher starts over at seq 0 with an
     /// empty replay buffer, its subscribers disconnected and then reconnecting. The HTTP
@@ -289,6 +316,7 @@ impl MockHandle {
         }
     }
 
+    #[cfg(feature = "zmq")]
     /// While paused, KV-event batches are held (without a seq); on resume they are
     /// sent in order.
     pub fn pause_kv_events(&self, paused: bool) {
@@ -297,11 +325,13 @@ impl MockHandle {
         }
     }
 
+    #[cfg(feature = "zmq")]
     /// The LMCache worker's counters and occupancy; `None` without `lmcache`.
     pub fn lmcache_stats(&self) -> Option<LmcacheStats> {
         Some(self.shared.lmcache.as_ref()?.stats())
     }
 
+    #[cfg(feature = "zmq")]
     /// The instance id the LMCache worker reports (the engine's name unless configured);
     /// `None` without `lmcache`.
     pub fn lmcache_instance_id(&self) -> Option<&str> {
@@ -333,9 +363,11 @@ impl MockHandle {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        #[cfg(feature = "zmq")]
         if let Some(kv) = &self.shared.kv {
             kv.shutdown();
         }
+        #[cfg(feature = "zmq")]
         if let Some(w) = &self.shared.lmcache {
             w.shutdown();
         }
