@@ -60,10 +60,109 @@ pub enum Retry {
     Forbidden,
 }
 
+/// What went wrong upstream: every way an attempt on a target can fail, told apart so the
+/// attempt stage decides on the kind, never on the text. Each kind has one OpenAI `code`,
+/// one status (a refusal's is the target's own) and one retry verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// The TCP connection was refused or failed.
+    ConnectFailed,
+    /// The connection did not open in time.
+    ConnectTimeout,
+    /// The TLS handshake with the target failed.
+    TlsFailed,
+    /// Writing the request failed before any response byte.
+    WriteFailed,
+    /// The target closed the connection before any response byte: it cannot have answered.
+    ClosedBeforeResponse,
+    /// The target closed the connection inside its response head.
+    ClosedInHead,
+    /// The target answered with a status the route retries (429, 5xx); held back from the
+    /// client.
+    Refused(u16),
+    /// No response head before the first-byte timeout (or the route's deadline).
+    FirstByteTimeout,
+    /// The response head or body was malformed.
+    BadResponse,
+    /// The response had started reaching the client when the target failed.
+    StreamInterrupted,
+}
+
+impl UpstreamFailure {
+    /// Every kind (with a 429 and a 503 for the refusals), for tests and docs.
+    pub const ALL: [UpstreamFailure; 11] = [
+        UpstreamFailure::ConnectFailed,
+        UpstreamFailure::ConnectTimeout,
+        UpstreamFailure::TlsFailed,
+        UpstreamFailure::WriteFailed,
+        UpstreamFailure::ClosedBeforeResponse,
+        UpstreamFailure::ClosedInHead,
+        UpstreamFailure::Refused(429),
+        UpstreamFailure::Refused(503),
+        UpstreamFailure::FirstByteTimeout,
+        UpstreamFailure::BadResponse,
+        UpstreamFailure::StreamInterrupted,
+    ];
+
+    /// The OpenAI `error.code` the client sees.
+    pub fn code(self) -> &'static str {
+        match self {
+            UpstreamFailure::ConnectFailed => "upstream_connect_failed",
+            UpstreamFailure::ConnectTimeout => "upstream_connect_timeout",
+            UpstreamFailure::TlsFailed => "upstream_tls_failed",
+            UpstreamFailure::WriteFailed => "upstream_write_failed",
+            UpstreamFailure::ClosedBeforeResponse | UpstreamFailure::ClosedInHead => {
+                "upstream_closed"
+            }
+            UpstreamFailure::Refused(_) => "upstream_unavailable",
+            UpstreamFailure::FirstByteTimeout => "upstream_timeout",
+            UpstreamFailure::BadResponse => "upstream_bad_response",
+            UpstreamFailure::StreamInterrupted => "upstream_stream_interrupted",
+        }
+    }
+
+    /// The status the gateway answers with.
+    pub fn status(self) -> u16 {
+        match self {
+            UpstreamFailure::ConnectTimeout | UpstreamFailure::FirstByteTimeout => 504,
+            UpstreamFailure::Refused(status) => status,
+            _ => 502,
+        }
+    }
+
+    /// Whether another target may be tried: only when the target cannot have done the
+    /// work, or refused it. A first-byte timeout is `Forbidden` here (the engine may be
+    /// generating); a route opts into retrying it with `retry_on = ["first_byte_timeout"]`.
+    pub fn retry(self) -> Retry {
+        match self {
+            UpstreamFailure::ConnectFailed
+            | UpstreamFailure::ConnectTimeout
+            | UpstreamFailure::TlsFailed
+            | UpstreamFailure::WriteFailed
+            | UpstreamFailure::ClosedBeforeResponse
+            | UpstreamFailure::Refused(_) => Retry::Allowed,
+            UpstreamFailure::ClosedInHead
+            | UpstreamFailure::FirstByteTimeout
+            | UpstreamFailure::BadResponse
+            | UpstreamFailure::StreamInterrupted => Retry::Forbidden,
+        }
+    }
+
+    /// Whether the request never reached the engine (the connection never opened).
+    pub fn never_reached(self) -> bool {
+        matches!(
+            self,
+            UpstreamFailure::ConnectFailed | UpstreamFailure::ConnectTimeout
+        )
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct GatewayError {
     pub side: Side,
     pub retry: Retry,
+    /// The kind of an upstream failure (`None` for the client's and the gateway's own).
+    pub upstream: Option<UpstreamFailure>,
     pub status: u16,
     /// OpenAI `error.type`.
     pub kind: &'static str,
@@ -81,6 +180,7 @@ impl GatewayError {
         GatewayError {
             side: Side::Client,
             retry: Retry::Forbidden,
+            upstream: None,
             status,
             kind: "invalid_request_error",
             code,
@@ -90,18 +190,16 @@ impl GatewayError {
         }
     }
 
-    pub fn upstream(
-        status: u16,
-        retry: Retry,
-        code: &'static str,
-        message: impl Into<Cow<'static, str>>,
-    ) -> Self {
+    /// A target's failure of kind `failure`: its code, status and retry verdict are the
+    /// kind's.
+    pub fn upstream(failure: UpstreamFailure, message: impl Into<Cow<'static, str>>) -> Self {
         GatewayError {
             side: Side::Upstream,
-            retry,
-            status,
+            retry: failure.retry(),
+            upstream: Some(failure),
+            status: failure.status(),
             kind: "upstream_error",
-            code,
+            code: failure.code(),
             param: None,
             message: message.into(),
             retry_after: None,
@@ -116,6 +214,7 @@ impl GatewayError {
         GatewayError {
             side: Side::Internal,
             retry: Retry::Forbidden,
+            upstream: None,
             status,
             kind: "server_error",
             code,
@@ -340,8 +439,7 @@ mod tests {
         ] {
             assert_eq!(anthropic_type(status), kind, "{status}");
         }
-        let cut =
-            GatewayError::upstream(502, Retry::Forbidden, "upstream_stream_interrupted", "cut");
+        let cut = GatewayError::upstream(UpstreamFailure::StreamInterrupted, "cut");
         let ev = String::from_utf8(cut.stream_event(Surface::OpenAi, None)).unwrap();
         assert!(
             ev.starts_with("data: {\"error\":{") && ev.ends_with("}\n\n"),
@@ -357,6 +455,104 @@ mod tests {
             ev,
             "event: error\ndata: {\"type\":\"error\",\"code\":\"upstream_stream_interrupted\",\"message\":\"cut\",\"param\":null,\"sequence_number\":7}\n\n"
         );
+    }
+
+    #[test]
+    fn every_upstream_failure_has_one_code_status_and_verdict() {
+        use UpstreamFailure as F;
+        let table: Vec<(F, &str, u16, Retry, bool)> = F::ALL
+            .iter()
+            .map(|&f| (f, f.code(), f.status(), f.retry(), f.never_reached()))
+            .collect();
+        assert_eq!(
+            table,
+            [
+                (
+                    F::ConnectFailed,
+                    "upstream_connect_failed",
+                    502,
+                    Retry::Allowed,
+                    true
+                ),
+                (
+                    F::ConnectTimeout,
+                    "upstream_connect_timeout",
+                    504,
+                    Retry::Allowed,
+                    true
+                ),
+                (
+                    F::TlsFailed,
+                    "upstream_tls_failed",
+                    502,
+                    Retry::Allowed,
+                    false
+                ),
+                (
+                    F::WriteFailed,
+                    "upstream_write_failed",
+                    502,
+                    Retry::Allowed,
+                    false
+                ),
+                (
+                    F::ClosedBeforeResponse,
+                    "upstream_closed",
+                    502,
+                    Retry::Allowed,
+                    false
+                ),
+                (
+                    F::ClosedInHead,
+                    "upstream_closed",
+                    502,
+                    Retry::Forbidden,
+                    false
+                ),
+                (
+                    F::Refused(429),
+                    "upstream_unavailable",
+                    429,
+                    Retry::Allowed,
+                    false
+                ),
+                (
+                    F::Refused(503),
+                    "upstream_unavailable",
+                    503,
+                    Retry::Allowed,
+                    false
+                ),
+                (
+                    F::FirstByteTimeout,
+                    "upstream_timeout",
+                    504,
+                    Retry::Forbidden,
+                    false
+                ),
+                (
+                    F::BadResponse,
+                    "upstream_bad_response",
+                    502,
+                    Retry::Forbidden,
+                    false
+                ),
+                (
+                    F::StreamInterrupted,
+                    "upstream_stream_interrupted",
+                    502,
+                    Retry::Forbidden,
+                    false
+                ),
+            ]
+        );
+        let e = GatewayError::upstream(F::Refused(429), "busy");
+        assert_eq!(
+            (e.side, e.status, e.code),
+            (Side::Upstream, 429, "upstream_unavailable")
+        );
+        assert_eq!(e.upstream, Some(F::Refused(429)));
+        assert_eq!(GatewayError::client(400, "bad_request", "x").upstream, None);
     }
 
     #[test]

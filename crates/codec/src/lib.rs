@@ -16,5 +16,5 @@ pub mod error;
 pub mod h1;
 pub mod surface;
 
-pub use error::{GatewayError, Reply, Retry, Side};
+pub use error::{GatewayError, Reply, Retry, Side, UpstreamFailure};
 pub use surface::Surface;

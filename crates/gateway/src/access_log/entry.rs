@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use rolter_codec::h1::request_id::RequestId;
+use rolter_codec::{GatewayError, UpstreamFailure};
 
 /// Response flags: what went wrong, if anything, in a request's final outcome.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -74,16 +75,19 @@ impl Flags {
         out
     }
 
-    /// The flag an error response of the gateway's (by its OpenAI `code`) carries.
-    pub fn for_error(code: &str) -> Flags {
-        match code {
-            "upstream_connect_failed" | "upstream_connect_timeout" | "upstream_tls_failed" => {
-                Flags::UF
+    /// The flag an error response of the gateway's carries: by the kind of an upstream
+    /// failure, `NR` for a model no route serves.
+    pub fn for_error(e: &GatewayError) -> Flags {
+        use UpstreamFailure as F;
+        match e.upstream {
+            Some(F::ConnectFailed | F::ConnectTimeout | F::TlsFailed) => Flags::UF,
+            Some(F::FirstByteTimeout) => Flags::UT,
+            Some(F::ClosedBeforeResponse | F::ClosedInHead | F::WriteFailed | F::BadResponse) => {
+                Flags::UC
             }
-            "upstream_timeout" => Flags::UT,
-            "upstream_closed" | "upstream_write_failed" | "upstream_bad_response" => Flags::UC,
-            "model_not_found" => Flags::NR,
-            _ => Flags::default(),
+            Some(F::Refused(_) | F::StreamInterrupted) => Flags::default(),
+            None if e.code == "model_not_found" => Flags::NR,
+            None => Flags::default(),
         }
     }
 }
@@ -253,9 +257,20 @@ mod tests {
         let mut f = Flags::UF;
         f.insert(Flags::URX);
         assert_eq!(f.names(), "UF,URX");
-        assert_eq!(Flags::for_error("upstream_timeout"), Flags::UT);
-        assert_eq!(Flags::for_error("model_not_found"), Flags::NR);
-        assert!(Flags::for_error("bad_request").is_empty());
+        let up = |f| GatewayError::upstream(f, "x");
+        assert_eq!(
+            Flags::for_error(&up(UpstreamFailure::FirstByteTimeout)),
+            Flags::UT
+        );
+        assert_eq!(Flags::for_error(&up(UpstreamFailure::TlsFailed)), Flags::UF);
+        assert_eq!(
+            Flags::for_error(&up(UpstreamFailure::ClosedInHead)),
+            Flags::UC
+        );
+        assert!(Flags::for_error(&up(UpstreamFailure::Refused(503))).is_empty());
+        let e = |code| GatewayError::client(404, code, "x");
+        assert_eq!(Flags::for_error(&e("model_not_found")), Flags::NR);
+        assert!(Flags::for_error(&e("bad_request")).is_empty());
         assert_eq!(Cut::ClientGone.flag(), Flags::DC);
     }
 

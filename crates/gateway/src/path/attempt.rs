@@ -57,7 +57,7 @@ impl Served {
     fn answered_error(&mut self, e: &GatewayError, bytes_out: usize) {
         self.status = e.status;
         self.error = Some(e.code);
-        self.flags.insert(Flags::for_error(e.code));
+        self.flags.insert(Flags::for_error(e));
         self.bytes_out += bytes_out as u64;
     }
 }

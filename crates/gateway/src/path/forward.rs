@@ -126,7 +126,7 @@ async fn refuse(
     record::finished(state, req, |entry| {
         entry.status = e.status;
         entry.error = Some(e.code);
-        entry.flags = Flags::for_error(e.code);
+        entry.flags = Flags::for_error(e);
         entry.key = key;
         if let Some((route, model)) = routed {
             entry.route = Some(route);

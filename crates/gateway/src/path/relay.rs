@@ -25,7 +25,7 @@ use rolter_codec::h1::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
 use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::h1::response_head::{self, RespFraming, ResponseHead};
 use rolter_codec::h1::write::{write_content_length, write_header, write_status_line};
-use rolter_codec::{GatewayError, Retry, Surface};
+use rolter_codec::{GatewayError, Surface, UpstreamFailure};
 use rolter_config::RetryOn;
 use rolter_core::Usage;
 
@@ -203,23 +203,19 @@ pub async fn open(
         match race(Box::pin(state.upstream.connect(tid)), watch, deadline).await {
             Race::Done(Ok(s)) => Ok(s),
             Race::Done(Err(e)) => {
-                let (status, code) = match e {
-                    ConnectError::TimedOut { .. } => (504, "upstream_connect_timeout"),
-                    ConnectError::Tcp(_) => (502, "upstream_connect_failed"),
-                    ConnectError::Tls(_) => (502, "upstream_tls_failed"),
+                let kind = match e {
+                    ConnectError::TimedOut { .. } => UpstreamFailure::ConnectTimeout,
+                    ConnectError::Tcp(_) => UpstreamFailure::ConnectFailed,
+                    ConnectError::Tls(_) => UpstreamFailure::TlsFailed,
                 };
                 Err(Opened::Done(Outcome::Failed(GatewayError::upstream(
-                    status,
-                    Retry::Allowed,
-                    code,
+                    kind,
                     format!("could not connect to target `{}`: {e}", target.name),
                 ))))
             }
             Race::ClientGone => Err(Opened::Done(Outcome::ClientGone)),
             Race::TimedOut => Err(Opened::Done(Outcome::Failed(GatewayError::upstream(
-                504,
-                Retry::Allowed,
-                "upstream_connect_timeout",
+                UpstreamFailure::ConnectTimeout,
                 format!("connecting to target `{}` timed out", target.name),
             )))),
         }
@@ -239,9 +235,7 @@ pub async fn open(
             }
             if limits.retry_on.status(head.status) {
                 let mut e = GatewayError::upstream(
-                    head.status,
-                    Retry::Allowed,
-                    "upstream_unavailable",
+                    UpstreamFailure::Refused(head.status),
                     format!("target `{}` answered {}", target.name, head.status),
                 );
                 e.retry_after = head.retry_after;
@@ -288,9 +282,7 @@ async fn send_and_read_head(
         Race::Done((Err(e), req)) => {
             bufs.up = req;
             let failed = Outcome::Failed(GatewayError::upstream(
-                502,
-                Retry::Allowed,
-                "upstream_write_failed",
+                UpstreamFailure::WriteFailed,
                 format!(
                     "sending the request to target `{}` failed: {e}",
                     target.name
@@ -347,13 +339,11 @@ async fn send_and_read_head(
                 // Before any response byte the engine cannot have answered: a retry is
                 // allowed (`reset_before_response`), after one it is not.
                 let failed = Outcome::Failed(GatewayError::upstream(
-                    502,
                     if answered {
-                        Retry::Forbidden
+                        UpstreamFailure::ClosedInHead
                     } else {
-                        Retry::Allowed
+                        UpstreamFailure::ClosedBeforeResponse
                     },
-                    "upstream_closed",
                     format!("target `{}` closed before answering: {why}", target.name),
                 ));
                 // A pooled connection closed (FIN, for TLS with or without close_notify)
@@ -383,18 +373,14 @@ fn first_byte_timeout(name: &str, limits: &TryLimits) -> GatewayError {
         "its first_byte timeout"
     };
     GatewayError::upstream(
-        504,
-        Retry::Forbidden,
-        "upstream_timeout",
+        UpstreamFailure::FirstByteTimeout,
         format!("target `{name}` did not answer within {within}"),
     )
 }
 
 fn bad_response(name: &str) -> GatewayError {
     GatewayError::upstream(
-        502,
-        Retry::Forbidden,
-        "upstream_bad_response",
+        UpstreamFailure::BadResponse,
         format!("target `{name}` sent a malformed response head"),
     )
 }
@@ -688,9 +674,7 @@ pub async fn relay<H>(
                         Cut::UpstreamReset
                     },
                     GatewayError::upstream(
-                        502,
-                        Retry::Forbidden,
-                        "upstream_stream_interrupted",
+                        UpstreamFailure::StreamInterrupted,
                         format!(
                             "the upstream target `{}` failed mid-stream; the answer is incomplete",
                             target.name

@@ -10,34 +10,40 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use rolter_codec::{GatewayError, Retry};
+use rolter_codec::{GatewayError, UpstreamFailure};
 use rolter_config::{RetryPolicy, RetryReason};
 
 /// Length of the budget's window, in one-second slots.
 pub const WINDOW_SECS: u64 = 10;
 
 /// The `retry_on` reason of a failed attempt; `None` for a failure never retried (a
-/// malformed response, a reset after a response byte).
+/// malformed response, a close inside the response head, a cut stream) and for the
+/// client's and the gateway's own errors.
 pub fn reason(e: &GatewayError) -> Option<RetryReason> {
-    match e.code {
-        "upstream_connect_failed" | "upstream_connect_timeout" | "upstream_tls_failed" => {
-            Some(RetryReason::ConnectFailure)
+    reason_of(e.upstream?)
+}
+
+/// The `retry_on` reason of an upstream failure of kind `f`.
+pub fn reason_of(f: UpstreamFailure) -> Option<RetryReason> {
+    match f {
+        UpstreamFailure::ConnectFailed
+        | UpstreamFailure::ConnectTimeout
+        | UpstreamFailure::TlsFailed => Some(RetryReason::ConnectFailure),
+        UpstreamFailure::WriteFailed | UpstreamFailure::ClosedBeforeResponse => {
+            Some(RetryReason::ResetBeforeResponse)
         }
-        "upstream_write_failed" => Some(RetryReason::ResetBeforeResponse),
-        "upstream_closed" if e.retry == Retry::Allowed => Some(RetryReason::ResetBeforeResponse),
-        "upstream_unavailable" => RetryReason::for_status(e.status),
-        "upstream_timeout" => Some(RetryReason::FirstByteTimeout),
-        _ => None,
+        UpstreamFailure::Refused(status) => RetryReason::for_status(status),
+        UpstreamFailure::FirstByteTimeout => Some(RetryReason::FirstByteTimeout),
+        UpstreamFailure::ClosedInHead
+        | UpstreamFailure::BadResponse
+        | UpstreamFailure::StreamInterrupted => None,
     }
 }
 
 /// Whether the failed attempt never reached its engine (the connection was refused or
 /// timed out): its retry is not charged to the budget.
 pub fn never_reached(e: &GatewayError) -> bool {
-    matches!(
-        e.code,
-        "upstream_connect_failed" | "upstream_connect_timeout"
-    )
+    e.upstream.is_some_and(UpstreamFailure::never_reached)
 }
 
 /// The pause before retry number `n` (1 = the first retry): full jitter over
@@ -133,7 +139,6 @@ impl RetryBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rolter_codec::Retry;
 
     #[test]
     fn the_floor_then_the_share_of_the_window() {
@@ -168,29 +173,47 @@ mod tests {
     }
 
     #[test]
-    fn failures_map_to_retry_on_words() {
-        let up = |status, retry, code| GatewayError::upstream(status, retry, code, "x");
+    fn every_failure_kind_has_its_retry_verdict() {
+        use UpstreamFailure as F;
+        let verdicts: Vec<(F, Option<RetryReason>)> =
+            F::ALL.iter().map(|&f| (f, reason_of(f))).collect();
         assert_eq!(
-            reason(&up(502, Retry::Allowed, "upstream_connect_failed")),
-            Some(RetryReason::ConnectFailure)
+            verdicts,
+            [
+                (F::ConnectFailed, Some(RetryReason::ConnectFailure)),
+                (F::ConnectTimeout, Some(RetryReason::ConnectFailure)),
+                (F::TlsFailed, Some(RetryReason::ConnectFailure)),
+                (F::WriteFailed, Some(RetryReason::ResetBeforeResponse)),
+                (
+                    F::ClosedBeforeResponse,
+                    Some(RetryReason::ResetBeforeResponse)
+                ),
+                (F::ClosedInHead, None),
+                (F::Refused(429), Some(RetryReason::Status429)),
+                (F::Refused(503), Some(RetryReason::Status503)),
+                (F::FirstByteTimeout, Some(RetryReason::FirstByteTimeout)),
+                (F::BadResponse, None),
+                (F::StreamInterrupted, None),
+            ]
         );
-        assert_eq!(
-            reason(&up(502, Retry::Allowed, "upstream_closed")),
-            Some(RetryReason::ResetBeforeResponse)
-        );
-        assert_eq!(reason(&up(502, Retry::Forbidden, "upstream_closed")), None);
-        assert_eq!(
-            reason(&up(429, Retry::Allowed, "upstream_unavailable")),
-            Some(RetryReason::Status429)
-        );
-        assert_eq!(
-            reason(&up(504, Retry::Forbidden, "upstream_timeout")),
-            Some(RetryReason::FirstByteTimeout)
-        );
-        assert_eq!(
-            reason(&up(502, Retry::Forbidden, "upstream_bad_response")),
-            None
-        );
+        // A retry that reason allows is one the kind's own verdict allows, but for the
+        // first-byte timeout, which a route opts into.
+        for f in F::ALL {
+            if reason_of(f).is_some() && f != F::FirstByteTimeout {
+                assert_eq!(f.retry(), rolter_codec::Retry::Allowed, "{f:?}");
+            }
+        }
+        assert_eq!(reason(&GatewayError::client(400, "bad_request", "x")), None);
+        assert!(never_reached(&GatewayError::upstream(
+            F::ConnectTimeout,
+            "x"
+        )));
+        assert!(!never_reached(&GatewayError::upstream(F::WriteFailed, "x")));
+        assert!(!never_reached(&GatewayError::internal(
+            503,
+            "no_capacity",
+            "x"
+        )));
     }
 
     #[test]
