@@ -46,7 +46,19 @@ pub fn start(listen: SocketAddr, workers: usize, admin: SocketAddr) -> io::Resul
     };
     let config = demo_config(listen, workers, admin, &engines)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-    let gateway = Gateway::start(config)?;
+    let gateway = Gateway::start(config).map_err(|e| {
+        if e.kind() == io::ErrorKind::AddrInUse && e.to_string().contains(&listen.to_string()) {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{listen} is already in use: stop what listens there, or run the demo on \
+                     another port (`rolter demo --listen 127.0.0.1:8081`)"
+                ),
+            )
+        } else {
+            e
+        }
+    })?;
     Ok(Demo { gateway, engines })
 }
 

@@ -1,7 +1,6 @@
-//! The `rolter` binary as a user runs it: `demo` serves streamed completions from its
-//! built-in fleet, `check` reports every configuration error and exits non-zero before
-//! binding anything, `strategies` lists the registry, and `keys hash` / `keys new` make
-//! `[[keys]]` tables that `check` accepts.
+//! The `rolter` binary as a user runs it: `check` reports every configuration error and
+//! exits non-zero before binding anything, `strategies` lists the registry, and `keys hash`
+//! / `keys new` make `[[keys]]` tables that `check` accepts (`rolter demo`: `tests/demo.rs`).
 
 mod common;
 
@@ -21,86 +20,6 @@ fn check(path: &std::path::Path) -> std::process::Output {
 }
 
 use common::process::Kill;
-
-#[test]
-#[cfg(feature = "demo")]
-fn demo_streams_tokens_one_by_one() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let child = Command::new(BIN)
-        .args(["demo", "--listen", "127.0.0.1:0", "--workers", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run rolter demo");
-    let mut child = Kill(child);
-    let stdout = child.0.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let first = lines.next().expect("banner").unwrap();
-    // "rolter demo: gateway on http://127.0.0.1:PORT (...)"
-    let addr: SocketAddr = first
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no address in banner: {first}"));
-    let banner: Vec<String> = lines.by_ref().take(14).map(|l| l.unwrap()).collect();
-    assert!(banner.iter().any(|l| l.contains("curl -N")), "{banner:?}");
-    // The admin listener is on, at the address the banner gives.
-    let admin: SocketAddr = banner
-        .iter()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("curl http://")?
-                .strip_suffix("/admin/targets")
-        })
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no admin address in banner: {banner:?}"));
-    let mut a = TcpStream::connect(admin).unwrap();
-    a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(a, "GET /admin/targets HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
-    let mut targets = String::new();
-    a.read_to_string(&mut targets).unwrap();
-    assert!(targets.starts_with("HTTP/1.1 200 OK\r\n"), "{targets}");
-    assert!(targets.contains("\"name\": \"fast\""), "{targets}");
-
-    let body =
-        r#"{"model":"demo-model","stream":true,"messages":[{"role":"user","content":"Hello"}]}"#;
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    // Record when each token event arrives: they must trickle in, not land at once.
-    let start = Instant::now();
-    let mut seen = Vec::new();
-    let mut arrivals = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = s.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        seen.extend_from_slice(&buf[..n]);
-        let events = String::from_utf8_lossy(&seen)
-            .matches("\"content\":")
-            .count();
-        arrivals.push((events, start.elapsed()));
-    }
-    let text = String::from_utf8_lossy(&seen);
-    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
-    assert!(text.contains("data: [DONE]"));
-    let tokens = text.matches("\"content\":").count();
-    assert!(tokens >= 10, "{tokens} token events");
-    // At least five distinct reads carried token events: streamed, not buffered.
-    let distinct = arrivals.windows(2).filter(|w| w[1].0 > w[0].0).count();
-    assert!(
-        distinct >= 5,
-        "tokens arrived in {distinct} steps: {arrivals:?}"
-    );
-}
 
 #[test]
 fn check_reports_every_error_and_exits_2() {

@@ -285,13 +285,15 @@ fn learning_config(path: &Path, d: &str, mocks: &[MockHandle], options: &str, si
 }
 
 /// Whether a request on `main` was picked with a fallback (`cold`), and by whom.
+/// One stream (the learning strategies learn first-token times from streams): the
+/// fallback that picked its target, if any, and the engine that served it.
 fn explained(addr: SocketAddr) -> (Option<String>, String) {
     let r = call(
         addr,
         &post(
             "/v1/chat/completions",
             &[("x-rolter-explain", "1")],
-            &chat_body(false),
+            &chat_body(true),
         ),
     );
     assert_eq!(r.status, 200, "{}", r.text());

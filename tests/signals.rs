@@ -66,6 +66,18 @@ fn completion(addr: SocketAddr, headers: &[(&str, &str)]) -> rolter_mock::client
     )
 }
 
+/// A streamed completion: what the learning strategies learn first-token times from.
+fn streamed_completion(addr: SocketAddr) -> rolter_mock::client::Response {
+    call(
+        addr,
+        &post(
+            "/v1/completions",
+            &[],
+            r#"{"model":"m","prompt":"x","max_tokens":4,"stream":true}"#,
+        ),
+    )
+}
+
 /// Requests held by the engine for `ms`, each on its own connection (so SO_REUSEPORT spreads
 /// them over the workers), started `gap` apart.
 fn hold_many(
@@ -346,7 +358,8 @@ fn a_failing_scrape_falls_back_visibly() {
     }
 }
 
-/// Every attempt is recorded: status counts, TTFT samples, token usage from the stream.
+/// Every attempt is recorded: status counts, TTFT samples of the streams, token usage from
+/// the stream.
 #[test]
 fn outcomes_are_recorded_per_target() {
     for d in drivers() {
@@ -399,8 +412,8 @@ fn outcomes_are_recorded_per_target() {
         );
         assert_eq!(
             admin_series(&g, "rolter_ttft_seconds_count{route=\"r\",target=\"t0\"}"),
-            Some(6.0),
-            "only successes have a TTFT sample"
+            Some(5.0),
+            "only successful streams have a TTFT sample (the plain completion has none)"
         );
         assert!(
             admin_series(&g, "rolter_tokens_total{target=\"t0\",kind=\"completion\"}")
@@ -416,7 +429,7 @@ fn outcomes_are_recorded_per_target() {
             Some(1.0)
         );
         let v = targets_json(&g);
-        assert_eq!(v["targets"][0]["ttft_samples"], 6, "{v}");
+        assert_eq!(v["targets"][0]["ttft_samples"], 5, "the streams: {v}");
         assert!(v["targets"][0]["ttft_ewma_ms"].as_f64().unwrap() > 0.0);
     }
 }
@@ -506,7 +519,7 @@ fn admin_shows_what_learning_strategies_learned() {
         "",
     );
     for _ in 0..20 {
-        assert_eq!(completion(g.local_addr(), &[]).status, 200);
+        assert_eq!(streamed_completion(g.local_addr()).status, 200);
     }
     wait_for("twenty samples", SHORT, || {
         let v = targets_json(&g);

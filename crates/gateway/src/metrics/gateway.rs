@@ -285,7 +285,7 @@ impl GatewayMetrics {
         );
         registry.register(
             "rolter_ttft_seconds",
-            "Time from sending an upstream request to the first response body byte",
+            "Time from sending an upstream request to the first body byte of its event stream (successful streams only)",
             ttft.clone(),
         );
         registry.register(

@@ -81,7 +81,11 @@ pub fn attempt(
             target,
             status: report.status,
             success: verdict == Verdict::Success,
-            ttft: report.first_byte.map(|f| f.saturating_duration_since(sent)),
+            // Only a stream's first byte is its first token: a plain answer teaches no TTFT.
+            ttft: report
+                .first_byte
+                .filter(|_| report.streamed)
+                .map(|f| f.saturating_duration_since(sent)),
             duration: finished.saturating_duration_since(sent),
             load_at_send,
             prompt_tokens: preq.prompt_tokens,

@@ -61,6 +61,9 @@ pub struct Report {
     pub head: Option<std::time::Instant>,
     /// When the first response body byte arrived (the head, for an empty body).
     pub first_byte: Option<std::time::Instant>,
+    /// The response is an event stream: its first body byte is its first token's. A plain
+    /// answer's first byte comes when generation has ended, so it tells nothing of TTFT.
+    pub streamed: bool,
     /// The response was relayed to its end.
     pub completed: bool,
     /// Token usage found in a successful response.
@@ -459,6 +462,7 @@ pub async fn relay<H>(
     report: &mut Report,
 ) -> Outcome {
     let target = &state.config.targets[tid];
+    report.streamed = head.is_sse;
     // The request went out and its answer has begun: its bytes are not needed again (a
     // retry rebuilds them), so the buffer serves other requests while this one streams.
     state.core.give_back(&mut bufs.up.bytes);
