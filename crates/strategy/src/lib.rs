@@ -32,7 +32,7 @@ pub mod testing;
 
 pub use context::BuildContext;
 pub use inner::InnerStrategy;
-pub use options::{OptionLine, StrategyOptions};
+pub use options::{OptionLine, RemovedOption, StrategyOptions};
 pub use registry::{StrategyInfo, StrategySpec, Trait};
 pub use requirements::{
     AdapterLoading, CacheLookupOptions, PriceUse, Requirements, StoreUse, TokenizerOptions,

@@ -41,6 +41,10 @@ pub trait StrategyOptions:
     /// One line of help per option, keyed as in the file, in the order they are listed.
     const HELP: &'static [(&'static str, &'static str)];
 
+    /// Options the strategy no longer takes: refused with what to set instead, rather than
+    /// as unknown keys.
+    const REMOVED: &'static [RemovedOption] = &[];
+
     /// Checks beyond each value's type: ranges and combinations. Errors name the key.
     fn check(&self, _errors: &mut Vec<OptionError>) {}
 
@@ -53,11 +57,27 @@ pub trait StrategyOptions:
     }
 }
 
+/// An option a strategy used to take, and what replaces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemovedOption {
+    /// The key as it was written under the strategy table.
+    pub key: &'static str,
+    /// Why it is gone.
+    pub message: &'static str,
+    /// What to set instead.
+    pub fix: &'static str,
+}
+
 /// Parses `table` (the strategy table without `name`) into `O`, reporting every problem.
 pub fn parse<O: StrategyOptions>(table: &toml::Table) -> Result<O, Vec<OptionError>> {
     let mut errors = Vec::new();
     let mut valid = table.clone();
     for (key, value) in table {
+        if let Some(removed) = O::REMOVED.iter().find(|r| r.key == key) {
+            errors.push(OptionError::new(key, removed.message).with_fix(removed.fix));
+            valid.remove(key);
+            continue;
+        }
         if !O::HELP.iter().any(|(k, _)| k == key) {
             let known: Vec<&str> = O::HELP.iter().map(|(k, _)| *k).collect();
             let message = if known.is_empty() {

@@ -335,7 +335,7 @@ mod tests {
     }
 
     fn adaptive(ctx: &BuildContext<'_>, opts: Options) -> Wrapped<Adaptive> {
-        Adaptive::new(&opts, Box::new(LeastLoaded::new(ctx.seed, None)), ctx)
+        Adaptive::new(&opts, Box::new(LeastLoaded::new(ctx.seed)), ctx)
     }
 
     fn at(target: usize, ttft_ms: u64, t0: Instant, secs: f64) -> Sample {

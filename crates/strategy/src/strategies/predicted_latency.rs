@@ -186,7 +186,7 @@ impl PredictedLatency {
             in_route: route_mask(ctx),
             models: vec![Rls::FRESH; ctx.target_count],
             forgetting: opts.forgetting,
-            learning: LeastLoaded::new(ctx.seed, None),
+            learning: LeastLoaded::new(ctx.seed),
         }
     }
 
@@ -315,7 +315,7 @@ mod tests {
     fn learning_picks_equal_least_loaded_picks_with_the_same_seed() {
         let ctx = context(&[1.0, 1.0, 1.0], &[]);
         let mut s = PredictedLatency::new(Options::default(), &ctx);
-        let mut reference = LeastLoaded::new(ctx.seed, None);
+        let mut reference = LeastLoaded::new(ctx.seed);
         let mut loads = fastrand::Rng::with_seed(3);
         let now = Instant::now();
         for round in 0..400 {
