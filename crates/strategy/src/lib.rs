@@ -41,7 +41,7 @@ pub use rolter_core::{
     AsyncInputs, Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, SessionKey, ShareBatch,
     ShareSink, Shared, Switches, TargetId, Usage,
 };
-pub use strategy::Strategy;
+pub use strategy::{Named, OfOptions, Strategy};
 pub use values::OptionError;
 
 pub(crate) use shared::{choose_least_loaded, choose_uniform, BalanceGuard};

@@ -14,11 +14,28 @@ use rolter_core::{
     Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
 };
 
-/// The interface every load-balancing strategy implements.
-pub trait Strategy {
-    /// Canonical name.
-    fn name(&self) -> &'static str;
+use crate::options::StrategyOptions;
 
+/// The options type a strategy's per-core state is built from: the strategy's name is
+/// theirs ([`StrategyOptions::NAME`]), stated once.
+pub trait OfOptions {
+    type Options: StrategyOptions;
+}
+
+/// A strategy's canonical name.
+pub trait Named {
+    fn name(&self) -> &'static str;
+}
+
+impl<S: OfOptions> Named for S {
+    fn name(&self) -> &'static str {
+        S::Options::NAME
+    }
+}
+
+/// The interface every load-balancing strategy implements; its canonical name comes
+/// through [`Named`].
+pub trait Strategy: Named {
     /// Asynchronous inputs this strategy wants before `pick`.
     fn needs(&self) -> Needs {
         Needs::NONE

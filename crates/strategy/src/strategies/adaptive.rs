@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::requirements::PriceUse;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
 use crate::shared::wrap::{Wrapped, Wrapper};
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Sample,
@@ -277,11 +278,11 @@ impl Adaptive {
     }
 }
 
-impl Wrapper for Adaptive {
-    fn name(&self) -> &'static str {
-        "adaptive"
-    }
+impl OfOptions for Adaptive {
+    type Options = Options;
+}
 
+impl Wrapper for Adaptive {
     fn pick(
         &mut self,
         fallback: &mut dyn Strategy,

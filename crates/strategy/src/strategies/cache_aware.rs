@@ -43,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use crate::shared::balance::{self, IMBALANCE};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
 use crate::shared::sessions::SessionPins;
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
@@ -190,11 +191,11 @@ impl CacheAware {
     }
 }
 
-impl Strategy for CacheAware {
-    fn name(&self) -> &'static str {
-        "cache_aware"
-    }
+impl OfOptions for CacheAware {
+    type Options = Options;
+}
 
+impl Strategy for CacheAware {
     fn needs(&self) -> Needs {
         Needs::CANONICAL_PROMPT
     }
@@ -320,6 +321,7 @@ impl Strategy for CacheAware {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::strategy::Named;
     use crate::testing::{cands, req};
     use crate::SessionKey;
 

@@ -18,6 +18,7 @@ use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
 use crate::requirements::PriceUse;
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, OptionError, Pick, PickRequest, Requirements, Strategy,
@@ -115,11 +116,11 @@ fn compare_cost(a: f64, b: f64) -> Ordering {
     }
 }
 
-impl Strategy for Cheapest {
-    fn name(&self) -> &'static str {
-        "cheapest"
-    }
+impl OfOptions for Cheapest {
+    type Options = Options;
+}
 
+impl Strategy for Cheapest {
     fn pick(
         &mut self,
         req: &PickRequest<'_>,

@@ -23,6 +23,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use serde::{Deserialize, Serialize};
 
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Strategy, StrategyOptions,
@@ -167,11 +168,11 @@ impl ConsistentHash {
     }
 }
 
-impl Strategy for ConsistentHash {
-    fn name(&self) -> &'static str {
-        "consistent_hash"
-    }
+impl OfOptions for ConsistentHash {
+    type Options = Options;
+}
 
+impl Strategy for ConsistentHash {
     fn needs(&self) -> Needs {
         Needs::CANONICAL_PROMPT
     }

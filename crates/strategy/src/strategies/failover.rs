@@ -11,6 +11,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::shared::wrap::{Wrapped, Wrapper};
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Strategy,
@@ -90,11 +91,11 @@ impl Failover {
     }
 }
 
-impl Wrapper for Failover {
-    fn name(&self) -> &'static str {
-        "failover"
-    }
+impl OfOptions for Failover {
+    type Options = Options;
+}
 
+impl Wrapper for Failover {
     fn pick(
         &mut self,
         within: &mut dyn Strategy,

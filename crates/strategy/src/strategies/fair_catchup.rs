@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::shared::wrap::{Wrapped, Wrapper};
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements,
@@ -340,11 +341,11 @@ impl FairCatchup {
     }
 }
 
-impl Wrapper for FairCatchup {
-    fn name(&self) -> &'static str {
-        "fair_catchup"
-    }
+impl OfOptions for FairCatchup {
+    type Options = Options;
+}
 
+impl Wrapper for FairCatchup {
     fn pick(
         &mut self,
         base: &mut dyn Strategy,

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     choose_uniform, BuildContext, Candidate, OptionError, Pick, PickRequest, Sample, Strategy,
@@ -103,11 +104,11 @@ impl Fastest {
     }
 }
 
-impl Strategy for Fastest {
-    fn name(&self) -> &'static str {
-        "fastest"
-    }
+impl OfOptions for Fastest {
+    type Options = Options;
+}
 
+impl Strategy for Fastest {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,

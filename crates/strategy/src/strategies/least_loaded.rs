@@ -10,6 +10,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::options::RemovedOption;
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
 
@@ -65,11 +66,11 @@ impl LeastLoaded {
     }
 }
 
-impl Strategy for LeastLoaded {
-    fn name(&self) -> &'static str {
-        "least_loaded"
-    }
+impl OfOptions for LeastLoaded {
+    type Options = Options;
+}
 
+impl Strategy for LeastLoaded {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,

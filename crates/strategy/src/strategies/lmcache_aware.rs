@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::requirements::{CacheLookupOptions, TokenizerOptions};
 use crate::shared::balance::{self, IMBALANCE};
 use crate::strategies::precise_cache_aware::NO_TOKEN_IDS;
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
@@ -221,11 +222,11 @@ impl LmcacheAware {
     }
 }
 
-impl Strategy for LmcacheAware {
-    fn name(&self) -> &'static str {
-        "lmcache_aware"
-    }
+impl OfOptions for LmcacheAware {
+    type Options = Options;
+}
 
+impl Strategy for LmcacheAware {
     fn needs(&self) -> Needs {
         Needs::TOKEN_IDS.union(Needs::CACHE_LOOKUP)
     }

@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::requirements::AdapterLoading;
 use crate::shared::key_map::KeyMap;
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     choose_uniform, BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Requirements,
@@ -448,11 +449,11 @@ impl LoraAware {
     }
 }
 
-impl Strategy for LoraAware {
-    fn name(&self) -> &'static str {
-        "lora_aware"
-    }
+impl OfOptions for LoraAware {
+    type Options = Options;
+}
 
+impl Strategy for LoraAware {
     fn needs(&self) -> Needs {
         Needs::LORA_RESIDENCY
     }

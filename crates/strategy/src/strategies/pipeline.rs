@@ -49,6 +49,7 @@ use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys};
 use crate::shared::sessions::SessionPins;
 use crate::strategies::lora_aware::LadderScores;
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Sample, ShareSink, Shared,
@@ -511,11 +512,11 @@ impl Pipeline {
     }
 }
 
-impl Strategy for Pipeline {
-    fn name(&self) -> &'static str {
-        "pipeline"
-    }
+impl OfOptions for Pipeline {
+    type Options = Options;
+}
 
+impl Strategy for Pipeline {
     fn needs(&self) -> Needs {
         let mut n = Needs::NONE;
         if self.prefix_on {

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
 
@@ -49,11 +50,11 @@ impl PowerOfTwo {
     }
 }
 
-impl Strategy for PowerOfTwo {
-    fn name(&self) -> &'static str {
-        "power_of_two"
-    }
+impl OfOptions for PowerOfTwo {
+    type Options = Options;
+}
 
+impl Strategy for PowerOfTwo {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::requirements::TokenizerOptions;
 use crate::shared::balance::{self, IMBALANCE};
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
@@ -164,11 +165,11 @@ impl PreciseCacheAware {
     }
 }
 
-impl Strategy for PreciseCacheAware {
-    fn name(&self) -> &'static str {
-        "precise_cache_aware"
-    }
+impl OfOptions for PreciseCacheAware {
+    type Options = Options;
+}
 
+impl Strategy for PreciseCacheAware {
     fn needs(&self) -> Needs {
         Needs::TOKEN_IDS
     }

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::shared::ewma::{route_mask, teaching_ttft_ms};
 use crate::strategies::least_loaded::LeastLoaded;
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, OptionError, Pick, PickRequest, Sample, Strategy, StrategyOptions,
@@ -203,11 +204,11 @@ impl PredictedLatency {
     }
 }
 
-impl Strategy for PredictedLatency {
-    fn name(&self) -> &'static str {
-        "predicted_latency"
-    }
+impl OfOptions for PredictedLatency {
+    type Options = Options;
+}
 
+impl Strategy for PredictedLatency {
     fn pick(
         &mut self,
         req: &PickRequest<'_>,

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
 
@@ -38,11 +39,11 @@ impl Random {
     }
 }
 
-impl Strategy for Random {
-    fn name(&self) -> &'static str {
-        "random"
-    }
+impl OfOptions for Random {
+    type Options = Options;
+}
 
+impl Strategy for Random {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,

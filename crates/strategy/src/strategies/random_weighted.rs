@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
 
@@ -42,11 +43,11 @@ impl RandomWeighted {
     }
 }
 
-impl Strategy for RandomWeighted {
-    fn name(&self) -> &'static str {
-        "random_weighted"
-    }
+impl OfOptions for RandomWeighted {
+    type Options = Options;
+}
 
+impl Strategy for RandomWeighted {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,

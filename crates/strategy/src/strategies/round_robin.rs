@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::strategy::OfOptions;
 use crate::traits::Trait;
 use crate::{
     BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Requirements, StoreUse,
@@ -144,11 +145,11 @@ impl RoundRobin {
     }
 }
 
-impl Strategy for RoundRobin {
-    fn name(&self) -> &'static str {
-        "round_robin"
-    }
+impl OfOptions for RoundRobin {
+    type Options = Options;
+}
 
+impl Strategy for RoundRobin {
     fn needs(&self) -> Needs {
         if self.atomic {
             Needs::SHARED_ROTATION
