@@ -34,6 +34,14 @@ pub fn sample(target: usize, ttft_ms: u64, load: u64, prompt_tokens: u32) -> Sam
     }
 }
 
+/// A fixed price per 1M input and output tokens.
+pub fn price(input: f64, output: f64) -> Option<Price> {
+    Some(Price {
+        input_per_mtok: input,
+        output_per_mtok: output,
+    })
+}
+
 /// A build context for a route over targets 0..`weights.len()` with those weights, the
 /// given fixed prices (or none) and default switches. Leaked: tests only.
 pub fn context(weights: &[f64], prices: &[Option<Price>]) -> BuildContext<'static> {

@@ -103,8 +103,8 @@ fn options_are_checked() {
 #[test]
 fn every_option_has_help_and_every_help_line_an_option() {
     for info in crate::registry::all() {
-        let mut fields: Vec<&str> = info.option_fields().to_vec();
-        let mut keys: Vec<&str> = info.option_keys().collect();
+        let mut fields = info.option_fields();
+        let mut keys: Vec<String> = info.option_keys().map(String::from).collect();
         fields.sort_unstable();
         keys.sort_unstable();
         assert_eq!(fields, keys, "strategy {}", info.name);

@@ -18,13 +18,13 @@
 //! `Sample::finished`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
 use crate::requirements::PriceUse;
-use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
+use crate::shared::ewma::{TtftAverages, TtftOptions};
 use crate::shared::wrap::{Wrapped, Wrapper};
 use crate::strategy::OfOptions;
 use crate::traits::Trait;
@@ -43,9 +43,9 @@ pub struct Options {
     pub w_latency: f64,
     pub w_cost: f64,
     pub w_load: f64,
-    /// Half-life of the TTFT average.
-    #[serde(with = "crate::values::duration")]
-    pub half_life: Duration,
+    /// `half_life`.
+    #[serde(flatten)]
+    pub ttft: TtftOptions,
     /// Output tokens assumed when the request sets no `max_tokens`.
     pub default_output_tokens: u64,
     /// The strategy that picks while the kill switch is off.
@@ -58,7 +58,7 @@ impl Default for Options {
             w_latency: 1.0,
             w_cost: 1.0,
             w_load: 1.0,
-            half_life: Duration::from_secs(10),
+            ttft: TtftOptions::default(),
             default_output_tokens: 256,
             fallback_strategy: InnerStrategy::named("least_loaded"),
         }
@@ -80,7 +80,7 @@ impl StrategyOptions for Options {
             "weight of the normalised estimated request cost (unknown price scores 1, the worst)",
         ),
         ("w_load", "weight of the normalised load"),
-        ("half_life", "half-life of the TTFT average"),
+        TtftOptions::HELP,
         (
             "default_output_tokens",
             "output tokens assumed for the cost estimate when the request sets no max_tokens",
@@ -95,7 +95,7 @@ impl StrategyOptions for Options {
         crate::values::non_negative(errors, "w_latency", self.w_latency);
         crate::values::non_negative(errors, "w_cost", self.w_cost);
         crate::values::non_negative(errors, "w_load", self.w_load);
-        crate::values::positive_duration(errors, "half_life", self.half_life);
+        self.ttft.check(errors);
         self.fallback_strategy
             .check_not(Self::NAME, "fallback_strategy", errors);
         if errors.is_empty() && self.w_latency == 0.0 && self.w_cost == 0.0 && self.w_load == 0.0 {
@@ -171,9 +171,7 @@ impl Range {
 
 pub struct Adaptive {
     rng: fastrand::Rng,
-    in_route: Vec<bool>,
-    ewma: Vec<TtftEwma>,
-    half_life_secs: f64,
+    ttft: TtftAverages,
     w_latency: f64,
     w_cost: f64,
     w_load: f64,
@@ -195,9 +193,7 @@ impl Adaptive {
     ) -> Wrapped<Adaptive> {
         let own = Adaptive {
             rng: fastrand::Rng::with_seed(ctx.seed),
-            in_route: route_mask(ctx),
-            ewma: vec![TtftEwma::default(); ctx.target_count],
-            half_life_secs: opts.half_life.as_secs_f64(),
+            ttft: TtftAverages::new(opts.ttft, ctx),
             w_latency: opts.w_latency,
             w_cost: opts.w_cost,
             w_load: opts.w_load,
@@ -211,7 +207,7 @@ impl Adaptive {
 
     /// The target's TTFT average in ms once it has a sample.
     pub fn ttft_ewma_ms(&self, target: usize) -> Option<f64> {
-        self.ewma.get(target)?.value_if(1)
+        self.ttft.get(target)?.value_if(1)
     }
 
     /// Estimated cost of the request on `target`, when its price for the model is known.
@@ -301,30 +297,22 @@ impl Wrapper for Adaptive {
     }
 
     fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
-        self.ewma.get(target).map_or(Vec::new(), |e| e.describe())
+        self.ttft.learned(target)
     }
 
     fn observe(&mut self, sample: &Sample) {
-        if let Some(ms) = teaching_ttft_ms(sample, &self.in_route) {
-            self.ewma[sample.target].update(ms, sample.finished, self.half_life_secs);
-        }
+        self.ttft.observe(sample);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::strategies::least_loaded::LeastLoaded;
     use crate::testing;
-    use crate::testing::{cands, context, req, sample};
-    use rolter_core::Price;
-
-    fn price(input: f64, output: f64) -> Option<Price> {
-        Some(Price {
-            input_per_mtok: input,
-            output_per_mtok: output,
-        })
-    }
+    use crate::testing::{cands, context, price, req, sample};
 
     fn weights(w_latency: f64, w_cost: f64, w_load: f64) -> Options {
         Options {
@@ -570,7 +558,9 @@ mod tests {
                 w_latency: 0.5,
                 w_cost: 2.0,
                 w_load: 0.0,
-                half_life: Duration::from_secs(30),
+                ttft: TtftOptions {
+                    half_life: Duration::from_secs(30),
+                },
                 default_output_tokens: 512,
                 fallback_strategy: InnerStrategy::named("power_of_two"),
             }

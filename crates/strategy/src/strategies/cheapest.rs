@@ -178,15 +178,8 @@ impl Strategy for Cheapest {
 mod tests {
     use super::*;
     use crate::testing;
-    use crate::testing::{cands, context, req};
+    use crate::testing::{cands, context, price, req};
     use rolter_core::Price;
-
-    fn price(input: f64, output: f64) -> Option<Price> {
-        Some(Price {
-            input_per_mtok: input,
-            output_per_mtok: output,
-        })
-    }
 
     fn cheapest(prices: &[Option<Price>]) -> Cheapest {
         Cheapest::new(
