@@ -18,9 +18,9 @@ use serde::Serialize;
 
 use crate::context::BuildContext;
 use crate::requirements::Requirements;
+use crate::strategy::{Named, Strategy};
 use crate::traits::Trait;
 use crate::values::OptionError;
-use crate::Strategy;
 
 /// A strategy's typed options.
 ///
@@ -67,6 +67,18 @@ pub struct RemovedOption {
     pub message: &'static str,
     /// What to set instead.
     pub fix: &'static str,
+}
+
+/// The options type a strategy's per-core state is built from: the strategy's name is
+/// theirs ([`StrategyOptions::NAME`]), stated once.
+pub trait OfOptions {
+    type Options: StrategyOptions;
+}
+
+impl<S: OfOptions> Named for S {
+    fn name(&self) -> &'static str {
+        S::Options::NAME
+    }
 }
 
 /// Parses `table` (the strategy table without `name`) into `O`, reporting every problem.

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use crate::context::BuildContext;
 use crate::options::{self, AnyOptions, OptionLine, StrategyOptions};
 use crate::requirements::Requirements;
+use crate::strategy::Strategy;
 pub use crate::traits::Trait;
 use crate::values::OptionError;
-use crate::Strategy;
 
 /// Parses a strategy table into type-erased options.
 type ParseFn = fn(&toml::Table) -> Result<Arc<dyn AnyOptions>, Vec<OptionError>>;

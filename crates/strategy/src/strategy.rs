@@ -14,23 +14,9 @@ use rolter_core::{
     Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
 };
 
-use crate::options::StrategyOptions;
-
-/// The options type a strategy's per-core state is built from: the strategy's name is
-/// theirs ([`StrategyOptions::NAME`]), stated once.
-pub trait OfOptions {
-    type Options: StrategyOptions;
-}
-
-/// A strategy's canonical name.
+/// A strategy's canonical name: its options' (`crate::options::OfOptions`).
 pub trait Named {
     fn name(&self) -> &'static str;
-}
-
-impl<S: OfOptions> Named for S {
-    fn name(&self) -> &'static str {
-        S::Options::NAME
-    }
 }
 
 /// The interface every load-balancing strategy implements; its canonical name comes

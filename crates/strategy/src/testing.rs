@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use rolter_core::{AsyncInputs, Candidate, PickRequest, Price, PriceBook, Sample, Switches};
 
-use crate::{BuildContext, StrategySpec};
+use crate::context::BuildContext;
+use crate::registry::StrategySpec;
 
 /// Candidates with target ids 0.. and the given (weight, load) pairs.
 pub fn cands(spec: &[(f64, u64)]) -> Vec<Candidate> {
@@ -93,7 +94,7 @@ pub fn raw(name: &str, options: toml::Table) -> StrategySpec {
 pub use crate::registry::{lookup, Trait};
 
 /// Builds one instance of `spec` for `ctx`.
-pub fn build(spec: &StrategySpec, ctx: &BuildContext<'_>) -> Box<dyn crate::Strategy> {
+pub fn build(spec: &StrategySpec, ctx: &BuildContext<'_>) -> Box<dyn crate::strategy::Strategy> {
     spec.build(ctx)
 }
 

@@ -61,7 +61,7 @@ impl BalanceGuard {
     }
 
     /// The guard's option checks (`balance_rel_threshold` of at least 1).
-    pub fn check_options(&self, errors: &mut Vec<crate::OptionError>) {
+    pub fn check_options(&self, errors: &mut Vec<crate::values::OptionError>) {
         crate::values::require(
             errors,
             self.rel.is_finite() && self.rel >= 1.0,

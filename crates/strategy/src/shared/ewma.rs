@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use rolter_core::Sample;
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
 use crate::values::OptionError;
-use crate::BuildContext;
 
 /// The TTFT average's option, `half_life`, flattened into the options of the strategies
 /// that keep one (`fastest`, `adaptive`).

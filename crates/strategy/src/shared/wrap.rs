@@ -12,7 +12,8 @@ use rolter_core::{
     Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
 };
 
-use crate::strategy::{OfOptions, Strategy};
+use crate::options::OfOptions;
+use crate::strategy::Strategy;
 
 /// The part of a wrapper strategy that is its own; its name is its options'.
 pub trait Wrapper: OfOptions {
@@ -185,7 +186,7 @@ mod tests {
         ] {
             let s = spec(wrapper, &options);
             let ctx_a = crate::testing::context(&[1.0; 4], &[]);
-            let ctx_b = crate::BuildContext {
+            let ctx_b = crate::context::BuildContext {
                 seed: 99,
                 ..context(&[1.0; 4], &[])
             };

@@ -23,15 +23,18 @@ use std::time::Instant;
 use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::inner::InnerStrategy;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
+use crate::requirements::Requirements;
 use crate::shared::ewma::{TtftAverages, TtftOptions};
 use crate::shared::wrap::{Wrapped, Wrapper};
-use crate::strategy::OfOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Sample,
-    Strategy, StrategyOptions, Switches,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest, Sample, Switches};
 
 /// Scores closer than this tie (they differ only by rounding).
 const SCORE_EPSILON: f64 = 1e-12;
@@ -263,7 +266,7 @@ impl Adaptive {
             .filter(|&(_, &s)| s <= limit)
             .map(|(c, _)| c.load)
             .min()?;
-        let index = crate::choose_uniform(&mut self.rng, candidates.len(), |i| {
+        let index = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
             scores[i] <= limit && candidates[i].load == min_load
         })?;
         Some(Pick {

@@ -40,15 +40,18 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
+use crate::shared::choose::{choose_least_loaded, choose_uniform};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
 use crate::shared::sessions::SessionPins;
-use crate::strategy::OfOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
-    Pick, PickRequest, ShareSink, Shared, Strategy, StrategyOptions, TargetId,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest, ShareSink, Shared, TargetId};
 
 /// Fallback reason of a pick for a request with no prompt to compare.
 pub const NO_PROMPT: &str = "no_prompt";
@@ -141,10 +144,14 @@ impl StrategyOptions for Options {
         Box::new(CacheAware::new(*self, ctx.target_count, ctx.seed))
     }
 
-    fn requirements(&self) -> crate::Requirements {
-        crate::Requirements {
-            store: crate::StoreUse::sharing(Self::NAME, self.share_sessions, self.share_prefixes),
-            ..crate::Requirements::default()
+    fn requirements(&self) -> crate::requirements::Requirements {
+        crate::requirements::Requirements {
+            store: crate::requirements::StoreUse::sharing(
+                Self::NAME,
+                self.share_sessions,
+                self.share_prefixes,
+            ),
+            ..crate::requirements::Requirements::default()
         }
     }
 }
@@ -319,7 +326,7 @@ mod tests {
     use super::*;
     use crate::strategy::Named;
     use crate::testing::{cands, req};
-    use crate::SessionKey;
+    use rolter_core::SessionKey;
 
     fn rq<'a>(prompt: &'a [u8], session: Option<&'a [u8]>) -> PickRequest<'a> {
         PickRequest {

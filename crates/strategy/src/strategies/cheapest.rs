@@ -17,13 +17,15 @@ use std::time::Instant;
 use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
-use crate::strategy::OfOptions;
+use crate::requirements::Requirements;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, OptionError, Pick, PickRequest, Requirements, Strategy,
-    StrategyOptions, TargetId,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest, TargetId};
 
 /// The options of `cheapest`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,13 +10,16 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::inner::InnerStrategy;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::requirements::Requirements;
 use crate::shared::wrap::{Wrapped, Wrapper};
-use crate::strategy::OfOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Strategy,
-    StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest};
 
 /// The options of `failover`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -15,13 +15,15 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::shared::choose::choose_uniform;
 use crate::shared::ewma::{TtftAverages, TtftOptions};
-use crate::strategy::OfOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    choose_uniform, BuildContext, Candidate, OptionError, Pick, PickRequest, Sample, Strategy,
-    StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest, Sample};
 
 /// The options of `fastest`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

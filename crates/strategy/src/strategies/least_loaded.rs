@@ -9,10 +9,13 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
 use crate::options::RemovedOption;
-use crate::strategy::OfOptions;
+use crate::options::StrategyOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
+use rolter_core::{Candidate, Pick, PickRequest};
 
 /// The options of `least_loaded`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -40,10 +43,10 @@ impl StrategyOptions for Options {
         Box::new(LeastLoaded::new(ctx.seed))
     }
 
-    fn requirements(&self) -> crate::Requirements {
-        crate::Requirements {
-            store: crate::StoreUse::fleet_load(Self::NAME, self.fleet_load),
-            ..crate::Requirements::default()
+    fn requirements(&self) -> crate::requirements::Requirements {
+        crate::requirements::Requirements {
+            store: crate::requirements::StoreUse::fleet_load(Self::NAME, self.fleet_load),
+            ..crate::requirements::Requirements::default()
         }
     }
 }
@@ -78,7 +81,7 @@ impl Strategy for LeastLoaded {
         _now: Instant,
     ) -> Option<Pick> {
         let min = candidates.iter().map(|c| c.load).min()?;
-        let chosen = crate::choose_uniform(&mut self.rng, candidates.len(), |i| {
+        let chosen = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
             candidates[i].load == min
         })?;
         Some(Pick::at(chosen))
@@ -119,7 +122,7 @@ mod tests {
     fn the_former_max_concurrent_option_is_refused_with_the_target_key_as_fix() {
         let mut t = toml::Table::new();
         t.insert("max_concurrent".into(), toml::Value::Integer(3));
-        let errors = crate::StrategySpec::parse("least_loaded", &t).unwrap_err();
+        let errors = crate::registry::StrategySpec::parse("least_loaded", &t).unwrap_err();
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].key, "max_concurrent");
         assert!(errors[0].message.contains("per worker core"), "{errors:?}");

@@ -25,15 +25,19 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::requirements::Requirements;
 use crate::requirements::{CacheLookupOptions, TokenizerOptions};
+use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
+use crate::shared::choose::{choose_least_loaded, choose_uniform};
 use crate::strategies::precise_cache_aware::NO_TOKEN_IDS;
-use crate::strategy::OfOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
-    Pick, PickRequest, Requirements, Strategy, StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest};
 
 /// Fallback: the controller gave no usable answer in time.
 pub const LMCACHE_UNREACHABLE: &str = "lmcache_unreachable";
@@ -279,7 +283,7 @@ mod tests {
 
     use super::*;
     use crate::testing::{cands, req};
-    use crate::AsyncInputs;
+    use rolter_core::AsyncInputs;
 
     fn pick_with(
         s: &mut LmcacheAware,

@@ -32,14 +32,18 @@ use std::time::Instant;
 use rolter_core::KvCacheView;
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::requirements::Requirements;
 use crate::requirements::TokenizerOptions;
+use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
-use crate::strategy::OfOptions;
+use crate::shared::choose::{choose_least_loaded, choose_uniform};
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
-    Pick, PickRequest, Requirements, Strategy, StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest};
 
 /// Fallback: the request's token ids were not available in time.
 pub const NO_TOKEN_IDS: &str = "no_token_ids";

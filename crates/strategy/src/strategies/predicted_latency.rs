@@ -19,13 +19,15 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms};
 use crate::strategies::least_loaded::LeastLoaded;
-use crate::strategy::OfOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, OptionError, Pick, PickRequest, Sample, Strategy, StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest, Sample};
 /// Learning samples a target needs before its model is used.
 pub const LEARNING_SAMPLES: u32 = 8;
 
@@ -240,7 +242,7 @@ impl Strategy for PredictedLatency {
             .filter(|c| tied(c))
             .map(|c| c.load)
             .min()?;
-        let index = crate::choose_uniform(&mut self.rng, candidates.len(), |i| {
+        let index = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
             candidates[i].load == min_load && tied(&candidates[i])
         })?;
         Some(Pick {

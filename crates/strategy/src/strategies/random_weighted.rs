@@ -7,9 +7,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::strategy::OfOptions;
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
+use rolter_core::{Candidate, Pick, PickRequest};
 
 /// `random_weighted` takes no options.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
