@@ -58,15 +58,23 @@ fn least_loaded_and_p2c_steer_around_a_busy_target() {
 }
 
 #[test]
-fn least_loaded_max_concurrent_answers_503_with_retry_after_when_all_are_full() {
+fn least_loaded_with_target_max_concurrent_answers_503_with_retry_after_when_all_are_full() {
     for d in drivers() {
         let a = mock("a", |_| {});
         let b = mock("b", |_| {});
-        let g = gateway_for(
-            d,
-            &[&a, &b],
-            "[routes.strategy]\nname = \"least_loaded\"\nmax_concurrent = 1",
+        // The cap is each target's `max_concurrent` (exact across workers).
+        let mut rest = String::new();
+        for (i, m) in [&a, &b].iter().enumerate() {
+            rest.push_str(&target(
+                &format!("t{i}"),
+                m.addr(),
+                "max_concurrent = 1\n[targets.timeouts]\nconnect = \"500ms\"\nfirst_byte = \"2s\"\nidle = \"1s\"",
+            ));
+        }
+        rest.push_str(
+            "[[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\"]\nstrategy = \"least_loaded\"\n",
         );
+        let g = gateway(d, &rest);
         let first = hold(g.local_addr(), 800);
         wait_for("first held", SHORT, || busy(&[&a, &b]).len() == 1);
         let second = hold(g.local_addr(), 800);

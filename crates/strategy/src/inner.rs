@@ -8,7 +8,9 @@ use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::{OptionError, Requirements, StrategySpec};
+use crate::registry::StrategySpec;
+use crate::requirements::Requirements;
+use crate::values::OptionError;
 
 /// A validated inner strategy.
 #[derive(Clone, Debug, PartialEq)]

@@ -32,7 +32,7 @@ pub mod testing;
 
 pub use context::BuildContext;
 pub use inner::InnerStrategy;
-pub use options::{OptionLine, StrategyOptions};
+pub use options::{OfOptions, OptionLine, RemovedOption, StrategyOptions};
 pub use registry::{StrategyInfo, StrategySpec, Trait};
 pub use requirements::{
     AdapterLoading, CacheLookupOptions, PriceUse, Requirements, StoreUse, TokenizerOptions,
@@ -41,10 +41,8 @@ pub use rolter_core::{
     AsyncInputs, Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, SessionKey, ShareBatch,
     ShareSink, Shared, Switches, TargetId, Usage,
 };
-pub use strategy::Strategy;
+pub use strategy::{Named, Strategy};
 pub use values::OptionError;
-
-pub(crate) use shared::{choose_least_loaded, choose_uniform, BalanceGuard};
 
 use registry::entry;
 use strategies::*;

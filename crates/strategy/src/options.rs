@@ -13,13 +13,14 @@ use std::any::Any;
 use std::fmt;
 
 use serde::de::DeserializeOwned;
+use serde::ser::Impossible;
 use serde::Serialize;
 
 use crate::context::BuildContext;
 use crate::requirements::Requirements;
+use crate::strategy::{Named, Strategy};
 use crate::traits::Trait;
 use crate::values::OptionError;
-use crate::Strategy;
 
 /// A strategy's typed options.
 ///
@@ -41,6 +42,10 @@ pub trait StrategyOptions:
     /// One line of help per option, keyed as in the file, in the order they are listed.
     const HELP: &'static [(&'static str, &'static str)];
 
+    /// Options the strategy no longer takes: refused with what to set instead, rather than
+    /// as unknown keys.
+    const REMOVED: &'static [RemovedOption] = &[];
+
     /// Checks beyond each value's type: ranges and combinations. Errors name the key.
     fn check(&self, _errors: &mut Vec<OptionError>) {}
 
@@ -53,11 +58,39 @@ pub trait StrategyOptions:
     }
 }
 
+/// An option a strategy used to take, and what replaces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemovedOption {
+    /// The key as it was written under the strategy table.
+    pub key: &'static str,
+    /// Why it is gone.
+    pub message: &'static str,
+    /// What to set instead.
+    pub fix: &'static str,
+}
+
+/// The options type a strategy's per-core state is built from: the strategy's name is
+/// theirs ([`StrategyOptions::NAME`]), stated once.
+pub trait OfOptions {
+    type Options: StrategyOptions;
+}
+
+impl<S: OfOptions> Named for S {
+    fn name(&self) -> &'static str {
+        S::Options::NAME
+    }
+}
+
 /// Parses `table` (the strategy table without `name`) into `O`, reporting every problem.
 pub fn parse<O: StrategyOptions>(table: &toml::Table) -> Result<O, Vec<OptionError>> {
     let mut errors = Vec::new();
     let mut valid = table.clone();
     for (key, value) in table {
+        if let Some(removed) = O::REMOVED.iter().find(|r| r.key == key) {
+            errors.push(OptionError::new(key, removed.message).with_fix(removed.fix));
+            valid.remove(key);
+            continue;
+        }
         if !O::HELP.iter().any(|(k, _)| k == key) {
             let known: Vec<&str> = O::HELP.iter().map(|(k, _)| *k).collect();
             let message = if known.is_empty() {
@@ -165,46 +198,176 @@ pub fn to_table<O: Serialize>(o: &O) -> toml::Table {
     toml::Table::try_from(o).expect("strategy options serialize to a TOML table")
 }
 
-/// The serde field names of `O`, read off its derived `Deserialize` (for the test that
-/// every field has help and every help line a field).
-pub fn field_names<O: DeserializeOwned>() -> &'static [&'static str] {
-    struct Capture(Option<&'static [&'static str]>);
-    #[derive(Debug)]
-    struct Stop;
-    impl fmt::Display for Stop {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("stop")
+/// The option keys `O` serializes, unset ones included, read off its derived `Serialize`
+/// on the defaults (for the test that every field has help and every help line a field).
+/// Fields of a `#[serde(flatten)]` part count as the option's own; a flattened struct's
+/// optional fields must then be written without `skip_serializing_if` (TOML leaves `None`
+/// out on its own).
+pub fn field_names<O: StrategyOptions>() -> Vec<String> {
+    let mut keys = Keys(Vec::new());
+    let _ = O::default().serialize(&mut keys);
+    keys.0
+}
+
+/// A serializer that records the keys of one struct or map and nothing else.
+struct Keys(Vec<String>);
+
+#[derive(Debug)]
+struct NotATable;
+
+impl fmt::Display for NotATable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("options serialize as a table")
+    }
+}
+
+impl std::error::Error for NotATable {}
+
+impl serde::ser::Error for NotATable {
+    fn custom<T: fmt::Display>(_: T) -> Self {
+        NotATable
+    }
+}
+
+/// The `Serializer` methods of every shape but a struct or a map: refused.
+macro_rules! not_a_table {
+    ($($method:ident($($arg:ty),*)),* $(,)?) => {
+        $(fn $method(self, $(_: $arg),*) -> Result<(), NotATable> {
+            Err(NotATable)
+        })*
+    };
+}
+
+impl serde::Serializer for &mut Keys {
+    type Ok = ();
+    type Error = NotATable;
+    type SerializeSeq = Impossible<(), NotATable>;
+    type SerializeTuple = Impossible<(), NotATable>;
+    type SerializeTupleStruct = Impossible<(), NotATable>;
+    type SerializeTupleVariant = Impossible<(), NotATable>;
+    type SerializeMap = Self;
+    type SerializeStruct = Self;
+    type SerializeStructVariant = Impossible<(), NotATable>;
+
+    not_a_table!(
+        serialize_bool(bool),
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+        serialize_f32(f32),
+        serialize_f64(f64),
+        serialize_char(char),
+        serialize_str(&str),
+        serialize_bytes(&[u8]),
+        serialize_none(),
+        serialize_unit(),
+        serialize_unit_struct(&'static str),
+        serialize_unit_variant(&'static str, u32, &'static str),
+    );
+
+    fn serialize_some<T: ?Sized + Serialize>(self, _: &T) -> Result<(), NotATable> {
+        Err(NotATable)
+    }
+    fn serialize_newtype_struct<T: ?Sized + Serialize>(
+        self,
+        _: &'static str,
+        _: &T,
+    ) -> Result<(), NotATable> {
+        Err(NotATable)
+    }
+    fn serialize_newtype_variant<T: ?Sized + Serialize>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &T,
+    ) -> Result<(), NotATable> {
+        Err(NotATable)
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotATable> {
+        Err(NotATable)
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotATable> {
+        Err(NotATable)
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, NotATable> {
+        Err(NotATable)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, NotATable> {
+        Err(NotATable)
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Self, NotATable> {
+        Ok(self)
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, NotATable> {
+        Ok(self)
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, NotATable> {
+        Err(NotATable)
+    }
+}
+
+impl serde::ser::SerializeStruct for &mut Keys {
+    type Ok = ();
+    type Error = NotATable;
+    fn serialize_field<T: ?Sized + Serialize>(
+        &mut self,
+        key: &'static str,
+        _: &T,
+    ) -> Result<(), NotATable> {
+        self.0.push(key.to_string());
+        Ok(())
+    }
+    /// A field left out by `skip_serializing_if` is a key all the same.
+    fn skip_field(&mut self, key: &'static str) -> Result<(), NotATable> {
+        self.0.push(key.to_string());
+        Ok(())
+    }
+    fn end(self) -> Result<(), NotATable> {
+        Ok(())
+    }
+}
+
+/// The keys of a struct with flattened parts (serde writes it as a map).
+impl serde::ser::SerializeMap for &mut Keys {
+    type Ok = ();
+    type Error = NotATable;
+    fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Result<(), NotATable> {
+        match toml::Value::try_from(key) {
+            Ok(toml::Value::String(k)) => {
+                self.0.push(k);
+                Ok(())
+            }
+            _ => Err(NotATable),
         }
     }
-    impl std::error::Error for Stop {}
-    impl serde::de::Error for Stop {
-        fn custom<T: fmt::Display>(_: T) -> Self {
-            Stop
-        }
+    fn serialize_value<T: ?Sized + Serialize>(&mut self, _: &T) -> Result<(), NotATable> {
+        Ok(())
     }
-    impl<'de> serde::Deserializer<'de> for &mut Capture {
-        type Error = Stop;
-        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
-            Err(Stop)
-        }
-        fn deserialize_struct<V: serde::de::Visitor<'de>>(
-            self,
-            _: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> Result<V::Value, Stop> {
-            self.0 = Some(fields);
-            Err(Stop)
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-            bytes byte_buf option unit unit_struct newtype_struct seq tuple
-            tuple_struct map enum identifier ignored_any
-        }
+    fn end(self) -> Result<(), NotATable> {
+        Ok(())
     }
-    let mut c = Capture(None);
-    let _ = O::deserialize(&mut c);
-    c.0.unwrap_or(&[])
 }
 
 /// Options behind a type-erased handle, as a route's validated strategy holds them.

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use crate::context::BuildContext;
 use crate::options::{self, AnyOptions, OptionLine, StrategyOptions};
 use crate::requirements::Requirements;
+use crate::strategy::Strategy;
 pub use crate::traits::Trait;
 use crate::values::OptionError;
-use crate::Strategy;
 
 /// Parses a strategy table into type-erased options.
 type ParseFn = fn(&toml::Table) -> Result<Arc<dyn AnyOptions>, Vec<OptionError>>;
@@ -29,7 +29,7 @@ pub struct StrategyInfo {
     parse: ParseFn,
     defaults: fn() -> Arc<dyn AnyOptions>,
     describe: fn() -> Vec<OptionLine>,
-    fields: fn() -> &'static [&'static str],
+    fields: fn() -> Vec<String>,
     help: &'static [(&'static str, &'static str)],
 }
 
@@ -64,8 +64,9 @@ impl StrategyInfo {
         (self.describe)()
     }
 
-    /// The option keys the options type deserializes, for consistency tests.
-    pub fn option_fields(&self) -> &'static [&'static str] {
+    /// The option keys the options type serializes (unset ones included), for consistency
+    /// tests.
+    pub fn option_fields(&self) -> Vec<String> {
         (self.fields)()
     }
 

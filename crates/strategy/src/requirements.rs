@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// What the gateway must supply for a route's strategy.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Requirements {
@@ -141,8 +143,9 @@ pub struct PriceUse {
 }
 
 /// Where a route's token ids come from: `tokenizer`, `tokenizer_config` and
-/// `tokenize_timeout` of the strategies that read token ids.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `tokenize_timeout` of the strategies that read token ids (flattened into their options).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TokenizerOptions {
     /// `"engine"` (the target's `POST /tokenize`) or the path of a Hugging Face
     /// `tokenizer.json`.
@@ -151,6 +154,7 @@ pub struct TokenizerOptions {
     /// `tokenizer.json`.
     pub tokenizer_config: Option<String>,
     /// How long tokenizing may take before the pick falls back to load.
+    #[serde(with = "crate::values::duration")]
     pub tokenize_timeout: Duration,
 }
 

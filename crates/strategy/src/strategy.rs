@@ -14,11 +14,14 @@ use rolter_core::{
     Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
 };
 
-/// The interface every load-balancing strategy implements.
-pub trait Strategy {
-    /// Canonical name.
+/// A strategy's canonical name: its options' (`crate::options::OfOptions`).
+pub trait Named {
     fn name(&self) -> &'static str;
+}
 
+/// The interface every load-balancing strategy implements; its canonical name comes
+/// through [`Named`].
+pub trait Strategy: Named {
     /// Asynchronous inputs this strategy wants before `pick`.
     fn needs(&self) -> Needs {
         Needs::NONE

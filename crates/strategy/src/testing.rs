@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use rolter_core::{AsyncInputs, Candidate, PickRequest, Price, PriceBook, Sample, Switches};
 
-use crate::{BuildContext, StrategySpec};
+use crate::context::BuildContext;
+use crate::registry::StrategySpec;
 
 /// Candidates with target ids 0.. and the given (weight, load) pairs.
 pub fn cands(spec: &[(f64, u64)]) -> Vec<Candidate> {
@@ -32,6 +33,14 @@ pub fn sample(target: usize, ttft_ms: u64, load: u64, prompt_tokens: u32) -> Sam
         usage: None,
         finished: std::time::Instant::now(),
     }
+}
+
+/// A fixed price per 1M input and output tokens.
+pub fn price(input: f64, output: f64) -> Option<Price> {
+    Some(Price {
+        input_per_mtok: input,
+        output_per_mtok: output,
+    })
 }
 
 /// A build context for a route over targets 0..`weights.len()` with those weights, the
@@ -85,7 +94,7 @@ pub fn raw(name: &str, options: toml::Table) -> StrategySpec {
 pub use crate::registry::{lookup, Trait};
 
 /// Builds one instance of `spec` for `ctx`.
-pub fn build(spec: &StrategySpec, ctx: &BuildContext<'_>) -> Box<dyn crate::Strategy> {
+pub fn build(spec: &StrategySpec, ctx: &BuildContext<'_>) -> Box<dyn crate::strategy::Strategy> {
     spec.build(ctx)
 }
 

@@ -462,6 +462,33 @@ fn a_misspelt_strategy_name_gets_the_closest_suggested() {
     assert!(e.message.contains("valid names"), "{e}");
 }
 
+#[test]
+fn least_loaded_max_concurrent_is_refused_for_the_target_key() {
+    let errs = errors(&format!(
+        "{ONE_TARGET}[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n\
+         [routes.strategy]\nname = \"least_loaded\"\nmax_concurrent = 4\n"
+    ));
+    assert_eq!(
+        errs.len(),
+        1,
+        "{}",
+        ConfigErrors {
+            errors: errs.clone()
+        }
+    );
+    let e = error_at(&errs, "routes[0].strategy.max_concurrent");
+    assert!(e.message.contains("no longer an option"), "{e}");
+    assert!(e.fix.contains("`targets[i].max_concurrent`"), "{e}");
+    assert!(e.fix.contains("exact across workers"), "{e}");
+    // The target key is the way to cap it.
+    let c = load(&format!(
+        "{ONE_TARGET}max_concurrent = 4\n[[routes]]\nname = \"r\"\ntargets = [\"a\"]\n\
+         strategy = \"least_loaded\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.targets[0].max_concurrent, Some(4));
+}
+
 // ------------------------------------------------------------------ tokenizers
 
 fn precise_route(options: &str) -> String {

@@ -13,7 +13,7 @@ use rolter_config::Config;
 use rolter_engine::scrape;
 
 use super::plane::Plane;
-use super::probe;
+use super::probe::{self, ProbeError};
 use crate::lifecycle::Lifecycle;
 use crate::upstream::tls::UpstreamTls;
 
@@ -66,32 +66,53 @@ where
     }
 }
 
+/// What one target's periodic task holds: the target, the TLS settings and the plane it
+/// reports to, and whether it should go on.
+pub struct TargetLoop {
+    pub t: usize,
+    pub config: Arc<Config>,
+    pub tls: Arc<UpstreamTls>,
+    pub plane: Rc<RefCell<Plane>>,
+    pub run: Running,
+}
+
+impl TargetLoop {
+    /// `GET path` on the target, with its TLS settings, at its current address.
+    async fn get(&self, path: &str, timeout: Duration) -> Result<(u16, Vec<u8>), ProbeError> {
+        let params = self.tls.get(self.t).map(|x| x.params());
+        let addr = self.plane.borrow().dns.addr(self.t);
+        probe::get(&self.config.targets[self.t], addr, params, path, timeout).await
+    }
+
+    /// As [`TargetLoop::get`], the body of a 2xx answer.
+    async fn get_body(&self, path: &str, timeout: Duration) -> Result<Vec<u8>, String> {
+        let params = self.tls.get(self.t).map(|x| x.params());
+        let addr = self.plane.borrow().dns.addr(self.t);
+        probe::get_body(&self.config.targets[self.t], addr, params, path, timeout).await
+    }
+}
+
 /// Scrapes one target's metrics on the configured interval.
-pub async fn scrape_loop(
-    t: usize,
-    config: Arc<Config>,
-    tls: Arc<UpstreamTls>,
-    plane: Rc<RefCell<Plane>>,
-    run: Running,
-) {
-    let target = &config.targets[t];
-    let cfg = &config.scrape;
-    let path = target.metrics_path.as_deref().unwrap_or(&cfg.path);
-    let lora = plane.borrow().lora.wanted(t);
-    every(cfg.interval, &run, || async {
-        let params = tls.get(t).map(|x| x.params());
-        let addr = plane.borrow().dns.addr(t);
-        let result = probe::get_body(target, addr, params, path, cfg.timeout)
-            .await
-            .and_then(|body| match std::str::from_utf8(&body) {
-                Ok(text) => scrape::parse_families(text).map_err(|e| e.to_string()),
-                Err(_) => Err("the metrics body is not UTF-8".to_string()),
-            });
-        if !run.on() {
+pub async fn scrape_loop(l: TargetLoop) {
+    let (t, cfg) = (l.t, &l.config.scrape);
+    let path = l.config.targets[t]
+        .metrics_path
+        .as_deref()
+        .unwrap_or(&cfg.path);
+    let lora = l.plane.borrow().lora.wanted(t);
+    every(cfg.interval, &l.run, || async {
+        let result =
+            l.get_body(path, cfg.timeout)
+                .await
+                .and_then(|body| match std::str::from_utf8(&body) {
+                    Ok(text) => scrape::parse_families(text).map_err(|e| e.to_string()),
+                    Err(_) => Err("the metrics body is not UTF-8".to_string()),
+                });
+        if !l.run.on() {
             return;
         }
         let now = Instant::now();
-        let mut p = plane.borrow_mut();
+        let mut p = l.plane.borrow_mut();
         if let (true, Ok(families)) = (lora, &result) {
             p.lora
                 .scraped(t, rolter_engine::lora::lora_info(families), now);
@@ -102,51 +123,37 @@ pub async fn scrape_loop(
 }
 
 /// Probes one target's health path on the configured interval.
-pub async fn health_loop(
-    t: usize,
-    config: Arc<Config>,
-    tls: Arc<UpstreamTls>,
-    plane: Rc<RefCell<Plane>>,
-    run: Running,
-) {
-    let target = &config.targets[t];
-    let cfg = &config.health;
-    let path = target.health_path.as_deref().unwrap_or(&cfg.path);
-    every(cfg.interval, &run, || async {
-        let params = tls.get(t).map(|x| x.params());
-        let addr = plane.borrow().dns.addr(t);
-        let result = probe::get(target, addr, params, path, cfg.timeout).await;
+pub async fn health_loop(l: TargetLoop) {
+    let (t, cfg) = (l.t, &l.config.health);
+    let path = l.config.targets[t]
+        .health_path
+        .as_deref()
+        .unwrap_or(&cfg.path);
+    every(cfg.interval, &l.run, || async {
+        let result = l.get(path, cfg.timeout).await;
         let ok = matches!(result, Ok((s, _)) if (200..300).contains(&s));
         let detail = match &result {
             Ok((s, _)) => format!("answered {s}"),
             Err(e) => e.to_string(),
         };
-        if run.on() {
-            plane.borrow_mut().probed(t, ok, &detail, Instant::now());
+        if l.run.on() {
+            l.plane.borrow_mut().probed(t, ok, &detail, Instant::now());
         }
     })
     .await;
 }
 
 /// Polls one target's `GET /v1/models` on the scrape interval, for its adapter list.
-pub async fn models_loop(
-    t: usize,
-    config: Arc<Config>,
-    tls: Arc<UpstreamTls>,
-    plane: Rc<RefCell<Plane>>,
-    run: Running,
-) {
-    let target = &config.targets[t];
-    let cfg = &config.scrape;
-    let path = format!("{}/v1/models", target.base_path);
-    every(cfg.interval, &run, || async {
-        let params = tls.get(t).map(|x| x.params());
-        let addr = plane.borrow().dns.addr(t);
-        let result = probe::get_body(target, addr, params, &path, cfg.timeout)
+pub async fn models_loop(l: TargetLoop) {
+    let (t, cfg) = (l.t, &l.config.scrape);
+    let path = format!("{}/v1/models", l.config.targets[t].base_path);
+    every(cfg.interval, &l.run, || async {
+        let result = l
+            .get_body(&path, cfg.timeout)
             .await
             .and_then(|body| rolter_engine::lora::parse_models(&body).map(|m| m.adapters));
-        if run.on() {
-            plane.borrow_mut().lora.listed(t, result, Instant::now());
+        if l.run.on() {
+            l.plane.borrow_mut().lora.listed(t, result, Instant::now());
         }
     })
     .await;

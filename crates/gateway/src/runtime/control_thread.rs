@@ -258,32 +258,21 @@ fn spawn_loops(
     running: &Running,
 ) {
     for (t, target) in config.targets.iter().enumerate() {
+        let target_loop = || loops::TargetLoop {
+            t,
+            config: config.clone(),
+            tls: tls.clone(),
+            plane: plane.clone(),
+            run: running.clone(),
+        };
         if config.scrape.enabled && target.scrape {
-            monoio::spawn(loops::scrape_loop(
-                t,
-                config.clone(),
-                tls.clone(),
-                plane.clone(),
-                running.clone(),
-            ));
+            monoio::spawn(loops::scrape_loop(target_loop()));
         }
         if plane.borrow().lora.wanted(t) {
-            monoio::spawn(loops::models_loop(
-                t,
-                config.clone(),
-                tls.clone(),
-                plane.clone(),
-                running.clone(),
-            ));
+            monoio::spawn(loops::models_loop(target_loop()));
         }
         if plane.borrow().health.probed(t) {
-            monoio::spawn(loops::health_loop(
-                t,
-                config.clone(),
-                tls.clone(),
-                plane.clone(),
-                running.clone(),
-            ));
+            monoio::spawn(loops::health_loop(target_loop()));
         }
     }
 }

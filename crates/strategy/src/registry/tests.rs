@@ -1,5 +1,5 @@
+use crate::registry::StrategySpec;
 use crate::testing::validate_spec;
-use crate::StrategySpec;
 
 #[test]
 fn adaptive_needs_one_weight_above_zero() {
@@ -103,8 +103,8 @@ fn options_are_checked() {
 #[test]
 fn every_option_has_help_and_every_help_line_an_option() {
     for info in crate::registry::all() {
-        let mut fields: Vec<&str> = info.option_fields().to_vec();
-        let mut keys: Vec<&str> = info.option_keys().collect();
+        let mut fields = info.option_fields();
+        let mut keys: Vec<String> = info.option_keys().map(String::from).collect();
         fields.sort_unstable();
         keys.sort_unstable();
         assert_eq!(fields, keys, "strategy {}", info.name);
@@ -114,7 +114,7 @@ fn every_option_has_help_and_every_help_line_an_option() {
 #[test]
 fn the_listed_defaults_are_the_options_defaults() {
     for info in crate::registry::all() {
-        let spec = crate::StrategySpec::with_defaults(info.name).unwrap();
+        let spec = crate::registry::StrategySpec::with_defaults(info.name).unwrap();
         assert!(spec.is_default(), "{}", info.name);
         let defaults = spec.to_table();
         for line in info.options() {
@@ -131,13 +131,13 @@ fn the_listed_defaults_are_the_options_defaults() {
                     .unwrap_or_else(|e| panic!("{}.{} = {d}: {e}", info.name, line.key));
                 let mut with = spec.to_table();
                 with.extend(t);
-                if let Ok(parsed) = crate::StrategySpec::parse(info.name, &with) {
+                if let Ok(parsed) = crate::registry::StrategySpec::parse(info.name, &with) {
                     assert!(parsed.is_default(), "{}.{} = {d}", info.name, line.key);
                 }
             }
         }
         // An empty table means the defaults (a strategy with a required option refuses it).
-        if let Ok(parsed) = crate::StrategySpec::parse(info.name, &toml::Table::new()) {
+        if let Ok(parsed) = crate::registry::StrategySpec::parse(info.name, &toml::Table::new()) {
             assert_eq!(parsed, spec, "{}", info.name);
         }
     }
@@ -157,13 +157,13 @@ fn requirements_agree_with_what_instances_ask_for() {
         let needs = spec.build(&ctx).needs();
         let req = spec.requirements();
         assert_eq!(
-            needs.contains(crate::Needs::TOKEN_IDS),
+            needs.contains(rolter_core::Needs::TOKEN_IDS),
             req.token_ids.is_some(),
             "{}",
             info.name
         );
         assert_eq!(
-            needs.contains(crate::Needs::CACHE_LOOKUP),
+            needs.contains(rolter_core::Needs::CACHE_LOOKUP),
             req.cache_lookup.is_some(),
             "{}",
             info.name
@@ -184,8 +184,11 @@ fn requirements_agree_with_what_instances_ask_for() {
         };
         let spec = crate::testing::spec(wrapper, &text);
         let needs = spec.build(&ctx).needs();
-        assert!(needs.contains(crate::Needs::TOKEN_IDS), "{wrapper}");
-        assert!(needs.contains(crate::Needs::CACHE_LOOKUP), "{wrapper}");
+        assert!(needs.contains(rolter_core::Needs::TOKEN_IDS), "{wrapper}");
+        assert!(
+            needs.contains(rolter_core::Needs::CACHE_LOOKUP),
+            "{wrapper}"
+        );
         let req = spec.requirements();
         assert!(
             req.token_ids.is_some() && req.cache_lookup.is_some(),
@@ -246,7 +249,7 @@ fn inner_strategies_take_their_own_options() {
         .unwrap();
     assert_eq!(inner.threshold, 0.8);
     // Written back, the table form round-trips.
-    let again = crate::StrategySpec::parse("failover", &spec.to_table()).unwrap();
+    let again = crate::registry::StrategySpec::parse("failover", &spec.to_table()).unwrap();
     assert_eq!(again, spec);
     // An inner option error names the inner option.
     let t: toml::Table =

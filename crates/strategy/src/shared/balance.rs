@@ -4,6 +4,7 @@
 //! does not draw every request.
 
 use rolter_core::Candidate;
+use serde::{Deserialize, Serialize};
 
 use super::choose::choose_uniform;
 
@@ -12,9 +13,15 @@ pub const IMBALANCE: &str = "imbalance";
 
 /// The candidates are imbalanced when the highest and lowest loads differ by more than
 /// `abs` **and** the highest exceeds `rel` times the lowest.
-#[derive(Debug, Clone, Copy, PartialEq)]
+///
+/// Also the guard's two options, `balance_abs_threshold` and `balance_rel_threshold`, in
+/// the options of every strategy that has the guard (`#[serde(flatten)]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct BalanceGuard {
+    #[serde(rename = "balance_abs_threshold")]
     pub abs: u64,
+    #[serde(rename = "balance_rel_threshold")]
     pub rel: f64,
 }
 
@@ -25,17 +32,20 @@ impl Default for BalanceGuard {
     }
 }
 
-/// The help lines of the guard's two options, shared by every strategy that has the guard.
-pub const HELP_ABS: (&str, &str) = (
-    "balance_abs_threshold",
-    "balance guard: pick by load when max load - min load among the candidates exceeds this and max > balance_rel_threshold x min",
-);
-pub const HELP_REL: (&str, &str) = (
-    "balance_rel_threshold",
-    "balance guard: the ratio max load / min load must exceed too (>= 1)",
-);
-
 impl BalanceGuard {
+    /// The help lines of the guard's two options, shared by every strategy that has the
+    /// guard.
+    pub const HELP: [(&'static str, &'static str); 2] = [
+        (
+            "balance_abs_threshold",
+            "balance guard: pick by load when max load - min load among the candidates exceeds this and max > balance_rel_threshold x min",
+        ),
+        (
+            "balance_rel_threshold",
+            "balance guard: the ratio max load / min load must exceed too (>= 1)",
+        ),
+    ];
+
     /// When the candidates are imbalanced, the least-loaded one (ties at random).
     #[inline]
     pub fn check(&self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
@@ -51,10 +61,10 @@ impl BalanceGuard {
     }
 
     /// The guard's option checks (`balance_rel_threshold` of at least 1).
-    pub fn check_options(rel: f64, errors: &mut Vec<crate::OptionError>) {
+    pub fn check_options(&self, errors: &mut Vec<crate::values::OptionError>) {
         crate::values::require(
             errors,
-            rel.is_finite() && rel >= 1.0,
+            self.rel.is_finite() && self.rel >= 1.0,
             "balance_rel_threshold",
             "must be a number >= 1, such as 1.5",
         );

@@ -2,11 +2,79 @@
 //! `pipeline`'s latency scorer): a time-decayed EWMA of TTFT, the route's membership mask,
 //! and the filter that says which samples may teach.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rolter_core::Sample;
+use serde::{Deserialize, Serialize};
 
-use crate::BuildContext;
+use crate::context::BuildContext;
+use crate::values::OptionError;
+
+/// The TTFT average's option, `half_life`, flattened into the options of the strategies
+/// that keep one (`fastest`, `adaptive`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TtftOptions {
+    /// Time after which an old TTFT average keeps half its weight against a new sample.
+    #[serde(with = "crate::values::duration")]
+    pub half_life: Duration,
+}
+
+impl Default for TtftOptions {
+    fn default() -> Self {
+        TtftOptions {
+            half_life: Duration::from_secs(10),
+        }
+    }
+}
+
+impl TtftOptions {
+    /// The help line of `half_life`.
+    pub const HELP: (&'static str, &'static str) = (
+        "half_life",
+        "time after which an old TTFT average keeps half its weight against a new sample",
+    );
+
+    pub fn check(&self, errors: &mut Vec<OptionError>) {
+        crate::values::positive_duration(errors, "half_life", self.half_life);
+    }
+}
+
+/// One route's TTFT averages: a [`TtftEwma`] per target, taught by the samples of the
+/// route's targets.
+pub struct TtftAverages {
+    in_route: Vec<bool>,
+    ewma: Vec<TtftEwma>,
+    half_life_secs: f64,
+}
+
+impl TtftAverages {
+    pub fn new(opts: TtftOptions, ctx: &BuildContext<'_>) -> Self {
+        TtftAverages {
+            in_route: route_mask(ctx),
+            ewma: vec![TtftEwma::default(); ctx.target_count],
+            half_life_secs: opts.half_life.as_secs_f64(),
+        }
+    }
+
+    /// The target's average.
+    #[inline]
+    pub fn get(&self, target: usize) -> Option<&TtftEwma> {
+        self.ewma.get(target)
+    }
+
+    /// Folds in the sample when it may teach the route.
+    pub fn observe(&mut self, sample: &Sample) {
+        if let Some(ms) = teaching_ttft_ms(sample, &self.in_route) {
+            self.ewma[sample.target].update(ms, sample.finished, self.half_life_secs);
+        }
+    }
+
+    /// The target's average and sample count, for the admin API.
+    pub fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
+        self.ewma.get(target).map_or(Vec::new(), |e| e.describe())
+    }
+}
 
 /// Time-decayed exponentially weighted moving average of one target's TTFT, in ms.
 ///

@@ -39,7 +39,7 @@ use std::time::Instant;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::key_map::KeyMap;
-use crate::TargetId;
+use rolter_core::TargetId;
 
 /// Bytes per chunk: the matching granularity inside a prompt.
 pub const CHUNK: usize = 64;

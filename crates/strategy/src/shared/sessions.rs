@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::key_map::KeyMap;
-use crate::TargetId;
+use rolter_core::TargetId;
 
 const NIL: u32 = u32::MAX;
 

@@ -12,12 +12,11 @@ use rolter_core::{
     Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
 };
 
-use crate::Strategy;
+use crate::options::OfOptions;
+use crate::strategy::Strategy;
 
-/// The part of a wrapper strategy that is its own.
-pub trait Wrapper {
-    fn name(&self) -> &'static str;
-
+/// The part of a wrapper strategy that is its own; its name is its options'.
+pub trait Wrapper: OfOptions {
     /// Inputs the wrapper itself needs (the inner strategy's are added).
     fn needs(&self) -> Needs {
         Needs::NONE
@@ -79,11 +78,11 @@ impl<W> std::ops::DerefMut for Wrapped<W> {
     }
 }
 
-impl<W: Wrapper> Strategy for Wrapped<W> {
-    fn name(&self) -> &'static str {
-        self.own.name()
-    }
+impl<W: Wrapper> OfOptions for Wrapped<W> {
+    type Options = W::Options;
+}
 
+impl<W: Wrapper> Strategy for Wrapped<W> {
     fn needs(&self) -> Needs {
         self.own.needs().union(self.inner.needs())
     }
@@ -187,7 +186,7 @@ mod tests {
         ] {
             let s = spec(wrapper, &options);
             let ctx_a = crate::testing::context(&[1.0; 4], &[]);
-            let ctx_b = crate::BuildContext {
+            let ctx_b = crate::context::BuildContext {
                 seed: 99,
                 ..context(&[1.0; 4], &[])
             };

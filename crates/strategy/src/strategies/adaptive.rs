@@ -18,19 +18,23 @@
 //! `Sample::finished`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::inner::InnerStrategy;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
-use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
+use crate::requirements::Requirements;
+use crate::shared::ewma::{TtftAverages, TtftOptions};
 use crate::shared::wrap::{Wrapped, Wrapper};
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Sample,
-    Strategy, StrategyOptions, Switches,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest, Sample, Switches};
 
 /// Scores closer than this tie (they differ only by rounding).
 const SCORE_EPSILON: f64 = 1e-12;
@@ -42,9 +46,9 @@ pub struct Options {
     pub w_latency: f64,
     pub w_cost: f64,
     pub w_load: f64,
-    /// Half-life of the TTFT average.
-    #[serde(with = "crate::values::duration")]
-    pub half_life: Duration,
+    /// `half_life`.
+    #[serde(flatten)]
+    pub ttft: TtftOptions,
     /// Output tokens assumed when the request sets no `max_tokens`.
     pub default_output_tokens: u64,
     /// The strategy that picks while the kill switch is off.
@@ -57,7 +61,7 @@ impl Default for Options {
             w_latency: 1.0,
             w_cost: 1.0,
             w_load: 1.0,
-            half_life: Duration::from_secs(10),
+            ttft: TtftOptions::default(),
             default_output_tokens: 256,
             fallback_strategy: InnerStrategy::named("least_loaded"),
         }
@@ -79,7 +83,7 @@ impl StrategyOptions for Options {
             "weight of the normalised estimated request cost (unknown price scores 1, the worst)",
         ),
         ("w_load", "weight of the normalised load"),
-        ("half_life", "half-life of the TTFT average"),
+        TtftOptions::HELP,
         (
             "default_output_tokens",
             "output tokens assumed for the cost estimate when the request sets no max_tokens",
@@ -94,7 +98,7 @@ impl StrategyOptions for Options {
         crate::values::non_negative(errors, "w_latency", self.w_latency);
         crate::values::non_negative(errors, "w_cost", self.w_cost);
         crate::values::non_negative(errors, "w_load", self.w_load);
-        crate::values::positive_duration(errors, "half_life", self.half_life);
+        self.ttft.check(errors);
         self.fallback_strategy
             .check_not(Self::NAME, "fallback_strategy", errors);
         if errors.is_empty() && self.w_latency == 0.0 && self.w_cost == 0.0 && self.w_load == 0.0 {
@@ -170,9 +174,7 @@ impl Range {
 
 pub struct Adaptive {
     rng: fastrand::Rng,
-    in_route: Vec<bool>,
-    ewma: Vec<TtftEwma>,
-    half_life_secs: f64,
+    ttft: TtftAverages,
     w_latency: f64,
     w_cost: f64,
     w_load: f64,
@@ -194,9 +196,7 @@ impl Adaptive {
     ) -> Wrapped<Adaptive> {
         let own = Adaptive {
             rng: fastrand::Rng::with_seed(ctx.seed),
-            in_route: route_mask(ctx),
-            ewma: vec![TtftEwma::default(); ctx.target_count],
-            half_life_secs: opts.half_life.as_secs_f64(),
+            ttft: TtftAverages::new(opts.ttft, ctx),
             w_latency: opts.w_latency,
             w_cost: opts.w_cost,
             w_load: opts.w_load,
@@ -210,7 +210,7 @@ impl Adaptive {
 
     /// The target's TTFT average in ms once it has a sample.
     pub fn ttft_ewma_ms(&self, target: usize) -> Option<f64> {
-        self.ewma.get(target)?.value_if(1)
+        self.ttft.get(target)?.value_if(1)
     }
 
     /// Estimated cost of the request on `target`, when its price for the model is known.
@@ -266,7 +266,7 @@ impl Adaptive {
             .filter(|&(_, &s)| s <= limit)
             .map(|(c, _)| c.load)
             .min()?;
-        let index = crate::choose_uniform(&mut self.rng, candidates.len(), |i| {
+        let index = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
             scores[i] <= limit && candidates[i].load == min_load
         })?;
         Some(Pick {
@@ -277,11 +277,11 @@ impl Adaptive {
     }
 }
 
-impl Wrapper for Adaptive {
-    fn name(&self) -> &'static str {
-        "adaptive"
-    }
+impl OfOptions for Adaptive {
+    type Options = Options;
+}
 
+impl Wrapper for Adaptive {
     fn pick(
         &mut self,
         fallback: &mut dyn Strategy,
@@ -300,30 +300,22 @@ impl Wrapper for Adaptive {
     }
 
     fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
-        self.ewma.get(target).map_or(Vec::new(), |e| e.describe())
+        self.ttft.learned(target)
     }
 
     fn observe(&mut self, sample: &Sample) {
-        if let Some(ms) = teaching_ttft_ms(sample, &self.in_route) {
-            self.ewma[sample.target].update(ms, sample.finished, self.half_life_secs);
-        }
+        self.ttft.observe(sample);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::strategies::least_loaded::LeastLoaded;
     use crate::testing;
-    use crate::testing::{cands, context, req, sample};
-    use rolter_core::Price;
-
-    fn price(input: f64, output: f64) -> Option<Price> {
-        Some(Price {
-            input_per_mtok: input,
-            output_per_mtok: output,
-        })
-    }
+    use crate::testing::{cands, context, price, req, sample};
 
     fn weights(w_latency: f64, w_cost: f64, w_load: f64) -> Options {
         Options {
@@ -335,7 +327,7 @@ mod tests {
     }
 
     fn adaptive(ctx: &BuildContext<'_>, opts: Options) -> Wrapped<Adaptive> {
-        Adaptive::new(&opts, Box::new(LeastLoaded::new(ctx.seed, None)), ctx)
+        Adaptive::new(&opts, Box::new(LeastLoaded::new(ctx.seed)), ctx)
     }
 
     fn at(target: usize, ttft_ms: u64, t0: Instant, secs: f64) -> Sample {
@@ -569,7 +561,9 @@ mod tests {
                 w_latency: 0.5,
                 w_cost: 2.0,
                 w_load: 0.0,
-                half_life: Duration::from_secs(30),
+                ttft: TtftOptions {
+                    half_life: Duration::from_secs(30),
+                },
                 default_output_tokens: 512,
                 fallback_strategy: InnerStrategy::named("power_of_two"),
             }

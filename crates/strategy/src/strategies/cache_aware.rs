@@ -40,14 +40,18 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::shared::balance::{self, IMBALANCE};
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::shared::balance::BalanceGuard;
+use crate::shared::balance::IMBALANCE;
+use crate::shared::choose::{choose_least_loaded, choose_uniform};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
 use crate::shared::sessions::SessionPins;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
-    Pick, PickRequest, ShareSink, Shared, Strategy, StrategyOptions, TargetId,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest, ShareSink, Shared, TargetId};
 
 /// Fallback reason of a pick for a request with no prompt to compare.
 pub const NO_PROMPT: &str = "no_prompt";
@@ -62,8 +66,9 @@ pub struct Options {
     /// tokens, more than the KV cache of most single engines holds. Costs about as much
     /// memory per target per core once full.
     pub max_bytes_per_target: usize,
-    pub balance_abs_threshold: u64,
-    pub balance_rel_threshold: f64,
+    /// `balance_abs_threshold`, `balance_rel_threshold`.
+    #[serde(flatten)]
+    pub balance: BalanceGuard,
     /// How long an explicit session keeps going to the target that last served it.
     #[serde(with = "crate::values::duration")]
     pub session_ttl: Duration,
@@ -77,12 +82,10 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        let guard = BalanceGuard::default();
         Options {
             threshold: 0.5,
             max_bytes_per_target: 4 << 20,
-            balance_abs_threshold: guard.abs,
-            balance_rel_threshold: guard.rel,
+            balance: BalanceGuard::default(),
             session_ttl: Duration::from_secs(600),
             max_sessions: 100_000,
             share_sessions: false,
@@ -104,8 +107,8 @@ impl StrategyOptions for Options {
             "max_bytes_per_target",
             "prompt bytes remembered per target (least recently used evicted first); the index costs about as much memory per target per core",
         ),
-        balance::HELP_ABS,
-        balance::HELP_REL,
+        BalanceGuard::HELP[0],
+        BalanceGuard::HELP[1],
         (
             "session_ttl",
             "how long a request with x-session-id keeps going to the target that last served its session",
@@ -132,7 +135,7 @@ impl StrategyOptions for Options {
             "max_bytes_per_target",
             "must be an integer of at least 64 (bytes), such as 4194304",
         );
-        BalanceGuard::check_options(self.balance_rel_threshold, errors);
+        self.balance.check_options(errors);
         crate::values::positive_duration(errors, "session_ttl", self.session_ttl);
         crate::values::positive(errors, "max_sessions", self.max_sessions as u64);
     }
@@ -141,10 +144,14 @@ impl StrategyOptions for Options {
         Box::new(CacheAware::new(*self, ctx.target_count, ctx.seed))
     }
 
-    fn requirements(&self) -> crate::Requirements {
-        crate::Requirements {
-            store: crate::StoreUse::sharing(Self::NAME, self.share_sessions, self.share_prefixes),
-            ..crate::Requirements::default()
+    fn requirements(&self) -> crate::requirements::Requirements {
+        crate::requirements::Requirements {
+            store: crate::requirements::StoreUse::sharing(
+                Self::NAME,
+                self.share_sessions,
+                self.share_prefixes,
+            ),
+            ..crate::requirements::Requirements::default()
         }
     }
 }
@@ -173,10 +180,7 @@ impl CacheAware {
             index: PrefixIndex::new(target_count, opts.max_bytes_per_target),
             sessions: SessionPins::new(opts.max_sessions, opts.session_ttl),
             threshold: opts.threshold.clamp(0.0, 1.0),
-            guard: BalanceGuard {
-                abs: opts.balance_abs_threshold,
-                rel: opts.balance_rel_threshold,
-            },
+            guard: opts.balance,
             warm_step: (opts.max_bytes_per_target / 64).max(CHUNK),
             keys: PromptKeys::default(),
             matched: Vec::with_capacity(target_count),
@@ -190,11 +194,11 @@ impl CacheAware {
     }
 }
 
-impl Strategy for CacheAware {
-    fn name(&self) -> &'static str {
-        "cache_aware"
-    }
+impl OfOptions for CacheAware {
+    type Options = Options;
+}
 
+impl Strategy for CacheAware {
     fn needs(&self) -> Needs {
         Needs::CANONICAL_PROMPT
     }
@@ -320,8 +324,9 @@ impl Strategy for CacheAware {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::strategy::Named;
     use crate::testing::{cands, req};
-    use crate::SessionKey;
+    use rolter_core::SessionKey;
 
     fn rq<'a>(prompt: &'a [u8], session: Option<&'a [u8]>) -> PickRequest<'a> {
         PickRequest {
@@ -769,8 +774,8 @@ mod tests {
         let o = crate::options::parse::<Options>(&ok).unwrap();
         assert_eq!(o.threshold, 0.7);
         assert_eq!(o.max_bytes_per_target, 1 << 20);
-        assert_eq!(o.balance_abs_threshold, 0);
-        assert_eq!(o.balance_rel_threshold, 2.0);
+        assert_eq!(o.balance.abs, 0);
+        assert_eq!(o.balance.rel, 2.0);
         assert_eq!(o.session_ttl, Duration::from_secs(30));
         assert_eq!(o.max_sessions, 10);
         assert_eq!(

@@ -17,12 +17,15 @@ use std::time::Instant;
 use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
+use crate::requirements::Requirements;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, OptionError, Pick, PickRequest, Requirements, Strategy,
-    StrategyOptions, TargetId,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest, TargetId};
 
 /// The options of `cheapest`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,11 +118,11 @@ fn compare_cost(a: f64, b: f64) -> Ordering {
     }
 }
 
-impl Strategy for Cheapest {
-    fn name(&self) -> &'static str {
-        "cheapest"
-    }
+impl OfOptions for Cheapest {
+    type Options = Options;
+}
 
+impl Strategy for Cheapest {
     fn pick(
         &mut self,
         req: &PickRequest<'_>,
@@ -177,15 +180,8 @@ impl Strategy for Cheapest {
 mod tests {
     use super::*;
     use crate::testing;
-    use crate::testing::{cands, context, req};
+    use crate::testing::{cands, context, price, req};
     use rolter_core::Price;
-
-    fn price(input: f64, output: f64) -> Option<Price> {
-        Some(Price {
-            input_per_mtok: input,
-            output_per_mtok: output,
-        })
-    }
 
     fn cheapest(prices: &[Option<Price>]) -> Cheapest {
         Cheapest::new(

@@ -23,11 +23,13 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Strategy, StrategyOptions,
-    TargetId,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest, TargetId};
 
 /// Largest `points` accepted.
 pub const MAX_POINTS: u32 = 10_000;
@@ -167,11 +169,11 @@ impl ConsistentHash {
     }
 }
 
-impl Strategy for ConsistentHash {
-    fn name(&self) -> &'static str {
-        "consistent_hash"
-    }
+impl OfOptions for ConsistentHash {
+    type Options = Options;
+}
 
+impl Strategy for ConsistentHash {
     fn needs(&self) -> Needs {
         Needs::CANONICAL_PROMPT
     }
@@ -205,7 +207,7 @@ impl Strategy for ConsistentHash {
 mod tests {
     use super::*;
     use crate::testing::{cands, context, req};
-    use crate::SessionKey;
+    use rolter_core::SessionKey;
 
     fn ring(weights: &[f64], points: u32) -> ConsistentHash {
         ConsistentHash::from_context(&context(weights, &[]), points)

@@ -10,12 +10,16 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::inner::InnerStrategy;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::requirements::Requirements;
 use crate::shared::wrap::{Wrapped, Wrapper};
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements, Strategy,
-    StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest};
 
 /// The options of `failover`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,11 +94,11 @@ impl Failover {
     }
 }
 
-impl Wrapper for Failover {
-    fn name(&self) -> &'static str {
-        "failover"
-    }
+impl OfOptions for Failover {
+    type Options = Options;
+}
 
+impl Wrapper for Failover {
     fn pick(
         &mut self,
         within: &mut dyn Strategy,

@@ -37,12 +37,16 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::inner::InnerStrategy;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::requirements::{Requirements, StoreUse};
 use crate::shared::wrap::{Wrapped, Wrapper};
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, InnerStrategy, OptionError, Pick, PickRequest, Requirements,
-    RouteLedger, ShareSink, Shared, StoreUse, Strategy, StrategyOptions, TargetId,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest, RouteLedger, ShareSink, Shared, TargetId};
 
 /// Time buckets in the sliding window.
 pub const BUCKETS: usize = 12;
@@ -340,11 +344,11 @@ impl FairCatchup {
     }
 }
 
-impl Wrapper for FairCatchup {
-    fn name(&self) -> &'static str {
-        "fair_catchup"
-    }
+impl OfOptions for FairCatchup {
+    type Options = Options;
+}
 
+impl Wrapper for FairCatchup {
     fn pick(
         &mut self,
         base: &mut dyn Strategy,
@@ -722,7 +726,7 @@ mod tests {
             .collect()
     }
 
-    fn spec(options: &[(&str, toml::Value)]) -> crate::StrategySpec {
+    fn spec(options: &[(&str, toml::Value)]) -> crate::registry::StrategySpec {
         testing::raw("fair_catchup", table(options))
     }
 

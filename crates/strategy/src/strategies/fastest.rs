@@ -11,24 +11,27 @@
 //! TTFT teach; samples for targets outside the route are dropped on a single mask lookup.
 //!
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::shared::choose::choose_uniform;
+use crate::shared::ewma::{TtftAverages, TtftOptions};
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    choose_uniform, BuildContext, Candidate, OptionError, Pick, PickRequest, Sample, Strategy,
-    StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest, Sample};
 
 /// The options of `fastest`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Options {
-    /// Time after which an old TTFT average keeps half its weight against a new sample.
-    #[serde(with = "crate::values::duration")]
-    pub half_life: Duration,
+    /// `half_life`.
+    #[serde(flatten)]
+    pub ttft: TtftOptions,
     /// Successful samples before a target counts as measured.
     pub min_samples: u32,
     /// Relative: candidates with `ewma <= best * (1 + tie_tolerance)` tie.
@@ -38,7 +41,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            half_life: Duration::from_secs(10),
+            ttft: TtftOptions::default(),
             min_samples: 3,
             tie_tolerance: 0.0,
         }
@@ -51,10 +54,7 @@ impl StrategyOptions for Options {
         "The lowest time-decayed EWMA of time to first token; unmeasured targets first";
     const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::Stateful, Trait::SingleWinner];
     const HELP: &'static [(&'static str, &'static str)] = &[
-        (
-            "half_life",
-            "time after which an old TTFT average keeps half its weight against a new sample",
-        ),
+        TtftOptions::HELP,
         (
             "min_samples",
             "successful samples before a target counts as measured; unmeasured targets are picked first, least loaded among them",
@@ -66,7 +66,7 @@ impl StrategyOptions for Options {
     ];
 
     fn check(&self, errors: &mut Vec<OptionError>) {
-        crate::values::positive_duration(errors, "half_life", self.half_life);
+        self.ttft.check(errors);
         crate::values::positive(errors, "min_samples", u64::from(self.min_samples));
         crate::values::non_negative(errors, "tie_tolerance", self.tie_tolerance);
     }
@@ -78,9 +78,7 @@ impl StrategyOptions for Options {
 
 pub struct Fastest {
     rng: fastrand::Rng,
-    in_route: Vec<bool>,
-    ewma: Vec<TtftEwma>,
-    half_life_secs: f64,
+    ttft: TtftAverages,
     min_samples: u32,
     tie_tolerance: f64,
 }
@@ -89,9 +87,7 @@ impl Fastest {
     pub fn new(opts: Options, ctx: &BuildContext<'_>) -> Self {
         Fastest {
             rng: fastrand::Rng::with_seed(ctx.seed),
-            in_route: route_mask(ctx),
-            ewma: vec![TtftEwma::default(); ctx.target_count],
-            half_life_secs: opts.half_life.as_secs_f64(),
+            ttft: TtftAverages::new(opts.ttft, ctx),
             min_samples: opts.min_samples.max(1),
             tie_tolerance: opts.tie_tolerance.max(0.0),
         }
@@ -99,15 +95,15 @@ impl Fastest {
 
     /// The target's TTFT average in ms once it is warm (at least `min_samples` samples).
     pub fn ttft_ewma_ms(&self, target: usize) -> Option<f64> {
-        self.ewma.get(target)?.value_if(self.min_samples)
+        self.ttft.get(target)?.value_if(self.min_samples)
     }
 }
 
-impl Strategy for Fastest {
-    fn name(&self) -> &'static str {
-        "fastest"
-    }
+impl OfOptions for Fastest {
+    type Options = Options;
+}
 
+impl Strategy for Fastest {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,
@@ -125,7 +121,7 @@ impl Strategy for Fastest {
                 None => cold_min_load = Some(cold_min_load.map_or(c.load, |m| m.min(c.load))),
             }
         }
-        let (ewma, min_samples) = (&self.ewma, self.min_samples);
+        let (ewma, min_samples) = (&self.ttft, self.min_samples);
         let warm = |t: usize| ewma.get(t).and_then(|e| e.value_if(min_samples));
 
         if let Some(load) = cold_min_load {
@@ -154,18 +150,18 @@ impl Strategy for Fastest {
     }
 
     fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
-        self.ewma.get(target).map_or(Vec::new(), |e| e.describe())
+        self.ttft.learned(target)
     }
 
     fn observe(&mut self, sample: &Sample) {
-        if let Some(ms) = teaching_ttft_ms(sample, &self.in_route) {
-            self.ewma[sample.target].update(ms, sample.finished, self.half_life_secs);
-        }
+        self.ttft.observe(sample);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::testing;
     use crate::testing::{cands, context, req, sample};
@@ -182,7 +178,9 @@ mod tests {
 
     fn opts(half_life_secs: u64, min_samples: u32, tie_tolerance: f64) -> Options {
         Options {
-            half_life: Duration::from_secs(half_life_secs),
+            ttft: TtftOptions {
+                half_life: Duration::from_secs(half_life_secs),
+            },
             min_samples,
             tie_tolerance,
         }
@@ -368,7 +366,9 @@ mod tests {
         assert_eq!(
             crate::options::parse::<Options>(&good).unwrap(),
             Options {
-                half_life: Duration::from_secs(2),
+                ttft: TtftOptions {
+                    half_life: Duration::from_secs(2),
+                },
                 min_samples: 1,
                 tie_tolerance: 0.05
             }

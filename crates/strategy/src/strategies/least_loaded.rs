@@ -1,24 +1,26 @@
 //! `least_loaded`: the candidate with the lowest load; ties broken at random.
 //!
-//! A target's own `max_concurrent` is honoured by the candidate filter before the strategy
-//! runs; the strategy's `max_concurrent` option caps every target of the route as well. A
-//! candidate at the cap is skipped; all at the cap means no pick (503 with `Retry-After`).
-//! Owns only its generator.
+//! A target's own `max_concurrent` (exact across workers) is honoured by the candidate
+//! filter before the strategy runs; the strategy has no cap of its own (its former
+//! `max_concurrent` option, counted per core, is refused with that fix). Owns only its
+//! generator.
 
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::RemovedOption;
+use crate::options::StrategyOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{BuildContext, Candidate, OptionError, Pick, PickRequest, Strategy, StrategyOptions};
+use rolter_core::{Candidate, Pick, PickRequest};
 
 /// The options of `least_loaded`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Options {
-    /// A cap on every target's load for this route; unset, no cap.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_concurrent: Option<u64>,
     /// Loads include the other gateway replicas' requests in flight (shared state store).
     pub fleet_load: bool,
 }
@@ -27,28 +29,24 @@ impl StrategyOptions for Options {
     const NAME: &'static str = "least_loaded";
     const SUMMARY: &'static str = "The lowest load among the candidates; ties at random";
     const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::SingleWinner];
-    const HELP: &'static [(&'static str, &'static str)] = &[
-        (
-            "max_concurrent",
-            "cap on every target's load for this route (a full target is skipped; all full: 503 with Retry-After)",
-        ),
-        FLEET_LOAD_HELP,
-    ];
-
-    fn check(&self, errors: &mut Vec<OptionError>) {
-        if let Some(n) = self.max_concurrent {
-            crate::values::positive(errors, "max_concurrent", n);
-        }
-    }
+    const HELP: &'static [(&'static str, &'static str)] = &[FLEET_LOAD_HELP];
+    const REMOVED: &'static [RemovedOption] = &[RemovedOption {
+        key: "max_concurrent",
+        message: "`max_concurrent` is no longer an option of strategy `least_loaded`: it was \
+                  counted per worker core, so with several workers more requests than the cap \
+                  reached a target",
+        fix: "remove it and set `max_concurrent` on each target (`targets[i].max_concurrent`), \
+              which is exact across workers",
+    }];
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
-        Box::new(LeastLoaded::new(ctx.seed, self.max_concurrent))
+        Box::new(LeastLoaded::new(ctx.seed))
     }
 
-    fn requirements(&self) -> crate::Requirements {
-        crate::Requirements {
-            store: crate::StoreUse::fleet_load(Self::NAME, self.fleet_load),
-            ..crate::Requirements::default()
+    fn requirements(&self) -> crate::requirements::Requirements {
+        crate::requirements::Requirements {
+            store: crate::requirements::StoreUse::fleet_load(Self::NAME, self.fleet_load),
+            ..crate::requirements::Requirements::default()
         }
     }
 }
@@ -61,37 +59,29 @@ pub const FLEET_LOAD_HELP: (&str, &str) = (
 
 pub struct LeastLoaded {
     rng: fastrand::Rng,
-    /// Route-wide cap on each target's load.
-    max_concurrent: Option<u64>,
 }
 
 impl LeastLoaded {
-    pub fn new(seed: u64, max_concurrent: Option<u64>) -> Self {
+    pub fn new(seed: u64) -> Self {
         LeastLoaded {
             rng: fastrand::Rng::with_seed(seed),
-            max_concurrent,
         }
     }
 }
 
-impl Strategy for LeastLoaded {
-    fn name(&self) -> &'static str {
-        "least_loaded"
-    }
+impl OfOptions for LeastLoaded {
+    type Options = Options;
+}
 
+impl Strategy for LeastLoaded {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
-        let cap = self.max_concurrent.unwrap_or(u64::MAX);
-        let min = candidates
-            .iter()
-            .map(|c| c.load)
-            .filter(|&l| l < cap)
-            .min()?;
-        let chosen = crate::choose_uniform(&mut self.rng, candidates.len(), |i| {
+        let min = candidates.iter().map(|c| c.load).min()?;
+        let chosen = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
             candidates[i].load == min
         })?;
         Some(Pick::at(chosen))
@@ -106,7 +96,7 @@ mod tests {
     #[test]
     fn picks_the_lowest_load() {
         let c = cands(&[(1.0, 4), (1.0, 1), (1.0, 7), (1.0, 3)]);
-        let mut s = LeastLoaded::new(2, None);
+        let mut s = LeastLoaded::new(2);
         let now = Instant::now();
         for _ in 0..100 {
             assert_eq!(s.pick(&req(), &c, now).unwrap().index, 1);
@@ -116,7 +106,7 @@ mod tests {
     #[test]
     fn ties_spread_uniformly() {
         let c = cands(&[(1.0, 2), (1.0, 9), (1.0, 2), (1.0, 2)]);
-        let mut s = LeastLoaded::new(9, None);
+        let mut s = LeastLoaded::new(9);
         let now = Instant::now();
         let mut counts = [0u32; 4];
         for _ in 0..30_000 {
@@ -129,20 +119,28 @@ mod tests {
     }
 
     #[test]
-    fn max_concurrent_skips_full_targets_and_refuses_when_all_are_full() {
-        let now = Instant::now();
-        let mut s = LeastLoaded::new(4, Some(3));
-        let c = cands(&[(1.0, 3), (1.0, 5), (1.0, 2)]);
-        assert_eq!(s.pick(&req(), &c, now).unwrap().index, 2);
-        let full = cands(&[(1.0, 3), (1.0, 4)]);
-        assert_eq!(s.pick(&req(), &full, now), None);
+    fn the_former_max_concurrent_option_is_refused_with_the_target_key_as_fix() {
+        let mut t = toml::Table::new();
+        t.insert("max_concurrent".into(), toml::Value::Integer(3));
+        let errors = crate::registry::StrategySpec::parse("least_loaded", &t).unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].key, "max_concurrent");
+        assert!(errors[0].message.contains("per worker core"), "{errors:?}");
+        let fix = errors[0].fix.as_deref().unwrap();
+        assert!(fix.contains("targets[i].max_concurrent"), "{fix}");
+        assert!(fix.contains("exact across workers"), "{fix}");
+    }
+
+    #[test]
+    fn high_loads_are_still_candidates() {
+        // No cap of its own: the candidate filter applies each target's `max_concurrent`.
+        let c = cands(&[(1.0, 300), (1.0, 500), (1.0, 200)]);
+        let mut s = LeastLoaded::new(4);
+        assert_eq!(s.pick(&req(), &c, Instant::now()).unwrap().index, 2);
     }
 
     #[test]
     fn no_candidate_is_none() {
-        assert_eq!(
-            LeastLoaded::new(1, None).pick(&req(), &[], Instant::now()),
-            None
-        );
+        assert_eq!(LeastLoaded::new(1).pick(&req(), &[], Instant::now()), None);
     }
 }

@@ -25,14 +25,19 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::requirements::Requirements;
 use crate::requirements::{CacheLookupOptions, TokenizerOptions};
-use crate::shared::balance::{self, IMBALANCE};
+use crate::shared::balance::BalanceGuard;
+use crate::shared::balance::IMBALANCE;
+use crate::shared::choose::{choose_least_loaded, choose_uniform};
 use crate::strategies::precise_cache_aware::NO_TOKEN_IDS;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
-    Pick, PickRequest, Requirements, Strategy, StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest};
 
 /// Fallback: the controller gave no usable answer in time.
 pub const LMCACHE_UNREACHABLE: &str = "lmcache_unreachable";
@@ -41,8 +46,9 @@ pub const LMCACHE_UNREACHABLE: &str = "lmcache_unreachable";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Options {
-    /// The LMCache controller's API server, `http://host:port`; required.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The LMCache controller's API server, `http://host:port`; required. (Unset, TOML
+    /// leaves it out; no `skip_serializing_if` beside flattened parts, see
+    /// [`crate::options::field_names`].)
     pub controller: Option<String>,
     #[serde(with = "crate::values::duration")]
     pub lookup_timeout: Duration,
@@ -55,19 +61,16 @@ pub struct Options {
     pub min_tokens: u32,
     pub w_prefix: f64,
     pub w_free: f64,
-    pub balance_abs_threshold: u64,
-    pub balance_rel_threshold: f64,
-    pub tokenizer: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tokenizer_config: Option<String>,
-    #[serde(with = "crate::values::duration")]
-    pub tokenize_timeout: Duration,
+    /// `balance_abs_threshold`, `balance_rel_threshold`.
+    #[serde(flatten)]
+    pub balance: BalanceGuard,
+    /// `tokenizer`, `tokenizer_config`, `tokenize_timeout`: where the token ids come from.
+    #[serde(flatten)]
+    pub tokens: TokenizerOptions,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        let guard = BalanceGuard::default();
-        let tokens = TokenizerOptions::default();
         Options {
             controller: None,
             lookup_timeout: Duration::from_millis(50),
@@ -77,29 +80,8 @@ impl Default for Options {
             min_tokens: 0,
             w_prefix: 1.0,
             w_free: 0.25,
-            balance_abs_threshold: guard.abs,
-            balance_rel_threshold: guard.rel,
-            tokenizer: tokens.tokenizer,
-            tokenizer_config: tokens.tokenizer_config,
-            tokenize_timeout: tokens.tokenize_timeout,
-        }
-    }
-}
-
-impl Options {
-    /// Where the route's token ids come from.
-    pub fn tokens(&self) -> TokenizerOptions {
-        TokenizerOptions {
-            tokenizer: self.tokenizer.clone(),
-            tokenizer_config: self.tokenizer_config.clone(),
-            tokenize_timeout: self.tokenize_timeout,
-        }
-    }
-
-    fn guard(&self) -> BalanceGuard {
-        BalanceGuard {
-            abs: self.balance_abs_threshold,
-            rel: self.balance_rel_threshold,
+            balance: BalanceGuard::default(),
+            tokens: TokenizerOptions::default(),
         }
     }
 }
@@ -141,8 +123,8 @@ impl StrategyOptions for Options {
             "w_free",
             "weight of the free KV-cache share (1 - vllm:kv_cache_usage_perc from the metrics scrape)",
         ),
-        balance::HELP_ABS,
-        balance::HELP_REL,
+        BalanceGuard::HELP[0],
+        BalanceGuard::HELP[1],
         TokenizerOptions::HELP[0],
         TokenizerOptions::HELP[1],
         TokenizerOptions::HELP[2],
@@ -161,8 +143,8 @@ impl StrategyOptions for Options {
         crate::values::positive(errors, "chunk_size", self.chunk_size as u64);
         crate::values::non_negative(errors, "w_prefix", self.w_prefix);
         crate::values::non_negative(errors, "w_free", self.w_free);
-        BalanceGuard::check_options(self.balance_rel_threshold, errors);
-        self.tokens().check(errors);
+        self.balance.check_options(errors);
+        self.tokens.check(errors);
         if errors.is_empty() && self.w_prefix == 0.0 && self.w_free == 0.0 {
             errors.push(OptionError::new(
                 "w_prefix",
@@ -178,7 +160,7 @@ impl StrategyOptions for Options {
 
     fn requirements(&self) -> Requirements {
         Requirements {
-            token_ids: Some(self.tokens()),
+            token_ids: Some(self.tokens.clone()),
             cache_lookup: Some(CacheLookupOptions {
                 controller: self.controller.clone().unwrap_or_default(),
                 timeout: self.lookup_timeout,
@@ -213,7 +195,7 @@ impl LmcacheAware {
                 min_tokens: options.min_tokens,
                 w_prefix: options.w_prefix,
                 w_free: options.w_free,
-                guard: options.guard(),
+                guard: options.balance,
             },
             rng: fastrand::Rng::with_seed(seed),
             scores: Vec::new(),
@@ -221,11 +203,11 @@ impl LmcacheAware {
     }
 }
 
-impl Strategy for LmcacheAware {
-    fn name(&self) -> &'static str {
-        "lmcache_aware"
-    }
+impl OfOptions for LmcacheAware {
+    type Options = Options;
+}
 
+impl Strategy for LmcacheAware {
     fn needs(&self) -> Needs {
         Needs::TOKEN_IDS.union(Needs::CACHE_LOOKUP)
     }
@@ -301,7 +283,7 @@ mod tests {
 
     use super::*;
     use crate::testing::{cands, req};
-    use crate::AsyncInputs;
+    use rolter_core::AsyncInputs;
 
     fn pick_with(
         s: &mut LmcacheAware,
@@ -451,7 +433,7 @@ mod tests {
         let o = crate::options::parse::<Options>(&t).unwrap();
         assert_eq!(o.min_tokens, 300);
         assert_eq!((o.w_prefix, o.w_free), (2.0, 0.5));
-        assert_eq!((o.guard().abs, o.guard().rel), (8, 2.0));
+        assert_eq!((o.balance.abs, o.balance.rel), (8, 2.0));
         let only: toml::Table = toml::from_str("controller = \"http://127.0.0.1:9000\"").unwrap();
         assert_eq!(
             crate::options::parse::<Options>(&only).unwrap(),

@@ -33,13 +33,17 @@ use std::time::{Duration, Instant};
 use rolter_core::{adapter_key, Level, Residency};
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
 use crate::requirements::AdapterLoading;
+use crate::requirements::Requirements;
+use crate::shared::choose::choose_uniform;
 use crate::shared::key_map::KeyMap;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    choose_uniform, BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Requirements,
-    ShareSink, Shared, Strategy, StrategyOptions, TargetId,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest, ShareSink, Shared, TargetId};
 
 /// Fallback reason when no candidate has a fresh LoRA signal.
 pub const NO_LORA_SIGNAL: &str = "no_lora_signal";
@@ -444,15 +448,15 @@ impl LoraAware {
 
     /// The least loaded candidate, ties at random.
     fn least_loaded(&mut self, candidates: &[Candidate]) -> Option<usize> {
-        crate::choose_least_loaded(&mut self.rng, candidates)
+        crate::shared::choose::choose_least_loaded(&mut self.rng, candidates)
     }
 }
 
-impl Strategy for LoraAware {
-    fn name(&self) -> &'static str {
-        "lora_aware"
-    }
+impl OfOptions for LoraAware {
+    type Options = Options;
+}
 
+impl Strategy for LoraAware {
     fn needs(&self) -> Needs {
         Needs::LORA_RESIDENCY
     }

@@ -45,15 +45,17 @@ use std::time::{Duration, Instant};
 use rolter_core::{PriceBook, Residency};
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys};
 use crate::shared::sessions::SessionPins;
 use crate::strategies::lora_aware::LadderScores;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Sample, ShareSink, Shared,
-    Strategy, StrategyOptions, TargetId,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest, Sample, ShareSink, Shared, TargetId};
 
 /// Scores closer than this tie (they differ only by rounding).
 const SCORE_EPSILON: f64 = 1e-12;
@@ -386,16 +388,20 @@ impl StrategyOptions for Options {
         Box::new(Pipeline::new(*self, ctx))
     }
 
-    fn requirements(&self) -> crate::Requirements {
-        crate::Requirements {
+    fn requirements(&self) -> crate::requirements::Requirements {
+        crate::requirements::Requirements {
             store: match (
-                crate::StoreUse::sharing(Self::NAME, self.share_sessions, self.share_prefixes),
-                crate::StoreUse::fleet_load(Self::NAME, self.fleet_load),
+                crate::requirements::StoreUse::sharing(
+                    Self::NAME,
+                    self.share_sessions,
+                    self.share_prefixes,
+                ),
+                crate::requirements::StoreUse::fleet_load(Self::NAME, self.fleet_load),
             ) {
                 (Some(a), Some(b)) => Some(a.and(b)),
                 (a, b) => a.or(b),
             },
-            ..crate::Requirements::default()
+            ..crate::requirements::Requirements::default()
         }
     }
 }
@@ -511,11 +517,11 @@ impl Pipeline {
     }
 }
 
-impl Strategy for Pipeline {
-    fn name(&self) -> &'static str {
-        "pipeline"
-    }
+impl OfOptions for Pipeline {
+    type Options = Options;
+}
 
+impl Strategy for Pipeline {
     fn needs(&self) -> Needs {
         let mut n = Needs::NONE;
         if self.prefix_on {
@@ -570,7 +576,9 @@ impl Strategy for Pipeline {
             .fold(f64::NEG_INFINITY, f64::max);
         let limit = best - SCORE_EPSILON;
         let totals = &self.totals;
-        let chosen = crate::choose_uniform(&mut self.rng, totals.len(), |j| totals[j] >= limit)?;
+        let chosen = crate::shared::choose::choose_uniform(&mut self.rng, totals.len(), |j| {
+            totals[j] >= limit
+        })?;
         Some(Pick {
             index: self.kept[chosen],
             score: Some(self.totals[chosen]),

@@ -7,8 +7,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
+use rolter_core::{Candidate, Pick, PickRequest};
 
 /// The options of `power_of_two`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -29,10 +33,10 @@ impl StrategyOptions for Options {
         Box::new(PowerOfTwo::new(ctx.seed))
     }
 
-    fn requirements(&self) -> crate::Requirements {
-        crate::Requirements {
-            store: crate::StoreUse::fleet_load(Self::NAME, self.fleet_load),
-            ..crate::Requirements::default()
+    fn requirements(&self) -> crate::requirements::Requirements {
+        crate::requirements::Requirements {
+            store: crate::requirements::StoreUse::fleet_load(Self::NAME, self.fleet_load),
+            ..crate::requirements::Requirements::default()
         }
     }
 }
@@ -49,11 +53,11 @@ impl PowerOfTwo {
     }
 }
 
-impl Strategy for PowerOfTwo {
-    fn name(&self) -> &'static str {
-        "power_of_two"
-    }
+impl OfOptions for PowerOfTwo {
+    type Options = Options;
+}
 
+impl Strategy for PowerOfTwo {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,

@@ -27,18 +27,23 @@
 //! I/O, and reads no clock.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rolter_core::KvCacheView;
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::requirements::Requirements;
 use crate::requirements::TokenizerOptions;
-use crate::shared::balance::{self, IMBALANCE};
+use crate::shared::balance::BalanceGuard;
+use crate::shared::balance::IMBALANCE;
+use crate::shared::choose::{choose_least_loaded, choose_uniform};
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    choose_least_loaded, choose_uniform, BalanceGuard, BuildContext, Candidate, Needs, OptionError,
-    Pick, PickRequest, Requirements, Strategy, StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest};
 
 /// Fallback: the request's token ids were not available in time.
 pub const NO_TOKEN_IDS: &str = "no_token_ids";
@@ -57,37 +62,20 @@ pub const DEFAULT_MIN_BLOCKS: u32 = 2;
 pub struct Options {
     /// The best-holding target wins only above this many leading blocks.
     pub min_blocks: u32,
-    pub balance_abs_threshold: u64,
-    pub balance_rel_threshold: f64,
-    pub tokenizer: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tokenizer_config: Option<String>,
-    #[serde(with = "crate::values::duration")]
-    pub tokenize_timeout: Duration,
+    /// `balance_abs_threshold`, `balance_rel_threshold`.
+    #[serde(flatten)]
+    pub balance: BalanceGuard,
+    /// `tokenizer`, `tokenizer_config`, `tokenize_timeout`: where the token ids come from.
+    #[serde(flatten)]
+    pub tokens: TokenizerOptions,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        let guard = BalanceGuard::default();
-        let tokens = TokenizerOptions::default();
         Options {
             min_blocks: DEFAULT_MIN_BLOCKS,
-            balance_abs_threshold: guard.abs,
-            balance_rel_threshold: guard.rel,
-            tokenizer: tokens.tokenizer,
-            tokenizer_config: tokens.tokenizer_config,
-            tokenize_timeout: tokens.tokenize_timeout,
-        }
-    }
-}
-
-impl Options {
-    /// Where the route's token ids come from.
-    pub fn tokens(&self) -> TokenizerOptions {
-        TokenizerOptions {
-            tokenizer: self.tokenizer.clone(),
-            tokenizer_config: self.tokenizer_config.clone(),
-            tokenize_timeout: self.tokenize_timeout,
+            balance: BalanceGuard::default(),
+            tokens: TokenizerOptions::default(),
         }
     }
 }
@@ -101,28 +89,28 @@ impl StrategyOptions for Options {
             "min_blocks",
             "the best-holding target wins only when it holds more than this many leading blocks; otherwise load decides",
         ),
-        balance::HELP_ABS,
-        balance::HELP_REL,
+        BalanceGuard::HELP[0],
+        BalanceGuard::HELP[1],
         TokenizerOptions::HELP[0],
         TokenizerOptions::HELP[1],
         TokenizerOptions::HELP[2],
     ];
 
     fn check(&self, errors: &mut Vec<OptionError>) {
-        BalanceGuard::check_options(self.balance_rel_threshold, errors);
-        self.tokens().check(errors);
+        self.balance.check_options(errors);
+        self.tokens.check(errors);
     }
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
         Box::new(
             PreciseCacheAware::new(ctx.kv.cloned(), self.min_blocks, ctx.seed)
-                .with_balance(self.balance_abs_threshold, self.balance_rel_threshold),
+                .with_balance(self.balance),
         )
     }
 
     fn requirements(&self) -> Requirements {
         Requirements {
-            token_ids: Some(self.tokens()),
+            token_ids: Some(self.tokens.clone()),
             ..Requirements::default()
         }
     }
@@ -154,8 +142,8 @@ impl PreciseCacheAware {
     }
 
     /// The balance guard's thresholds (see the module documentation).
-    pub fn with_balance(mut self, abs: u64, rel: f64) -> Self {
-        self.guard = BalanceGuard { abs, rel };
+    pub fn with_balance(mut self, guard: BalanceGuard) -> Self {
+        self.guard = guard;
         self
     }
 
@@ -164,11 +152,11 @@ impl PreciseCacheAware {
     }
 }
 
-impl Strategy for PreciseCacheAware {
-    fn name(&self) -> &'static str {
-        "precise_cache_aware"
-    }
+impl OfOptions for PreciseCacheAware {
+    type Options = Options;
+}
 
+impl Strategy for PreciseCacheAware {
     fn needs(&self) -> Needs {
         Needs::TOKEN_IDS
     }

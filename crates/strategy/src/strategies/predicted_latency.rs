@@ -19,12 +19,15 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms};
 use crate::strategies::least_loaded::LeastLoaded;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, OptionError, Pick, PickRequest, Sample, Strategy, StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Pick, PickRequest, Sample};
 /// Learning samples a target needs before its model is used.
 pub const LEARNING_SAMPLES: u32 = 8;
 
@@ -186,7 +189,7 @@ impl PredictedLatency {
             in_route: route_mask(ctx),
             models: vec![Rls::FRESH; ctx.target_count],
             forgetting: opts.forgetting,
-            learning: LeastLoaded::new(ctx.seed, None),
+            learning: LeastLoaded::new(ctx.seed),
         }
     }
 
@@ -203,11 +206,11 @@ impl PredictedLatency {
     }
 }
 
-impl Strategy for PredictedLatency {
-    fn name(&self) -> &'static str {
-        "predicted_latency"
-    }
+impl OfOptions for PredictedLatency {
+    type Options = Options;
+}
 
+impl Strategy for PredictedLatency {
     fn pick(
         &mut self,
         req: &PickRequest<'_>,
@@ -239,7 +242,7 @@ impl Strategy for PredictedLatency {
             .filter(|c| tied(c))
             .map(|c| c.load)
             .min()?;
-        let index = crate::choose_uniform(&mut self.rng, candidates.len(), |i| {
+        let index = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
             candidates[i].load == min_load && tied(&candidates[i])
         })?;
         Some(Pick {
@@ -315,7 +318,7 @@ mod tests {
     fn learning_picks_equal_least_loaded_picks_with_the_same_seed() {
         let ctx = context(&[1.0, 1.0, 1.0], &[]);
         let mut s = PredictedLatency::new(Options::default(), &ctx);
-        let mut reference = LeastLoaded::new(ctx.seed, None);
+        let mut reference = LeastLoaded::new(ctx.seed);
         let mut loads = fastrand::Rng::with_seed(3);
         let now = Instant::now();
         for round in 0..400 {

@@ -6,8 +6,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
+use rolter_core::{Candidate, Pick, PickRequest};
 
 /// `random` takes no options.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -38,11 +42,11 @@ impl Random {
     }
 }
 
-impl Strategy for Random {
-    fn name(&self) -> &'static str {
-        "random"
-    }
+impl OfOptions for Random {
+    type Options = Options;
+}
 
+impl Strategy for Random {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,

@@ -7,8 +7,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{BuildContext, Candidate, Pick, PickRequest, Strategy, StrategyOptions};
+use rolter_core::{Candidate, Pick, PickRequest};
 
 /// `random_weighted` takes no options.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -42,11 +46,11 @@ impl RandomWeighted {
     }
 }
 
-impl Strategy for RandomWeighted {
-    fn name(&self) -> &'static str {
-        "random_weighted"
-    }
+impl OfOptions for RandomWeighted {
+    type Options = Options;
+}
 
+impl Strategy for RandomWeighted {
     fn pick(
         &mut self,
         _req: &PickRequest<'_>,

@@ -5,7 +5,7 @@
 //! rotation in candidate order. The cursor is per core; with `atomic = true` it lives in the
 //! shared state store and every replica advances the same one: the gateway advances it over
 //! the pick's candidates before the pick ([`Needs::SHARED_ROTATION`]) and the answer comes
-//! in as [`AsyncInputs::rotation`](crate::AsyncInputs); when the store could not answer in
+//! in as [`AsyncInputs::rotation`](rolter_core::AsyncInputs); when the store could not answer in
 //! time the per-core cursor picks, and the pick says so (`store_unavailable`).
 //! Owns only its current weights.
 
@@ -13,11 +13,14 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::BuildContext;
+use crate::options::OfOptions;
+use crate::options::StrategyOptions;
+use crate::requirements::{Requirements, StoreUse};
+use crate::strategy::Strategy;
 use crate::traits::Trait;
-use crate::{
-    BuildContext, Candidate, Needs, OptionError, Pick, PickRequest, Requirements, StoreUse,
-    Strategy, StrategyOptions,
-};
+use crate::values::OptionError;
+use rolter_core::{Candidate, Needs, Pick, PickRequest};
 
 /// The fallback reason of a pick made by the per-core cursor because the store did not
 /// answer in time.
@@ -144,11 +147,11 @@ impl RoundRobin {
     }
 }
 
-impl Strategy for RoundRobin {
-    fn name(&self) -> &'static str {
-        "round_robin"
-    }
+impl OfOptions for RoundRobin {
+    type Options = Options;
+}
 
+impl Strategy for RoundRobin {
     fn needs(&self) -> Needs {
         if self.atomic {
             Needs::SHARED_ROTATION
@@ -264,7 +267,7 @@ mod tests {
         let now = Instant::now();
         // The store's answer wins, whatever the local cursor would say.
         for t in [2, 2, 0] {
-            let inputs = crate::AsyncInputs {
+            let inputs = rolter_core::AsyncInputs {
                 rotation: Some(t),
                 ..Default::default()
             };
@@ -276,7 +279,7 @@ mod tests {
             assert_eq!((c[p.index].target, p.fallback), (t, None));
         }
         // No answer (or one that is no longer a candidate): the local rotation, said so.
-        let gone = crate::AsyncInputs {
+        let gone = rolter_core::AsyncInputs {
             rotation: Some(7),
             ..Default::default()
         };

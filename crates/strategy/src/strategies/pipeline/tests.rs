@@ -1,8 +1,8 @@
 use super::*;
 use crate::testing;
 use crate::testing::{cands, context, req, sample};
-use crate::{AsyncInputs, SessionKey};
 use rolter_core::Price;
+use rolter_core::{AsyncInputs, SessionKey};
 
 fn pipeline(n: usize, opts: Options) -> Pipeline {
     Pipeline::new(opts, &context(&vec![1.0; n], &[]))
