@@ -38,6 +38,11 @@ name = "a"
 url = "ftp://x"
 headers = { "X-Key" = "bad\r\nvalue" }
 
+[[targets]]
+name = "b"
+url = "http://127.0.0.1:2"
+weight = "2"
+
 [[routes]]
 name = "r"
 targets = ["a", "ghost"]
@@ -54,6 +59,8 @@ strategy = "fastestt"
         "targets[0].headers",
         "ghost",
         "fastestt",
+        "targets[1].weight",
+        "write a number",
     ] {
         assert!(err.contains(needle), "missing {needle} in:\n{err}");
     }

@@ -97,6 +97,8 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+log "the import-circle check's own tests (tests/check_imports_test.py)"
+python3 tests/check_imports_test.py
 log "no import circle between modules (tests/check_imports.py)"
 python3 tests/check_imports.py crates/*/src src loadtest/*/src
 log "cargo test"

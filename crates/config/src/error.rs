@@ -88,6 +88,9 @@ impl<'a> IntoIterator for &'a ConfigErrors {
 pub(crate) struct Collector {
     file: String,
     errors: Vec<ConfigError>,
+    /// Keys whose value was dropped after a type error: what validation then finds at them
+    /// (or under them) follows from the value being gone and is not reported.
+    dropped: Vec<String>,
 }
 
 impl Collector {
@@ -95,6 +98,7 @@ impl Collector {
         Collector {
             file: file.to_string(),
             errors: Vec::new(),
+            dropped: Vec::new(),
         }
     }
 
@@ -104,9 +108,13 @@ impl Collector {
         message: impl Into<String>,
         fix: impl Into<String>,
     ) {
+        let key = key.into();
+        if self.dropped.iter().any(|d| is_under(&key, d)) {
+            return;
+        }
         self.errors.push(ConfigError {
             file: self.file.clone(),
-            key: key.into(),
+            key,
             message: message.into(),
             fix: fix.into(),
         });
@@ -114,6 +122,12 @@ impl Collector {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.errors.is_empty()
+    }
+
+    /// From now on, errors at `key` or under it are not reported: its value was dropped
+    /// after the type error already reported there.
+    pub(crate) fn drop_under(&mut self, key: String) {
+        self.dropped.push(key);
     }
 
     /// Takes over the errors another source's collector found (a file this one names).
@@ -126,4 +140,10 @@ impl Collector {
             errors: self.errors,
         }
     }
+}
+
+/// True when `key` is `parent` or a key path inside it (`parent.x`, `parent[0]`).
+fn is_under(key: &str, parent: &str) -> bool {
+    key.strip_prefix(parent)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
 }

@@ -5,7 +5,9 @@
 //!
 //! 1. `raw`: the TOML is parsed (all syntax errors are reported, with line and column) and
 //!    deserialized into permissive serde types; unknown keys are collected with
-//!    `serde_ignored` and reported with the closest valid key. A type error stops here.
+//!    `serde_ignored` and reported with the closest valid key. A type error is reported at
+//!    its key, which is then dropped so the rest of the file is still deserialized and
+//!    validated.
 //! 2. `validate`: every value is checked and converted (URLs parsed and resolved, `${VAR}`
 //!    expanded, durations parsed, route references resolved, each strategy's options parsed
 //!    and checked by the strategy crate, what the strategy needs prepared — its tokenizer

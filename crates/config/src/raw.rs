@@ -726,8 +726,13 @@ fn toml_error(
 
 /// Parses `text` into a [`RawConfig`], pushing syntax errors, type errors and unknown keys into
 /// `errs`. Returns `None` when the text could not be deserialized at all.
+///
+/// Serde stops at the first type error, so each one is reported, the key holding the
+/// mistyped value is dropped from the document and the rest is deserialized again: every
+/// type error is found, and what remains is validated as usual (the dropped keys count as
+/// not set, without a second error at them).
 pub(crate) fn parse(text: &str, errs: &mut Collector) -> Option<RawConfig> {
-    let (root, syntax_errors) = DeTable::parse_recoverable(text);
+    let (mut root, syntax_errors) = DeTable::parse_recoverable(text);
     if !syntax_errors.is_empty() {
         let mut syntax_errors = syntax_errors;
         syntax_errors.sort_by_key(|e| e.span().map_or(usize::MAX, |s| s.start));
@@ -736,23 +741,67 @@ pub(crate) fn parse(text: &str, errs: &mut Collector) -> Option<RawConfig> {
         }
         return None;
     }
-    let lookup = root.get_ref().clone();
-    let de = toml::de::Deserializer::from(root);
-    let mut unknown: Vec<Vec<Seg>> = Vec::new();
-    let result: Result<RawConfig, _> = serde_ignored::deserialize(de, |path| {
-        let mut segs = Vec::new();
-        path_segments(&path, &mut segs);
-        unknown.push(segs);
-    });
-    for segs in &unknown {
-        report_unknown(errs, segs);
-    }
-    match result {
-        Ok(raw) => Some(raw),
-        Err(e) => {
-            toml_error(errs, text, Some(&lookup), &e, false);
-            None
+    // Each pass drops one key, so this ends.
+    loop {
+        let de = toml::de::Deserializer::from(root.clone());
+        let mut unknown: Vec<Vec<Seg>> = Vec::new();
+        let result: Result<RawConfig, _> = serde_ignored::deserialize(de, |path| {
+            let mut segs = Vec::new();
+            path_segments(&path, &mut segs);
+            unknown.push(segs);
+        });
+        let e = match result {
+            Ok(raw) => {
+                for segs in &unknown {
+                    report_unknown(errs, segs);
+                }
+                return Some(raw);
+            }
+            Err(e) => e,
+        };
+        toml_error(errs, text, Some(root.get_ref()), &e, false);
+        let segs = e
+            .span()
+            .map(|span| key_at(root.get_ref(), &span))
+            .unwrap_or_default();
+        match drop_key(root.get_mut(), &segs) {
+            Some(dropped) => errs.drop_under(render(&segs[..dropped])),
+            None => {
+                for segs in &unknown {
+                    report_unknown(errs, segs);
+                }
+                return None;
+            }
         }
+    }
+}
+
+/// Removes the innermost key along `segs` (an array element is dropped with the key that
+/// holds the array, so later indices stay as written). Returns how many segments lead to
+/// the removed key, or `None` when there is no key to remove.
+fn drop_key(root: &mut DeTable<'_>, segs: &[Seg]) -> Option<usize> {
+    let last = segs.iter().rposition(|s| matches!(s, Seg::Key(_)))?;
+    drop_in_table(root, &segs[..=last]).then_some(last + 1)
+}
+
+/// Removes the key `segs` ends with (the only key, or the last, in `segs`).
+fn drop_in_table(table: &mut DeTable<'_>, segs: &[Seg]) -> bool {
+    match segs {
+        [Seg::Key(k)] => table.remove(k.as_str()).is_some(),
+        [Seg::Key(k), rest @ ..] => table
+            .get_mut(k.as_str())
+            .is_some_and(|v| drop_in_value(v.get_mut(), rest)),
+        _ => false,
+    }
+}
+
+fn drop_in_value(value: &mut DeValue<'_>, segs: &[Seg]) -> bool {
+    match (value, segs) {
+        (DeValue::Table(t), _) => drop_in_table(t, segs),
+        (DeValue::Array(a), [Seg::Index(i), rest @ ..]) => a
+            .get_mut(*i)
+            .is_some_and(|item| drop_in_value(item.get_mut(), rest)),
+        _ => false,
     }
 }
 

@@ -12,8 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use rolter_config::{HealthConfig, Route, Target, TargetId};
-use rolter_core::{Sample, Verdict};
+use rolter_core::{Sample, TargetId, Verdict};
+
+use crate::fleet::{FleetRoute, FleetTarget, HealthSettings};
 
 /// A change worth a log line and a metric.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -110,7 +111,7 @@ pub struct HealthState {
 }
 
 pub struct HealthBook {
-    cfg: HealthConfig,
+    cfg: HealthSettings,
     targets: Vec<TargetHealth>,
     /// Targets per route, for the ejection cap.
     routes: Vec<Vec<TargetId>>,
@@ -119,7 +120,7 @@ pub struct HealthBook {
 }
 
 impl HealthBook {
-    pub fn new(cfg: &HealthConfig, targets: &[Target], routes: &[Route]) -> Self {
+    pub fn new(cfg: &HealthSettings, targets: &[FleetTarget], routes: &[FleetRoute]) -> Self {
         HealthBook {
             targets: targets
                 .iter()
@@ -444,36 +445,27 @@ impl HealthBook {
 mod tests {
     use super::*;
 
-    fn book(targets: usize, cfg: HealthConfig) -> HealthBook {
-        let config = rolter_config::load_str(
-            &{
-                let mut s = String::new();
-                for i in 0..targets {
-                    s.push_str(&format!(
-                        "[[targets]]\nname = \"t{i}\"\nurl = \"http://127.0.0.1:{}\"\n",
-                        9000 + i
-                    ));
-                }
-                let names: Vec<String> = (0..targets).map(|i| format!("\"t{i}\"")).collect();
-                s.push_str(&format!(
-                    "[[routes]]\nname = \"r\"\ntargets = [{}]\n",
-                    names.join(",")
-                ));
-                s
-            },
-            "t.toml",
-        )
-        .unwrap();
-        HealthBook::new(&cfg, &config.targets, &config.routes)
+    fn book(targets: usize, cfg: HealthSettings) -> HealthBook {
+        let targets: Vec<FleetTarget> = (0..targets)
+            .map(|i| FleetTarget {
+                name: format!("t{i}"),
+                scrape: true,
+                health_path: None,
+            })
+            .collect();
+        let routes = [FleetRoute {
+            targets: (0..targets.len()).collect(),
+        }];
+        HealthBook::new(&cfg, &targets, &routes)
     }
 
-    fn cfg() -> HealthConfig {
-        HealthConfig {
+    fn cfg() -> HealthSettings {
+        HealthSettings {
             failures: 3,
             ejection_time: Duration::from_secs(10),
             max_ejection_time: Duration::from_secs(35),
             max_ejected_percent: 50,
-            ..HealthConfig::default()
+            ..HealthSettings::default()
         }
     }
 
@@ -573,7 +565,7 @@ mod tests {
     fn active_checks_need_streaks_and_bring_ejected_targets_back() {
         let mut b = book(
             2,
-            HealthConfig {
+            HealthSettings {
                 active: true,
                 healthy_threshold: 2,
                 unhealthy_threshold: 2,
@@ -618,7 +610,7 @@ mod tests {
     fn passive_ejection_can_be_turned_off() {
         let mut b = book(
             2,
-            HealthConfig {
+            HealthSettings {
                 failures: 0,
                 ..cfg()
             },
@@ -656,8 +648,8 @@ mod tests {
         }
     }
 
-    fn latency_cfg() -> HealthConfig {
-        HealthConfig {
+    fn latency_cfg() -> HealthSettings {
+        HealthSettings {
             latency_factor: 3.0,
             latency_for: Duration::from_secs(5),
             latency_min_samples: 10,
@@ -760,7 +752,7 @@ mod tests {
         // With max_ejected_percent = 50 and two targets, only one can be out at once.
         let mut capped = book(
             2,
-            HealthConfig {
+            HealthSettings {
                 max_ejected_percent: 0,
                 ..latency_cfg()
             },
@@ -777,7 +769,7 @@ mod tests {
 
     #[test]
     fn slow_start_ramps_a_returning_target() {
-        let cfg = HealthConfig {
+        let cfg = HealthSettings {
             slow_start_window: Duration::from_secs(10),
             slow_start_min_weight: 0.1,
             slow_start_aggression: 1.0,
@@ -799,7 +791,7 @@ mod tests {
         // Aggression 2: the square root, a faster start.
         let mut fast = book(
             2,
-            HealthConfig {
+            HealthSettings {
                 slow_start_aggression: 2.0,
                 ..cfg
             },

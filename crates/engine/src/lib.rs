@@ -1,5 +1,6 @@
 //! What the gateway learns from the engines, rebuilt from what they expose and publish.
 //!
+//! - [`fleet`]: what the books are built from: targets, routes, scrape and health settings.
 //! - [`scrape`]: an engine's Prometheus text parsed into queue depth, running requests and
 //!   KV-cache use (vLLM and SGLang names).
 //! - [`health`]: the health book: active check results, passive ejection on consecutive
@@ -15,9 +16,11 @@
 //!
 //! Everything here except the KV transport and the index thread is pure: no sockets, no
 //! threads, no clocks (time comes in as an argument). The gateway's control thread does
-//! the fetching and scheduling and calls into these modules. Depends on the core and
-//! configuration crates only.
+//! the fetching and scheduling and calls into these modules, building them from [`fleet`]'s
+//! plain values (the targets, routes and health settings it takes from its configuration).
+//! Depends on the core crate only.
 
+pub mod fleet;
 pub mod health;
 pub mod kv;
 pub mod lmcache;

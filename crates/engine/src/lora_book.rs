@@ -10,9 +10,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rolter_config::Config;
 use rolter_core::Needs;
 
+use crate::fleet::Fleet;
 use crate::lora::{adapter_key, LoraInfo, LoraTable, Slots, TargetLora};
 
 /// The table is re-sent at least this often even when unchanged.
@@ -49,22 +49,22 @@ pub struct LoraBook {
 }
 
 impl LoraBook {
-    /// A book for `config`, tracking the targets of every route whose strategy asks for
+    /// A book for `fleet`, tracking the targets of every route whose strategy asks for
     /// residency (`route_needs`: what each route's strategy needs, in route order).
-    pub fn new(config: &Config, route_needs: &[Needs]) -> Self {
-        let n = config.targets.len();
+    pub fn new(fleet: &Fleet, route_needs: &[Needs]) -> Self {
+        let n = fleet.targets.len();
         let mut wanted = vec![false; n];
-        for (route, needs) in config.routes.iter().zip(route_needs) {
+        for (route, needs) in fleet.routes.iter().zip(route_needs) {
             if needs.contains(Needs::LORA_RESIDENCY) {
                 for &t in &route.targets {
-                    wanted[t] = config.scrape.enabled && config.targets[t].scrape;
+                    wanted[t] = fleet.scrape_enabled && fleet.targets[t].scrape;
                 }
             }
         }
         LoraBook {
             wanted,
-            names: config.targets.iter().map(|t| t.name.clone()).collect(),
-            stale_after: config.scrape.stale_after,
+            names: fleet.targets.iter().map(|t| t.name.clone()).collect(),
+            stale_after: fleet.scrape_stale_after,
             targets: (0..n).map(|_| TargetBook::default()).collect(),
             published: None,
             last_publish: None,
@@ -209,31 +209,37 @@ impl LoraBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::{FleetRoute, FleetTarget};
     use rolter_core::Level;
 
-    fn config(strategy: &str, scrape: bool) -> Config {
-        let scrape = if scrape {
-            "[metrics_scrape]\ninterval = \"100ms\"\ntimeout = \"50ms\"\nstale_after = \"300ms\"\n"
-        } else {
-            ""
+    /// Targets a, b and c (c not scraped) on one route with `strategy`; scraped with a
+    /// 300ms `stale_after` when `scrape`.
+    fn config(strategy: &str, scrape: bool) -> (Fleet, &str) {
+        let target = |name: &str, scrape: bool| FleetTarget {
+            name: name.into(),
+            scrape,
+            health_path: None,
         };
-        let text = format!(
-            "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:9001\"\n\
-             [[targets]]\nname = \"b\"\nurl = \"http://127.0.0.1:9002\"\n\
-             [[targets]]\nname = \"c\"\nurl = \"http://127.0.0.1:9003\"\nscrape = false\n\
-             [[routes]]\nname = \"l\"\ntargets = [\"a\", \"b\", \"c\"]\nstrategy = \"{strategy}\"\n{scrape}"
-        );
-        rolter_config::load_str(&text, "test.toml").unwrap()
+        let fleet = Fleet {
+            targets: vec![target("a", true), target("b", true), target("c", false)],
+            routes: vec![FleetRoute {
+                targets: vec![0, 1, 2],
+            }],
+            scrape_enabled: scrape,
+            scrape_stale_after: Duration::from_millis(300),
+        };
+        (fleet, strategy)
     }
 
-    fn book(config: &Config) -> LoraBook {
-        let ctx = rolter_strategy::testing::context(&vec![1.0; config.targets.len()], &[]);
-        let needs: Vec<Needs> = config
+    fn book((fleet, strategy): &(Fleet, &str)) -> LoraBook {
+        let ctx = rolter_strategy::testing::context(&vec![1.0; fleet.targets.len()], &[]);
+        let spec = rolter_strategy::StrategySpec::with_defaults(strategy).unwrap();
+        let needs: Vec<Needs> = fleet
             .routes
             .iter()
-            .map(|r| r.strategy.build(&ctx).needs())
+            .map(|_| spec.build(&ctx).needs())
             .collect();
-        LoraBook::new(config, &needs)
+        LoraBook::new(fleet, &needs)
     }
 
     fn info(max: u32, running: &[&str], waiting: &[&str]) -> LoraInfo {

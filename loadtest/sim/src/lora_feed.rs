@@ -48,7 +48,10 @@ impl LoraFeed {
         let config = scrape_config(n, period);
         let period = config.scrape.interval;
         LoraFeed {
-            book: LoraBook::new(&config, &[route[0].needs()]),
+            book: LoraBook::new(
+                &rolter::gateway::control::plane::engine_fleet(&config),
+                &[route[0].needs()],
+            ),
             view: LoraView::default(),
             names,
             period_ns: (period.as_nanos() as u64).max(1),

@@ -110,6 +110,18 @@ fn the_keys_file_holds_keys_only_and_shares_uniqueness_with_the_configuration() 
         file.display().to_string()
     );
 
+    // A type error in the keys file is reported with the file's other errors.
+    std::fs::write(
+        &file,
+        "[[keys]]\nname = \"b\"\nhash = \"x\"\nrequests_per_minute = \"10\"\n",
+    )
+    .unwrap();
+    let errs = errors(&text);
+    let e = error_at(&errs, "keys[0].requests_per_minute");
+    assert_eq!(e.file, file.display().to_string());
+    assert!(e.message.contains("expected an integer"), "{e}");
+    error_at(&errs, "keys[0].hash");
+
     let errs = errors(&with_keys(
         "[auth]\nkeys_file = \"/nonexistent/keys.toml\"\n",
     ));

@@ -216,6 +216,102 @@ fn unknown_keys_reported_alongside_type_error() {
 }
 
 #[test]
+fn type_error_reported_with_every_other_error() {
+    // `weight` wants a number: serde stops at it, yet the other target and the route are
+    // still validated, and each error names its key and the fix.
+    let text = "\
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1:8000\"
+weight = \"2\"
+[[targets]]
+name = \"b\"
+url = \"gopher://x\"
+[[routes]]
+name = \"r\"
+targets = [\"a\", \"b\"]
+strategy = \"fastestt\"
+";
+    let errs = errors(text);
+    let all = ConfigErrors {
+        errors: errs.clone(),
+    };
+    let e = error_at(&errs, "targets[0].weight");
+    assert!(e.message.starts_with("line 4, column 10: "), "{e}");
+    assert!(e.message.contains("expected a number"), "{e}");
+    assert_eq!(e.fix, "write a number at line 4, column 10", "{e}");
+    assert!(
+        error_at(&errs, "targets[1].url").message.contains("gopher"),
+        "{all}"
+    );
+    assert!(
+        error_at(&errs, "routes[0].strategy")
+            .message
+            .contains("fastestt"),
+        "{all}"
+    );
+    assert_eq!(errs.len(), 3, "{all}");
+    assert!(
+        all.to_string()
+            .lines()
+            .all(|l| l.starts_with("test.toml: ")),
+        "{all}"
+    );
+}
+
+#[test]
+fn every_type_error_is_reported() {
+    // Two in one target, one in [server], one in an array and one in an inline table, with an
+    // unknown key and a validation error besides.
+    let text = "\
+[server]
+workers = \"four\"
+listn = \"x\"
+[[targets]]
+name = \"a\"
+url = \"http://10.0.0.1:8000\"
+weight = \"2\"
+max_concurrent = true
+models = [\"m\", 3]
+headers = { x = 1 }
+[targets.timeouts]
+connect = \"0s\"
+";
+    let errs = errors(text);
+    let all = ConfigErrors {
+        errors: errs.clone(),
+    };
+    for key in [
+        "server.workers",
+        "targets[0].weight",
+        "targets[0].max_concurrent",
+        "targets[0].models[1]",
+        "targets[0].headers.x",
+    ] {
+        let e = error_at(&errs, key);
+        assert!(e.message.contains("invalid type"), "{e}");
+        assert!(e.fix.starts_with("write "), "{e}");
+    }
+    error_at(&errs, "server.listn");
+    error_at(&errs, "targets[0].timeouts.connect");
+    assert_eq!(errs.len(), 7, "{all}");
+}
+
+#[test]
+fn dropped_value_is_not_reported_again() {
+    // `name = 5` is a type error; the target is then validated without a name, which is
+    // not a second error at the same key.
+    let errs = errors("[[targets]]\nname = 5\nurl = \"http://10.0.0.1\"\n");
+    let e = error_at(&errs, "targets[0].name");
+    assert!(e.message.contains("expected a string"), "{e}");
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors { errors: errs });
+    // A whole section of the wrong type is one error too.
+    let errs = errors(&format!("server = 5\n{ONE_TARGET}"));
+    error_at(&errs, "server");
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors { errors: errs });
+}
+
+#[test]
 fn syntax_errors_have_line_and_column() {
     let errs = errors("[[targets]]\nname = \"a\nurl = \"http://10.0.0.1\"\n");
     let e = &errs[0];

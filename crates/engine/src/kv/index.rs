@@ -109,10 +109,9 @@ impl Default for KvIndexConfig {
     /// The `[kv_events]` defaults: vLLM's 16-token blocks, 2^17 blocks per target (2M
     /// tokens, several times the GPU cache of a large engine, about 40 MB at most).
     fn default() -> Self {
-        let c = rolter_config::KvEventsConfig::default();
         Self {
-            block_size: c.block_size as usize,
-            max_blocks_per_target: c.max_blocks_per_target as usize,
+            block_size: 16,
+            max_blocks_per_target: 1 << 17,
         }
     }
 }

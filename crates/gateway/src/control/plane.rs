@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use rolter_config::reload::unchanged_targets;
-use rolter_config::Config;
+use rolter_config::{Config, HealthConfig};
 use rolter_core::{Needs, Switches, Verdict};
+use rolter_engine::fleet::{Fleet, FleetRoute, FleetTarget, HealthSettings};
 use rolter_engine::health::{HealthBook, HealthEvent};
 use rolter_engine::kv::reports::KvReports;
 use rolter_engine::lora_book::LoraBook;
@@ -167,12 +168,17 @@ impl Plane {
             .map(|r| strategies.build(r, 0))
             .collect();
         let needs: Vec<Needs> = mirrors.iter().map(|m| m.needs()).collect();
-        let lora = LoraBook::new(&config, &needs);
+        let fleet = engine_fleet(&config);
+        let lora = LoraBook::new(&fleet, &needs);
         Plane {
             dns: DnsBook::new(&config, dns::system_resolver(), Instant::now()),
             lora,
             mirrors,
-            health: HealthBook::new(&config.health, &config.targets, &config.routes),
+            health: HealthBook::new(
+                &health_settings(&config.health),
+                &fleet.targets,
+                &fleet.routes,
+            ),
             metrics: GatewayMetrics::new(&route_names, &strategy_names, &target_names),
             queues: crate::metrics::queue::QueueMetrics::new(
                 config
@@ -915,5 +921,71 @@ impl Plane {
             self.drops_logged = total;
             self.last_drop_log = Some(now);
         }
+    }
+}
+
+/// The engine crate's view of the fleet, its books' input: targets, routes and the scrape
+/// settings.
+pub fn engine_fleet(config: &Config) -> Fleet {
+    Fleet {
+        targets: config
+            .targets
+            .iter()
+            .map(|t| FleetTarget {
+                name: t.name.clone(),
+                scrape: t.scrape,
+                health_path: t.health_path.clone(),
+            })
+            .collect(),
+        routes: config
+            .routes
+            .iter()
+            .map(|r| FleetRoute {
+                targets: r.targets.clone(),
+            })
+            .collect(),
+        scrape_enabled: config.scrape.enabled,
+        scrape_stale_after: config.scrape.stale_after,
+    }
+}
+
+/// What the health book does, from `[health]` (its probe path and timing are the prober's).
+pub fn health_settings(h: &HealthConfig) -> HealthSettings {
+    HealthSettings {
+        active: h.active,
+        healthy_threshold: h.healthy_threshold,
+        unhealthy_threshold: h.unhealthy_threshold,
+        failures: h.failures,
+        ejection_time: h.ejection_time,
+        max_ejection_time: h.max_ejection_time,
+        max_ejected_percent: h.max_ejected_percent,
+        latency_factor: h.latency_factor,
+        latency_for: h.latency_for,
+        latency_min_samples: h.latency_min_samples,
+        slow_start_window: h.slow_start_window,
+        slow_start_aggression: h.slow_start_aggression,
+        slow_start_min_weight: h.slow_start_min_weight,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The engine crate's defaults are the configuration's: `[health]`, and `[kv_events]`
+    /// for the KV index.
+    #[test]
+    fn engine_defaults_match_the_configuration() {
+        assert_eq!(
+            health_settings(&HealthConfig::default()),
+            HealthSettings::default()
+        );
+        let kv = rolter_config::KvEventsConfig::default();
+        let index = rolter_engine::kv::index::KvIndexConfig::default();
+        assert_eq!(index.block_size, kv.block_size as usize);
+        assert_eq!(
+            index.max_blocks_per_target,
+            kv.max_blocks_per_target as usize
+        );
     }
 }
