@@ -17,7 +17,6 @@
 //! reads a clock.
 
 pub mod context;
-pub mod inner;
 pub mod options;
 pub mod registry;
 pub mod requirements;
@@ -31,9 +30,10 @@ pub mod values;
 pub mod testing;
 
 pub use context::BuildContext;
-pub use inner::InnerStrategy;
-pub use options::{OfOptions, OptionLine, RemovedOption, StrategyOptions};
-pub use registry::{StrategyInfo, StrategySpec, Trait};
+pub use options::{
+    InnerStrategy, OfOptions, OptionLine, ParseSpec, RemovedOption, StrategyOptions, StrategySpec,
+};
+pub use registry::{StrategyInfo, Trait, STRATEGIES};
 pub use requirements::{
     AdapterLoading, CacheLookupOptions, PriceUse, Requirements, StoreUse, TokenizerOptions,
 };
@@ -43,28 +43,3 @@ pub use rolter_core::{
 };
 pub use strategy::{Named, Strategy};
 pub use values::OptionError;
-
-use registry::entry;
-use strategies::*;
-
-/// Every strategy, in the order `rolter strategies` lists them: each one's registry entry,
-/// built from its options type.
-pub static STRATEGIES: &[StrategyInfo] = &[
-    entry::<round_robin::Options>(),
-    entry::<random::Options>(),
-    entry::<random_weighted::Options>(),
-    entry::<power_of_two::Options>(),
-    entry::<least_loaded::Options>(),
-    entry::<failover::Options>(),
-    entry::<fastest::Options>(),
-    entry::<adaptive::Options>(),
-    entry::<predicted_latency::Options>(),
-    entry::<cheapest::Options>(),
-    entry::<fair_catchup::Options>(),
-    entry::<cache_aware::Options>(),
-    entry::<precise_cache_aware::Options>(),
-    entry::<lmcache_aware::Options>(),
-    entry::<pipeline::Options>(),
-    entry::<lora_aware::Options>(),
-    entry::<consistent_hash::Options>(),
-];

@@ -1,5 +1,11 @@
-//! Strategy options: the trait each strategy's typed options struct implements, and the
-//! one parser that turns a route's `[routes.strategy]` table into it.
+//! Strategy options: the trait each strategy's typed options struct implements, the one
+//! parser that turns a route's `[routes.strategy]` table into it, the type-erased
+//! [`StrategySpec`] a route holds, and the [`InnerStrategy`] a wrapper names in its options.
+//!
+//! A wrapper's inner strategy is parsed by the registry, the one place that knows every
+//! strategy: the options deserialize it as written, then [`parse`] hands each one (through
+//! [`StrategyOptions::nested`]) to the registry's parser it was given. So this module, and
+//! every strategy, stays below the registry's list of them.
 //!
 //! Each strategy's options are one serde struct whose `Default` is the documented default
 //! of every option; nothing else in Rolter states a default. The parser reports every
@@ -11,10 +17,11 @@
 
 use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde::ser::Impossible;
-use serde::Serialize;
+use serde::de::{self, DeserializeOwned, Deserializer};
+use serde::ser::{Impossible, SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
 use crate::requirements::Requirements;
@@ -56,7 +63,16 @@ pub trait StrategyOptions:
     fn requirements(&self) -> Requirements {
         Requirements::default()
     }
+
+    /// The strategies these options name (a wrapper's), by key, for [`parse`] to resolve.
+    fn nested(&mut self) -> Vec<(&'static str, &mut InnerStrategy)> {
+        Vec::new()
+    }
 }
+
+/// The registry's parser of a named strategy with its options table, handed down so that
+/// options naming another strategy can be resolved without knowing the list of them.
+pub type ParseSpec<'a> = &'a dyn Fn(&str, &toml::Table) -> Result<StrategySpec, Vec<OptionError>>;
 
 /// An option a strategy used to take, and what replaces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +97,12 @@ impl<S: OfOptions> Named for S {
     }
 }
 
-/// Parses `table` (the strategy table without `name`) into `O`, reporting every problem.
-pub fn parse<O: StrategyOptions>(table: &toml::Table) -> Result<O, Vec<OptionError>> {
+/// Parses `table` (the strategy table without `name`) into `O`, reporting every problem;
+/// the strategies it names are parsed with `parse_spec`.
+pub fn parse<O: StrategyOptions>(
+    table: &toml::Table,
+    parse_spec: ParseSpec<'_>,
+) -> Result<O, Vec<OptionError>> {
     let mut errors = Vec::new();
     let mut valid = table.clone();
     for (key, value) in table {
@@ -114,13 +134,18 @@ pub fn parse<O: StrategyOptions>(table: &toml::Table) -> Result<O, Vec<OptionErr
         }
     }
     // The well-typed options are checked too, so every problem is reported at once.
-    let options = match O::deserialize(toml::Value::Table(valid)) {
+    let mut options = match O::deserialize(toml::Value::Table(valid)) {
         Ok(o) => o,
         Err(e) => {
             errors.push(OptionError::new("name", e.to_string()));
             return Err(errors);
         }
     };
+    for (key, inner) in options.nested() {
+        if let Err(e) = inner.resolve(parse_spec) {
+            errors.push(OptionError::new(key, Joined(&e).to_string()));
+        }
+    }
     let mut checks = Vec::new();
     options.check(&mut checks);
     for c in checks {
@@ -370,8 +395,217 @@ impl serde::ser::SerializeMap for &mut Keys {
     }
 }
 
+/// A route's strategy, validated: its typed options behind a type-erased handle (the
+/// registry parses one from a name and a table, and gives its entry).
+#[derive(Clone)]
+pub struct StrategySpec {
+    options: Arc<dyn AnyOptions>,
+}
+
+impl StrategySpec {
+    /// The strategy's own options, typed.
+    pub fn of<O: StrategyOptions>(options: O) -> StrategySpec {
+        StrategySpec {
+            options: Arc::new(options),
+        }
+    }
+
+    pub(crate) fn from_erased(options: Arc<dyn AnyOptions>) -> StrategySpec {
+        StrategySpec { options }
+    }
+
+    /// Canonical name.
+    pub fn name(&self) -> &'static str {
+        self.options.name()
+    }
+
+    /// The typed options, when they are `O`'s.
+    pub fn options<O: StrategyOptions>(&self) -> Option<&O> {
+        self.options.as_any().downcast_ref()
+    }
+
+    /// Builds one per-core instance.
+    pub fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
+        self.options.build(ctx)
+    }
+
+    /// What the gateway must supply for this strategy (and any strategy it wraps).
+    pub fn requirements(&self) -> Requirements {
+        self.options.requirements()
+    }
+
+    /// The options as a TOML table, every option present that has a value.
+    pub fn to_table(&self) -> toml::Table {
+        self.options.to_table()
+    }
+
+    /// The options whose values differ from the defaults, as TOML (for labels and
+    /// summaries).
+    pub fn non_default(&self) -> toml::Table {
+        let defaults = self.options.defaults().to_table();
+        self.to_table()
+            .into_iter()
+            .filter(|(k, v)| defaults.get(k) != Some(v))
+            .collect()
+    }
+
+    /// Whether every option has its default value.
+    pub fn is_default(&self) -> bool {
+        self.options.same(&*self.options.defaults())
+    }
+}
+
+impl PartialEq for StrategySpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name() && self.options.same(&*other.options)
+    }
+}
+
+impl fmt::Debug for StrategySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StrategySpec")
+            .field("name", &self.name())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// A strategy named inside another's options (`failover`'s `within_tier`, `adaptive`'s
+/// `fallback_strategy`, `fair_catchup`'s `base_strategy`): a name, or a table with `name`
+/// and that strategy's own options. Deserialized as written; [`parse`] resolves it with the
+/// registry's parser before the wrapper's checks run, so a parsed wrapper's inner strategy
+/// is always a validated [`StrategySpec`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct InnerStrategy(Inner);
+
+#[derive(Clone, Debug, PartialEq)]
+enum Inner {
+    Spec(StrategySpec),
+    /// As written, until [`parse`] resolves it.
+    Written {
+        name: String,
+        options: toml::Table,
+    },
+}
+
+impl InnerStrategy {
+    /// `options`' strategy (for the wrappers' own defaults).
+    pub fn of<O: StrategyOptions>(options: O) -> InnerStrategy {
+        InnerStrategy(Inner::Spec(StrategySpec::of(options)))
+    }
+
+    /// The validated strategy. Only [`parse`] makes a wrapper's options from a file, and
+    /// it resolves every inner strategy first.
+    pub fn spec(&self) -> &StrategySpec {
+        match &self.0 {
+            Inner::Spec(spec) => spec,
+            Inner::Written { name, .. } => {
+                panic!("inner strategy `{name}` used before the registry parsed it")
+            }
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.spec().name()
+    }
+
+    /// The validated strategy, `None` while it is as written (a wrapper's checks run after
+    /// an inner strategy that failed to parse too).
+    pub fn resolved(&self) -> Option<&StrategySpec> {
+        match &self.0 {
+            Inner::Spec(spec) => Some(spec),
+            Inner::Written { .. } => None,
+        }
+    }
+
+    /// Parses the strategy as written with the registry's `parse_spec`.
+    fn resolve(&mut self, parse_spec: ParseSpec<'_>) -> Result<(), Vec<OptionError>> {
+        if let Inner::Written { name, options } = &self.0 {
+            self.0 = Inner::Spec(parse_spec(name, options)?);
+        }
+        Ok(())
+    }
+
+    /// Reports `key` when it names the wrapper itself (nothing while it is unresolved: its
+    /// own error is reported).
+    pub fn check_not(&self, own: &str, key: &str, errors: &mut Vec<OptionError>) {
+        if self.resolved().is_some_and(|s| s.name() == own) {
+            errors.push(OptionError::new(
+                key,
+                format!("{own} cannot be its own {key} strategy"),
+            ));
+        }
+    }
+
+    /// What the inner strategy needs, said through the wrapper's option.
+    pub fn requirements(&self, wrapper: &str, option: &str) -> Requirements {
+        Requirements::through(self.spec().requirements(), wrapper, option)
+    }
+}
+
+impl Serialize for InnerStrategy {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let spec = self.spec();
+        if spec.is_default() {
+            return s.serialize_str(spec.name());
+        }
+        // The options that differ from the inner strategy's defaults: the shortest form
+        // that parses back to the same strategy.
+        let table = spec.non_default();
+        let mut map = s.serialize_map(Some(table.len() + 1))?;
+        map.serialize_entry("name", spec.name())?;
+        for (k, v) in &table {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for InnerStrategy {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = toml::Value::deserialize(d)?;
+        let (name, options) = match value {
+            toml::Value::String(name) => (name, toml::Table::new()),
+            toml::Value::Table(mut t) => match t.remove("name") {
+                Some(toml::Value::String(name)) => (name, t),
+                _ => {
+                    return Err(de::Error::custom(
+                        "a strategy table needs name = \"<strategy>\" beside its options",
+                    ))
+                }
+            },
+            _ => {
+                return Err(de::Error::custom(
+                    "must be a strategy name, or a table with `name` and its options",
+                ))
+            }
+        };
+        Ok(InnerStrategy(Inner::Written { name, options }))
+    }
+}
+
+struct Joined<'a>(&'a [OptionError]);
+
+impl fmt::Display for Joined<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            if e.key == "name" {
+                f.write_str(&e.message)?;
+            } else {
+                write!(f, "`{}`: {}", e.key, e.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Options behind a type-erased handle, as a route's validated strategy holds them.
 pub(crate) trait AnyOptions: Send + Sync + fmt::Debug {
+    fn name(&self) -> &'static str;
+    fn defaults(&self) -> Arc<dyn AnyOptions>;
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy>;
     fn requirements(&self) -> Requirements;
     fn to_table(&self) -> toml::Table;
@@ -380,6 +614,12 @@ pub(crate) trait AnyOptions: Send + Sync + fmt::Debug {
 }
 
 impl<O: StrategyOptions> AnyOptions for O {
+    fn name(&self) -> &'static str {
+        O::NAME
+    }
+    fn defaults(&self) -> Arc<dyn AnyOptions> {
+        Arc::new(O::default())
+    }
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
         StrategyOptions::build(self, ctx)
     }

@@ -1,24 +1,27 @@
-//! The registry's entries and what a route holds: [`StrategyInfo`] (a strategy's canonical
-//! name, aliases, summary and traits, its options with their defaults) built from its
-//! options type by [`entry`], lookups over the crate's list of every strategy
-//! ([`crate::STRATEGIES`]), and the validated [`StrategySpec`].
+//! The registry: [`StrategyInfo`] (a strategy's canonical name, aliases, summary and
+//! traits, its options with their defaults) built from its options type by [`entry`], the
+//! list of every strategy ([`STRATEGIES`]), lookups over it, and [`StrategySpec::parse`],
+//! which makes a route's validated strategy from a name and a table (and parses the
+//! strategies a wrapper names with itself).
+//!
+//! The only module that knows every strategy: nothing below it imports it, so a wrapper's
+//! options (in `strategies`) reach the registry only through the parser `options::parse`
+//! is handed.
 //!
 //! Owns the mapping from a name and an options table to a strategy. It must not hold
 //! per-request state; [`StrategySpec::parse`] runs at configuration load, and
 //! [`StrategySpec::build`] once per route per worker.
 
-use std::fmt;
 use std::sync::Arc;
 
-use crate::context::BuildContext;
-use crate::options::{self, AnyOptions, OptionLine, StrategyOptions};
-use crate::requirements::Requirements;
-use crate::strategy::Strategy;
+use crate::options::{self, AnyOptions, OptionLine, ParseSpec, StrategyOptions, StrategySpec};
+use crate::strategies;
 pub use crate::traits::Trait;
 use crate::values::OptionError;
 
-/// Parses a strategy table into type-erased options.
-type ParseFn = fn(&toml::Table) -> Result<Arc<dyn AnyOptions>, Vec<OptionError>>;
+/// Parses a strategy table into type-erased options (the strategies it names with the
+/// parser given).
+type ParseFn = fn(&toml::Table, ParseSpec<'_>) -> Result<Arc<dyn AnyOptions>, Vec<OptionError>>;
 
 /// Everything the registry knows about one strategy.
 pub struct StrategyInfo {
@@ -35,8 +38,9 @@ pub struct StrategyInfo {
 
 fn parse_erased<O: StrategyOptions>(
     t: &toml::Table,
+    parse_spec: ParseSpec<'_>,
 ) -> Result<Arc<dyn AnyOptions>, Vec<OptionError>> {
-    options::parse::<O>(t).map(|o| Arc::new(o) as Arc<dyn AnyOptions>)
+    options::parse::<O>(t, parse_spec).map(|o| Arc::new(o) as Arc<dyn AnyOptions>)
 }
 
 fn defaults_erased<O: StrategyOptions>() -> Arc<dyn AnyOptions> {
@@ -76,9 +80,31 @@ impl StrategyInfo {
     }
 }
 
+/// Every strategy, in the order `rolter strategies` lists them: each one's registry entry,
+/// built from its options type.
+pub static STRATEGIES: &[StrategyInfo] = &[
+    entry::<strategies::round_robin::Options>(),
+    entry::<strategies::random::Options>(),
+    entry::<strategies::random_weighted::Options>(),
+    entry::<strategies::power_of_two::Options>(),
+    entry::<strategies::least_loaded::Options>(),
+    entry::<strategies::failover::Options>(),
+    entry::<strategies::fastest::Options>(),
+    entry::<strategies::adaptive::Options>(),
+    entry::<strategies::predicted_latency::Options>(),
+    entry::<strategies::cheapest::Options>(),
+    entry::<strategies::fair_catchup::Options>(),
+    entry::<strategies::cache_aware::Options>(),
+    entry::<strategies::precise_cache_aware::Options>(),
+    entry::<strategies::lmcache_aware::Options>(),
+    entry::<strategies::pipeline::Options>(),
+    entry::<strategies::lora_aware::Options>(),
+    entry::<strategies::consistent_hash::Options>(),
+];
+
 /// Every registered strategy.
 pub fn all() -> &'static [StrategyInfo] {
-    crate::STRATEGIES
+    STRATEGIES
 }
 
 /// Finds a strategy by canonical name or alias.
@@ -111,13 +137,10 @@ pub fn closest_name(name: &str) -> Option<&'static str> {
     (distance <= allowed).then_some(best)
 }
 
-/// A route's strategy, validated: its registry entry and its typed options.
-#[derive(Clone)]
-pub struct StrategySpec {
-    info: &'static StrategyInfo,
-    options: Arc<dyn AnyOptions>,
-}
+#[cfg(test)]
+mod tests;
 
+/// The registry's side of a [`StrategySpec`]: made from a name, and its entry.
 impl StrategySpec {
     /// Resolves a name or alias and parses its options. Errors name the option (`name` for
     /// an unknown strategy name).
@@ -134,86 +157,18 @@ impl StrategySpec {
                 None => error,
             }]);
         };
-        let options = (info.parse)(options)?;
-        Ok(StrategySpec { info, options })
+        let options = (info.parse)(options, &StrategySpec::parse)?;
+        Ok(StrategySpec::from_erased(options))
     }
 
     /// A strategy with every option at its default; `None` for an unknown name.
     pub fn with_defaults(name: &str) -> Option<StrategySpec> {
         let info = lookup(name)?;
-        Some(StrategySpec {
-            info,
-            options: (info.defaults)(),
-        })
+        Some(StrategySpec::from_erased((info.defaults)()))
     }
 
-    /// The strategy's own options, typed.
-    pub fn of<O: StrategyOptions>(options: O) -> StrategySpec {
-        StrategySpec {
-            info: lookup(O::NAME).expect("every options type is registered"),
-            options: Arc::new(options),
-        }
-    }
-
-    /// Canonical name.
-    pub fn name(&self) -> &'static str {
-        self.info.name
-    }
-
+    /// Its registry entry.
     pub fn info(&self) -> &'static StrategyInfo {
-        self.info
-    }
-
-    /// The typed options, when they are `O`'s.
-    pub fn options<O: StrategyOptions>(&self) -> Option<&O> {
-        self.options.as_any().downcast_ref()
-    }
-
-    /// Builds one per-core instance.
-    pub fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
-        self.options.build(ctx)
-    }
-
-    /// What the gateway must supply for this strategy (and any strategy it wraps).
-    pub fn requirements(&self) -> Requirements {
-        self.options.requirements()
-    }
-
-    /// The options as a TOML table, every option present that has a value.
-    pub fn to_table(&self) -> toml::Table {
-        self.options.to_table()
-    }
-
-    /// The options whose values differ from the defaults, as TOML (for labels and
-    /// summaries).
-    pub fn non_default(&self) -> toml::Table {
-        let defaults = (self.info.defaults)().to_table();
-        self.to_table()
-            .into_iter()
-            .filter(|(k, v)| defaults.get(k) != Some(v))
-            .collect()
-    }
-
-    /// Whether every option has its default value.
-    pub fn is_default(&self) -> bool {
-        self.options.same(&*(self.info.defaults)())
+        lookup(self.name()).expect("every options type is registered")
     }
 }
-
-impl PartialEq for StrategySpec {
-    fn eq(&self, other: &Self) -> bool {
-        std::ptr::eq(self.info, other.info) && self.options.same(&*other.options)
-    }
-}
-
-impl fmt::Debug for StrategySpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StrategySpec")
-            .field("name", &self.info.name)
-            .field("options", &self.options)
-            .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests;

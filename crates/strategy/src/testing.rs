@@ -5,7 +5,7 @@ use std::sync::Arc;
 use rolter_core::{AsyncInputs, Candidate, PickRequest, Price, PriceBook, Sample, Switches};
 
 use crate::context::BuildContext;
-use crate::registry::StrategySpec;
+use crate::options::StrategySpec;
 
 /// Candidates with target ids 0.. and the given (weight, load) pairs.
 pub fn cands(spec: &[(f64, u64)]) -> Vec<Candidate> {
@@ -84,6 +84,14 @@ pub fn validate_spec(
     StrategySpec::parse(name, options)
         .map(|s| s.name())
         .map_err(|errs| errs.into_iter().map(|e| (e.key, e.message)).collect())
+}
+
+/// `O` parsed from `table` as the registry parses a route's options (the strategies it
+/// names included).
+pub fn parse_options<O: crate::StrategyOptions>(
+    table: &toml::Table,
+) -> Result<O, Vec<crate::OptionError>> {
+    crate::options::parse::<O>(table, &StrategySpec::parse)
 }
 
 /// The strategy `name` with `options` (a TOML table); panics when invalid.

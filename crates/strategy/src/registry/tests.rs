@@ -244,7 +244,7 @@ fn inner_strategies_take_their_own_options() {
         .unwrap();
     let inner = o
         .within_tier
-        .0
+        .spec()
         .options::<crate::strategies::cache_aware::Options>()
         .unwrap();
     assert_eq!(inner.threshold, 0.8);

@@ -24,7 +24,7 @@ use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::inner::InnerStrategy;
+use crate::options::InnerStrategy;
 use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
@@ -63,7 +63,7 @@ impl Default for Options {
             w_load: 1.0,
             ttft: TtftOptions::default(),
             default_output_tokens: 256,
-            fallback_strategy: InnerStrategy::named("least_loaded"),
+            fallback_strategy: InnerStrategy::of(super::least_loaded::Options::default()),
         }
     }
 }
@@ -113,7 +113,7 @@ impl StrategyOptions for Options {
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
         Box::new(Adaptive::new(
             self,
-            self.fallback_strategy.0.build(ctx),
+            self.fallback_strategy.spec().build(ctx),
             ctx,
         ))
     }
@@ -138,6 +138,10 @@ impl StrategyOptions for Options {
             self.fallback_strategy
                 .requirements(Self::NAME, "fallback_strategy"),
         )
+    }
+
+    fn nested(&mut self) -> Vec<(&'static str, &mut InnerStrategy)> {
+        vec![("fallback_strategy", &mut self.fallback_strategy)]
     }
 }
 
@@ -556,7 +560,7 @@ mod tests {
             ("fallback_strategy", toml::Value::String("p2c".into())),
         ]);
         assert_eq!(
-            crate::options::parse::<Options>(&good).unwrap(),
+            crate::testing::parse_options::<Options>(&good).unwrap(),
             Options {
                 w_latency: 0.5,
                 w_cost: 2.0,
@@ -565,11 +569,13 @@ mod tests {
                     half_life: Duration::from_secs(30),
                 },
                 default_output_tokens: 512,
-                fallback_strategy: InnerStrategy::named("power_of_two"),
+                fallback_strategy: InnerStrategy::of(
+                    crate::strategies::power_of_two::Options::default()
+                ),
             }
         );
         assert_eq!(
-            crate::options::parse::<Options>(&toml::Table::new()).unwrap(),
+            crate::testing::parse_options::<Options>(&toml::Table::new()).unwrap(),
             Options::default()
         );
         for options in [toml::Table::new(), good] {

@@ -771,7 +771,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(validate_spec("cache_aware", &ok), Ok("cache_aware"));
-        let o = crate::options::parse::<Options>(&ok).unwrap();
+        let o = crate::testing::parse_options::<Options>(&ok).unwrap();
         assert_eq!(o.threshold, 0.7);
         assert_eq!(o.max_bytes_per_target, 1 << 20);
         assert_eq!(o.balance.abs, 0);
@@ -779,7 +779,7 @@ mod tests {
         assert_eq!(o.session_ttl, Duration::from_secs(30));
         assert_eq!(o.max_sessions, 10);
         assert_eq!(
-            crate::options::parse::<Options>(&toml::Table::new()).unwrap(),
+            crate::testing::parse_options::<Options>(&toml::Table::new()).unwrap(),
             Options::default()
         );
         for bad in [

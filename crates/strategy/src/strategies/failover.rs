@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::inner::InnerStrategy;
+use crate::options::InnerStrategy;
 use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::Requirements;
@@ -32,7 +32,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            within_tier: InnerStrategy::named("round_robin"),
+            within_tier: InnerStrategy::of(super::round_robin::Options::default()),
         }
     }
 }
@@ -54,8 +54,8 @@ impl StrategyOptions for Options {
         // The shared rotation advances over the pick's candidates, every tier's; failover
         // hands its inner strategy only the lowest tier's, so the store's answer would often
         // not be among them.
-        let inner = self.within_tier.0.requirements();
-        if inner.store.is_some_and(|s| s.rotation.is_some()) {
+        let inner = self.within_tier.resolved().map(|s| s.requirements());
+        if inner.is_some_and(|r| r.store.is_some_and(|s| s.rotation.is_some())) {
             errors.push(OptionError::new(
                 "within_tier",
                 "a shared rotation (atomic = true) cannot run within a tier: it advances over every tier's candidates; use atomic = false within tiers, or an atomic round_robin on a route without failover",
@@ -64,11 +64,15 @@ impl StrategyOptions for Options {
     }
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
-        Box::new(Failover::new(self.within_tier.0.build(ctx)))
+        Box::new(Failover::new(self.within_tier.spec().build(ctx)))
     }
 
     fn requirements(&self) -> Requirements {
         self.within_tier.requirements(Self::NAME, "within_tier")
+    }
+
+    fn nested(&mut self) -> Vec<(&'static str, &mut InnerStrategy)> {
+        vec![("within_tier", &mut self.within_tier)]
     }
 }
 

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::inner::InnerStrategy;
+use crate::options::InnerStrategy;
 use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::{Requirements, StoreUse};
@@ -71,7 +71,7 @@ impl Default for Options {
         Options {
             window: Duration::from_secs(60),
             max_catchup_share: 0.5,
-            base_strategy: InnerStrategy::named("round_robin"),
+            base_strategy: InnerStrategy::of(super::round_robin::Options::default()),
             durable: false,
         }
     }
@@ -116,7 +116,7 @@ impl StrategyOptions for Options {
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
         let mut f = FairCatchup::from_context(
-            self.base_strategy.0.build(ctx),
+            self.base_strategy.spec().build(ctx),
             ctx,
             self.window,
             self.max_catchup_share,
@@ -134,6 +134,10 @@ impl StrategyOptions for Options {
             ..Requirements::default()
         };
         own.and(self.base_strategy.requirements(Self::NAME, "base_strategy"))
+    }
+
+    fn nested(&mut self) -> Vec<(&'static str, &mut InnerStrategy)> {
+        vec![("base_strategy", &mut self.base_strategy)]
     }
 }
 
@@ -726,7 +730,7 @@ mod tests {
             .collect()
     }
 
-    fn spec(options: &[(&str, toml::Value)]) -> crate::registry::StrategySpec {
+    fn spec(options: &[(&str, toml::Value)]) -> crate::StrategySpec {
         testing::raw("fair_catchup", table(options))
     }
 

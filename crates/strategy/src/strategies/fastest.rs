@@ -364,7 +364,7 @@ mod tests {
             ("tie_tolerance", toml::Value::Float(0.05)),
         ]);
         assert_eq!(
-            crate::options::parse::<Options>(&good).unwrap(),
+            crate::testing::parse_options::<Options>(&good).unwrap(),
             Options {
                 ttft: TtftOptions {
                     half_life: Duration::from_secs(2),
@@ -374,7 +374,7 @@ mod tests {
             }
         );
         assert_eq!(
-            crate::options::parse::<Options>(&toml::Table::new()).unwrap(),
+            crate::testing::parse_options::<Options>(&toml::Table::new()).unwrap(),
             Options::default()
         );
         for options in [toml::Table::new(), good] {

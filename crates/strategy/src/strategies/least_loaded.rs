@@ -122,7 +122,7 @@ mod tests {
     fn the_former_max_concurrent_option_is_refused_with_the_target_key_as_fix() {
         let mut t = toml::Table::new();
         t.insert("max_concurrent".into(), toml::Value::Integer(3));
-        let errors = crate::registry::StrategySpec::parse("least_loaded", &t).unwrap_err();
+        let errors = crate::StrategySpec::parse("least_loaded", &t).unwrap_err();
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].key, "max_concurrent");
         assert!(errors[0].message.contains("per worker core"), "{errors:?}");

@@ -430,13 +430,13 @@ mod tests {
             "controller = \"http://127.0.0.1:9000\"\nmin_tokens = 300\nw_prefix = 2\nw_free = 0.5\nbalance_abs_threshold = 8\nbalance_rel_threshold = 2.0",
         )
         .unwrap();
-        let o = crate::options::parse::<Options>(&t).unwrap();
+        let o = crate::testing::parse_options::<Options>(&t).unwrap();
         assert_eq!(o.min_tokens, 300);
         assert_eq!((o.w_prefix, o.w_free), (2.0, 0.5));
         assert_eq!((o.balance.abs, o.balance.rel), (8, 2.0));
         let only: toml::Table = toml::from_str("controller = \"http://127.0.0.1:9000\"").unwrap();
         assert_eq!(
-            crate::options::parse::<Options>(&only).unwrap(),
+            crate::testing::parse_options::<Options>(&only).unwrap(),
             Options {
                 controller: Some("http://127.0.0.1:9000".into()),
                 ..Options::default()

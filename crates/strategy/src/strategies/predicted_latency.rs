@@ -521,11 +521,11 @@ mod tests {
         };
         let good = table(&[("forgetting", toml::Value::Integer(1))]);
         assert_eq!(
-            crate::options::parse::<Options>(&good).unwrap(),
+            crate::testing::parse_options::<Options>(&good).unwrap(),
             Options { forgetting: 1.0 }
         );
         assert_eq!(
-            crate::options::parse::<Options>(&toml::Table::new()).unwrap(),
+            crate::testing::parse_options::<Options>(&toml::Table::new()).unwrap(),
             Options::default()
         );
         for options in [toml::Table::new(), good] {

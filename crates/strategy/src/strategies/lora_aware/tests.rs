@@ -325,7 +325,7 @@ fn registry_options() {
     )
     .unwrap();
     assert_eq!(validate_spec("lora_aware", &ok), Ok("lora_aware"));
-    let o = crate::options::parse::<Options>(&ok).unwrap();
+    let o = crate::testing::parse_options::<Options>(&ok).unwrap();
     assert_eq!(o.window, Duration::from_secs(30));
     assert_eq!(
         o.scores(),
@@ -339,7 +339,7 @@ fn registry_options() {
     assert_eq!((o.w_load, o.max_adapters), (0.3, 10));
     assert_eq!(o.adapter_names(), ["a", "b"]);
     assert_eq!(
-        crate::options::parse::<Options>(&toml::Table::new()).unwrap(),
+        crate::testing::parse_options::<Options>(&toml::Table::new()).unwrap(),
         Options::default()
     );
     for bad in [

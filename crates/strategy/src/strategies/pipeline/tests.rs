@@ -395,7 +395,7 @@ fn registry_validates_and_builds_pipeline() {
     )
     .unwrap();
     assert_eq!(testing::validate_spec("pipeline", &ok), Ok("pipeline"));
-    let opts = crate::options::parse::<Options>(&ok).unwrap();
+    let opts = crate::testing::parse_options::<Options>(&ok).unwrap();
     assert_eq!(opts.max_queue, Some(8));
     assert!(opts.session_ttl.is_zero());
     assert_eq!(opts.weight(Scorer::Latency), 2.0);
