@@ -201,18 +201,15 @@ pub async fn serve(worker: Rc<Generations>, stream: TcpStream, peer: SocketAddr)
         if rbuf.is_empty() && !next_request(&core, &limits, &io, &mut rbuf).await {
             return;
         }
-        let more = Box::pin(serve_one(
-            &worker,
-            &core,
+        let conn = ConnTerms {
+            worker: &worker,
+            core: &core,
             peer,
-            &peer_ip,
-            &head_limits,
-            &limits,
-            &mut io,
-            &mut rbuf,
-            &mut spans,
-        ))
-        .await;
+            peer_ip: &peer_ip,
+            head_limits: &head_limits,
+            limits: &limits,
+        };
+        let more = Box::pin(serve_one(conn, &mut io, &mut rbuf, &mut spans)).await;
         if !more {
             return;
         }
@@ -238,54 +235,47 @@ async fn next_request(
     client_ready_idle(&io.reader, IdleDeadline::after(wait)).await && io.reader.take_into(rbuf) > 0
 }
 
+/// What every request of one client connection is served with: the worker's
+/// configurations, its core, the peer, and the limits current when the request started.
+#[derive(Clone, Copy)]
+struct ConnTerms<'a> {
+    worker: &'a Generations,
+    core: &'a WorkerCore,
+    peer: SocketAddr,
+    peer_ip: &'a str,
+    head_limits: &'a HeadLimits,
+    limits: &'a Limits,
+}
+
 /// Serves one request whose first bytes are in `rbuf`; false when the connection must
 /// close.
-#[allow(clippy::too_many_arguments)]
 async fn serve_one(
-    worker: &Generations,
-    core: &WorkerCore,
-    peer: SocketAddr,
-    peer_ip: &str,
-    head_limits: &HeadLimits,
-    limits: &Limits,
+    conn: ConnTerms<'_>,
     io: &mut ClientIo,
     rbuf: &mut Vec<u8>,
     spans: &mut Vec<HeaderSpan>,
 ) -> bool {
+    let (core, limits, peer) = (conn.core, conn.limits, conn.peer);
     // A request counts as in progress (for the drain) from its first byte.
     let mut active: Option<ActiveRequest<'_>> = None;
-    let head = read_head(core, head_limits, limits, io, rbuf, spans, &mut active).await;
-    let state = worker.current();
+    let head = read_head(core, conn.head_limits, limits, io, rbuf, spans, &mut active).await;
+    let state = conn.worker.current();
     // Buffers come from the worker only while a request is being served.
     let mut bufs = core.take_bufs();
     let head = match head {
         HeadRead::Head(h) => h,
         HeadRead::Closed => return false,
         HeadRead::Reject(e) => {
-            state.record_gateway(e.status, e.code);
-            let id = RequestId::generate();
             let out = &mut bufs.out;
-            Box::pin(reject(io, out, &e, &id, None, limits.write_timeout)).await;
-            record::rejected(&state, peer, None, &id, &e);
+            Box::pin(refuse_unread(&state, conn, io, out, &e, None)).await;
             return false;
         }
     };
     let (loc, consumed) = match read_body(io, rbuf, &mut bufs.body, &head, limits).await {
         Ok(v) => v,
         Err(Some(e)) => {
-            state.record_gateway(e.status, e.code);
-            let id = RequestId::generate();
             let called = Some((&head, &rbuf[..]));
-            Box::pin(reject(
-                io,
-                &mut bufs.out,
-                &e,
-                &id,
-                called,
-                limits.write_timeout,
-            ))
-            .await;
-            record::rejected(&state, peer, called, &id, &e);
+            Box::pin(refuse_unread(&state, conn, io, &mut bufs.out, &e, called)).await;
             return false;
         }
         Err(None) => return false,
@@ -320,7 +310,7 @@ async fn serve_one(
             spans,
             body,
             body_in_place,
-            peer_ip,
+            peer_ip: conn.peer_ip,
             peer,
             close,
             id,
@@ -346,6 +336,22 @@ async fn serve_one(
         *rbuf = Vec::new();
     }
     true
+}
+
+/// A request that was not read whole (`e`: a malformed head, a body too large or too
+/// slow; `called`: the head, when it was read) is answered, counted and logged.
+async fn refuse_unread(
+    state: &WorkerState,
+    conn: ConnTerms<'_>,
+    io: &mut ClientIo,
+    out: &mut Vec<u8>,
+    e: &GatewayError,
+    called: Option<(&RequestHead, &[u8])>,
+) {
+    state.record_gateway(e.status, e.code);
+    let id = RequestId::generate();
+    reject(io, out, e, &id, called, conn.limits.write_timeout).await;
+    record::rejected(state, conn.peer, called, &id, e);
 }
 
 /// The read buffer back from the upstream write it was shared with, and how much of it the

@@ -9,9 +9,11 @@
 
 use rolter_core::{PickRequest, SessionKey};
 
-use super::attempt::Served;
 use super::client::{respond, ClientIo, Fate};
+use super::exchange::{Exchange, Served};
+use super::inputs::Inputs;
 use super::request::{IoBufs, Request};
+use super::route::Routed;
 use super::{attempt, auth, inputs, record, route};
 use crate::access_log::Flags;
 use crate::path::state::WorkerState;
@@ -41,11 +43,48 @@ pub async fn forward(
     }
     let inputs = inputs::resolve(state, &routed, req, bufs).await;
     // The canonical prompt lives in a buffer lent for the request (taken out of `bufs`,
-    // which the exchange borrows mutably meanwhile).
+    // which the attempts borrow mutably meanwhile).
     let mut canonical = std::mem::take(&mut bufs.prompt);
+    let pick = pick_request(state, req, &routed, &inputs, &mut canonical);
+    let mut ex = Exchange {
+        state,
+        req,
+        routed: &routed,
+        inputs: &inputs,
+        pick: &pick,
+        served: Served::default(),
+    };
+    let fate = attempt::until_answered(&mut ex, io, bufs).await;
+    if let Some(c) = caller {
+        let (prompt, completion) = ex.served.tokens();
+        auth::charge(state, c, prompt, completion);
+    }
+    record::finished(state, req, |e| {
+        e.key = key;
+        ex.fill(e);
+    });
+    bufs.prompt = canonical;
+    // The client's reader kept watching throughout: a client that closed while the
+    // response was being written ends the connection.
+    if io.reader.is_gone() {
+        Fate::Close
+    } else {
+        fate
+    }
+}
+
+/// What the route's strategy is asked to pick for: the model, the session's key, the
+/// prompt (canonical, in `canonical`, when the route needs it) and its token estimates.
+fn pick_request<'a>(
+    state: &WorkerState,
+    req: &'a Request<'_>,
+    routed: &'a Routed<'_>,
+    inputs: &'a Inputs,
+    canonical: &'a mut Vec<u8>,
+) -> PickRequest<'a> {
     let needs = state.routes[routed.index].needs;
-    let prompt = inputs::prompt(needs, routed.facts.prompt, &mut canonical);
-    let preq = PickRequest {
+    let prompt = inputs::prompt(needs, routed.facts.prompt, canonical);
+    PickRequest {
         model: &routed.facts.model,
         session: SessionKey {
             header: req.header("x-session-id").filter(|v| !v.is_empty()),
@@ -60,51 +99,6 @@ pub async fn forward(
         prompt_tokens: routed.facts.prompt_tokens,
         max_tokens: routed.facts.max_tokens,
         inputs: &inputs.resolved,
-    };
-    let mut served = Served::default();
-    let fate =
-        attempt::until_answered(state, io, req, bufs, &routed, &inputs, &preq, &mut served).await;
-    bufs.prompt = canonical;
-    if let Some(c) = caller {
-        // The usage the response reported, else the completion tokens its stream counted.
-        let (prompt, completion) = served.usage.map_or((0, served.estimated_completion), |u| {
-            (u.prompt_tokens, u.completion_tokens)
-        });
-        auth::charge(state, c, prompt, completion);
-    }
-    record::finished(state, req, |e| {
-        e.key = key;
-        e.route = Some(routed.index as u16);
-        e.model = crate::access_log::entry::Inline::new(routed.facts.model.as_bytes());
-        e.target = served.target.map(|t| t as u16);
-        e.status = served.status;
-        e.upstream_status = served.upstream_status;
-        e.attempts = served.attempts;
-        e.flags = served.flags;
-        e.error = served.error;
-        e.ttft = served
-            .first_byte
-            .map(|t| t.saturating_duration_since(req.started));
-        e.bytes_out = served.bytes_out;
-        match served.usage {
-            Some(u) => {
-                e.prompt_tokens = Some(u.prompt_tokens);
-                e.completion_tokens = Some(u.completion_tokens);
-            }
-            None if served.estimated_completion > 0 => {
-                e.completion_tokens = Some(served.estimated_completion);
-                e.tokens_estimated = true;
-            }
-            None => {}
-        }
-        e.fallback = served.fallback;
-    });
-    // The client's reader kept watching throughout: a client that closed while the
-    // response was being written ends the connection.
-    if io.reader.is_gone() {
-        Fate::Close
-    } else {
-        fate
     }
 }
 

@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 use rolter_core::{PickRequest, TargetId};
 
 use super::client::ClientIo;
+use super::exchange::Exchange;
 use super::inputs::Inputs;
 use super::reader::Reader;
-use super::relay::{self, ClientSide, Opened, Outcome, Report, TryLimits};
+use super::relay::{self, ClientSide, Leg, Opened, Outcome, Report, TryLimits};
 use super::release::Released;
 use super::request::{IoBufs, Request};
 use super::route::Routed;
@@ -45,7 +46,7 @@ pub struct First<'s> {
 }
 
 /// The attempt whose outcome stands: the winner, or the hedge when both failed.
-pub struct Leg {
+pub struct Standing {
     pub target: TargetId,
     pub outcome: Outcome,
     pub report: Report,
@@ -54,7 +55,7 @@ pub struct Leg {
 
 /// What a hedged attempt came to.
 pub struct Hedged {
-    pub leg: Leg,
+    pub leg: Standing,
     /// The other leg's target, when a hedge was sent (its attempt is recorded already).
     pub other: Option<TargetId>,
 }
@@ -83,163 +84,238 @@ struct Second<'s> {
     bufs: PooledBufs<'s>,
 }
 
+/// The first leg's terms, once its place is held.
+#[derive(Clone, Copy)]
+struct FirstLeg {
+    target: TargetId,
+    load_at_send: u64,
+    client: ClientSide,
+    limits: TryLimits,
+}
+
+/// What the two legs came to when the race ended, with what they reported.
+struct Raced<'s> {
+    /// The first leg's head (`None`: still running when the race ended, now dropped).
+    a: Option<Opened>,
+    /// The hedge: `None` never ended, `Some(None)` none was sent.
+    b: Option<Option<Second<'s>>>,
+    first_report: Report,
+    second_report: Report,
+    /// The hedge's target, its load when sent and its client side, once sent.
+    sent: Sent,
+}
+
 /// Runs the first attempt with a hedge `after` its start (see the module's documentation);
 /// the winner's response is relayed to the client.
-#[allow(clippy::too_many_arguments)]
 pub async fn exchange<'s>(
-    state: &'s WorkerState,
+    ex: &Exchange<'s>,
     io: &mut ClientIo,
-    req: &Request<'_>,
     bufs: &mut IoBufs,
-    routed: &Routed<'_>,
-    inputs: &Inputs,
-    preq: &PickRequest<'_>,
     first: First<'s>,
     after: Duration,
 ) -> Hedged {
-    let tid = first.target;
+    let state = ex.state;
     let held = (
         Released::new(first.admitted, &state.core.waiters),
-        state.load.enter(tid),
+        state.load.enter(first.target),
     );
-    let hedge_at = monoio::time::Instant::now() + after;
-    let mut report = Report::default();
-    let mut second_report = Report::default();
-    let sent: Sent = Cell::new(None);
-    let plan = Plan {
-        routed,
-        req,
-        inputs,
-        preq,
-        watch: &io.reader,
-        first: tid,
+    let first = FirstLeg {
+        target: first.target,
+        load_at_send: first.load_at_send,
         client: first.client,
         limits: first.limits,
     };
-    // `a`: the first leg's head; `b`: the hedge's (`Some(None)`: none was sent).
-    let (a, b) = {
-        let mut a_leg = pin!(relay::open(
-            state,
-            tid,
-            &io.reader,
-            bufs,
-            first.limits,
-            &mut report
-        ));
-        let mut a: Option<Opened> = None;
-        let mut b: Option<Option<Second<'s>>> = None;
-        let mut sleep = pin!(monoio::time::sleep_until(hedge_at));
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(o) = a_leg.as_mut().poll(cx) {
-                a = Some(o);
-                return Poll::Ready(());
-            }
-            sleep.as_mut().poll(cx).map(|_| ())
-        })
-        .await;
-        if a.is_none() {
-            let mut b_leg = pin!(launch(state, plan, &mut second_report, &sent));
-            std::future::poll_fn(|cx| {
-                if a.is_none() {
-                    if let Poll::Ready(o) = a_leg.as_mut().poll(cx) {
-                        a = Some(o);
-                    }
-                }
-                if b.is_none() {
-                    if let Poll::Ready(s) = b_leg.as_mut().poll(cx) {
-                        b = Some(s);
-                    }
-                }
-                let a_failed = matches!(a, Some(Opened::Done(Outcome::Failed(_))));
-                let b_failed = match &b {
-                    Some(Some(s)) => matches!(s.opened, Opened::Done(Outcome::Failed(_))),
-                    Some(None) => true,
-                    None => false,
-                };
-                // A leg that answered (or saw the client leave) ends the race; one that
-                // failed leaves it to the other.
-                let a_ends = a.is_some() && !a_failed;
-                let b_ends = b.is_some() && !b_failed;
-                if a_ends || b_ends || (a.is_some() && b.is_some()) {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                }
-            })
-            .await;
-        }
-        // Leaving the scope drops a leg still running: its connection closes at once, so
-        // its engine aborts.
-        (a, b)
+    let mut raced = Raced {
+        a: None,
+        b: None,
+        first_report: Report::default(),
+        second_report: Report::default(),
+        sent: Cell::new(None),
     };
-    let a_failed = matches!(a, Some(Opened::Done(Outcome::Failed(_))));
-    let hedge = sent.get();
+    let plan = Plan {
+        routed: ex.routed,
+        req: ex.req,
+        inputs: ex.inputs,
+        preq: ex.pick,
+        watch: &io.reader,
+        first: first.target,
+        client: first.client,
+        limits: first.limits,
+    };
+    race_legs(state, plan, bufs, &mut raced, after).await;
+    let a_failed = matches!(raced.a, Some(Opened::Done(Outcome::Failed(_))));
     // The first leg stands when it answered, or when no hedge opened; the hedge when it
     // answered first, or when both failed (it is the later attempt).
-    let second_won = (a.is_none() || a_failed) && matches!(b, Some(Some(_)));
-    if !second_won {
-        // The first leg's outcome stands; a hedge sent meanwhile lost.
-        if let Some((t, load, _)) = hedge {
-            let outcome = match b {
-                Some(Some(Second {
-                    opened: Opened::Done(o),
-                    ..
-                })) => o,
-                // Still running (dropped above) or answered too late: cancelled.
-                _ => Outcome::ClientGone,
-            };
-            record::attempt(state, routed.index, t, preq, &outcome, &second_report, load);
-            record::cooling(state, t, second_report.wait, &routed.route.retry);
-        }
-        let outcome = match a.expect("the first leg ended the race") {
-            Opened::Done(o) => o,
-            Opened::Head(up, head) => {
-                let mut held = Some(held);
-                relay::relay(
-                    state,
-                    tid,
-                    up,
-                    head,
-                    &mut io.wr,
-                    &io.reader,
-                    bufs,
-                    first.client,
-                    &mut held,
-                    &mut report,
-                )
-                .await
-            }
-        };
-        return Hedged {
-            leg: Leg {
-                target: tid,
-                outcome,
-                report,
-                load_at_send: first.load_at_send,
-            },
-            other: hedge.map(|h| h.0),
-        };
+    let second_won = (raced.a.is_none() || a_failed) && matches!(raced.b, Some(Some(_)));
+    if second_won {
+        drop(held);
+        second_stands(ex, io, bufs, &first, raced).await
+    } else {
+        first_stands(ex, io, bufs, &first, (raced, held)).await
     }
-    // The hedge's outcome stands: it answered first, or both failed.
-    let Some(Some(second)) = b else {
+}
+
+/// Runs the first leg and, once `after` has passed without its head, the hedge, until one
+/// of them answers (or sees the client leave), or both have failed. Leaving drops a leg
+/// still running: its connection closes at once, so its engine aborts.
+async fn race_legs<'s>(
+    state: &'s WorkerState,
+    plan: Plan<'_, '_, '_>,
+    bufs: &mut IoBufs,
+    raced: &mut Raced<'s>,
+    after: Duration,
+) {
+    let hedge_at = monoio::time::Instant::now() + after;
+    let (a, b) = (&mut raced.a, &mut raced.b);
+    let mut a_leg = pin!(relay::open(
+        state,
+        plan.first,
+        plan.watch,
+        bufs,
+        plan.limits,
+        &mut raced.first_report
+    ));
+    let mut sleep = pin!(monoio::time::sleep_until(hedge_at));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(o) = a_leg.as_mut().poll(cx) {
+            *a = Some(o);
+            return Poll::Ready(());
+        }
+        sleep.as_mut().poll(cx).map(|_| ())
+    })
+    .await;
+    if a.is_some() {
+        return;
+    }
+    let mut b_leg = pin!(launch(state, plan, &mut raced.second_report, &raced.sent));
+    std::future::poll_fn(|cx| {
+        if a.is_none() {
+            if let Poll::Ready(o) = a_leg.as_mut().poll(cx) {
+                *a = Some(o);
+            }
+        }
+        if b.is_none() {
+            if let Poll::Ready(s) = b_leg.as_mut().poll(cx) {
+                *b = Some(s);
+            }
+        }
+        let a_failed = matches!(a, Some(Opened::Done(Outcome::Failed(_))));
+        let b_failed = match &b {
+            Some(Some(s)) => matches!(s.opened, Opened::Done(Outcome::Failed(_))),
+            Some(None) => true,
+            None => false,
+        };
+        // A leg that answered (or saw the client leave) ends the race; one that failed
+        // leaves it to the other.
+        let a_ends = a.is_some() && !a_failed;
+        let b_ends = b.is_some() && !b_failed;
+        if a_ends || b_ends || (a.is_some() && b.is_some()) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// The first leg's outcome stands: a hedge sent meanwhile lost, and is recorded as such.
+async fn first_stands<'s>(
+    ex: &Exchange<'s>,
+    io: &mut ClientIo,
+    bufs: &mut IoBufs,
+    first: &FirstLeg,
+    (raced, held): (Raced<'s>, (Released<'s>, InFlight<'s>)),
+) -> Hedged {
+    let (state, routed) = (ex.state, ex.routed);
+    let Raced {
+        a,
+        b,
+        mut first_report,
+        second_report,
+        sent,
+    } = raced;
+    let hedge = sent.get();
+    if let Some((t, load, _)) = hedge {
+        let outcome = match b {
+            Some(Some(Second {
+                opened: Opened::Done(o),
+                ..
+            })) => o,
+            // Still running (dropped above) or answered too late: cancelled.
+            _ => Outcome::ClientGone,
+        };
+        record::attempt(
+            state,
+            routed.index,
+            t,
+            ex.pick,
+            &outcome,
+            &second_report,
+            load,
+        );
+        record::cooling(state, t, second_report.wait, &routed.route.retry);
+    }
+    let outcome = match a.expect("the first leg ended the race") {
+        Opened::Done(o) => o,
+        Opened::Head(up, head) => {
+            let mut held = Some(held);
+            let leg = Leg {
+                target: first.target,
+                client: first.client,
+                limits: first.limits,
+                held: &mut held,
+                report: &mut first_report,
+            };
+            relay::relay(state, io, bufs, up, head, leg).await
+        }
+    };
+    Hedged {
+        leg: Standing {
+            target: first.target,
+            outcome,
+            report: first_report,
+            load_at_send: first.load_at_send,
+        },
+        other: hedge.map(|h| h.0),
+    }
+}
+
+/// The hedge's outcome stands: it answered first, or both failed. The first leg is
+/// recorded as it ended (cancelled when it was still running).
+async fn second_stands<'s>(
+    ex: &Exchange<'s>,
+    io: &mut ClientIo,
+    bufs: &mut IoBufs,
+    first: &FirstLeg,
+    raced: Raced<'s>,
+) -> Hedged {
+    let (state, routed) = (ex.state, ex.routed);
+    let Raced {
+        a,
+        b: Some(Some(second)),
+        first_report,
+        mut second_report,
+        sent,
+    } = raced
+    else {
         unreachable!("the hedge won")
     };
-    let (t, load, client) = hedge.expect("a hedge that opened was sent");
-    drop(held);
+    let (t, load, client) = sent.get().expect("a hedge that opened was sent");
     let first_outcome = match a {
         Some(Opened::Done(o)) => o,
         _ => Outcome::ClientGone,
     };
+    let tid = first.target;
     record::attempt(
         state,
         routed.index,
         tid,
-        preq,
+        ex.pick,
         &first_outcome,
-        &report,
+        &first_report,
         first.load_at_send,
     );
-    record::cooling(state, tid, report.wait, &routed.route.retry);
+    record::cooling(state, tid, first_report.wait, &routed.route.retry);
     let outcome = match second.opened {
         Opened::Done(o) => o,
         Opened::Head(up, head) => {
@@ -252,23 +328,18 @@ pub async fn exchange<'s>(
             std::mem::swap(&mut bufs.ubuf, &mut spare.ubuf);
             std::mem::swap(&mut bufs.hdrs, &mut spare.hdrs);
             let mut held = Some(second.held);
-            relay::relay(
-                state,
-                t,
-                up,
-                head,
-                &mut io.wr,
-                &io.reader,
-                bufs,
+            let leg = Leg {
+                target: t,
                 client,
-                &mut held,
-                &mut second_report,
-            )
-            .await
+                limits: first.limits,
+                held: &mut held,
+                report: &mut second_report,
+            };
+            relay::relay(state, io, bufs, up, head, leg).await
         }
     };
     Hedged {
-        leg: Leg {
+        leg: Standing {
             target: t,
             outcome,
             report: second_report,

@@ -39,6 +39,7 @@ pub mod auth;
 pub mod client;
 pub mod client_tls;
 pub mod conn;
+pub mod exchange;
 pub mod forward;
 pub mod generation;
 pub mod head_times;

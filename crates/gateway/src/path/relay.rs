@@ -29,11 +29,11 @@ use rolter_codec::{GatewayError, Surface, UpstreamFailure};
 use rolter_config::RetryOn;
 use rolter_core::Usage;
 
+use super::client::ClientIo;
 use super::idle_timer::IdleDeadline;
 use super::race::{race, race_idle, Race};
 use super::reader::Reader;
 use super::request::{IoBufs, MAX_UPSTREAM_READ, MIN_UPSTREAM_READ};
-use super::stream::ClientWrite;
 use crate::access_log::Cut;
 use crate::path::state::WorkerState;
 use crate::upstream::conn::UpstreamConn;
@@ -137,27 +137,23 @@ impl TryLimits {
     }
 }
 
-/// Runs one exchange with target `tid`: [`open`], then [`relay`] of the response.
-/// `bufs.up` holds the request bytes; what happened is written to `report` as it happens.
-#[allow(clippy::too_many_arguments)]
+/// Runs one exchange on `leg`'s target: [`open`], then [`relay`] of the response.
+/// `bufs.up` holds the request bytes; what happened is written to `leg.report` as it
+/// happens.
 pub async fn exchange<H>(
     state: &WorkerState,
-    tid: usize,
-    wr: &mut ClientWrite,
-    watch: &Reader,
+    io: &mut ClientIo,
     bufs: &mut IoBufs,
-    client: ClientSide,
-    limits: TryLimits,
-    held: &mut Option<H>,
-    report: &mut Report,
+    leg: Leg<'_, H>,
 ) -> Outcome {
     // Boxed: the head's wait (a runtime timer among it) is over before the body streams,
     // and a long stream should not carry its space for as long as it lasts.
-    match Box::pin(open(state, tid, watch, bufs, limits, report)).await {
+    let opening = Box::pin(open(
+        state, leg.target, &io.reader, bufs, leg.limits, leg.report,
+    ));
+    match opening.await {
         Opened::Done(outcome) => outcome,
-        Opened::Head(up, head) => {
-            relay(state, tid, up, head, wr, watch, bufs, client, held, report).await
-        }
+        Opened::Head(up, head) => relay(state, io, bufs, up, head, leg).await,
     }
 }
 
@@ -223,28 +219,33 @@ pub async fn open(
             )))),
         }
     };
-    with_connection(pooled, fresh, async |up, reused| match send_and_read_head(
-        state, tid, up, watch, bufs, report, reused, limits,
-    )
-    .await
-    {
-        Head::Stale(o) => Step::Stale(Opened::Done(o)),
-        Head::Failed(o) => Step::Done(Opened::Done(o)),
-        Head::Read(up, head) => {
-            report.status = head.status;
-            report.head = Some(std::time::Instant::now());
-            if head.status == 429 || (head.status == 503 && head.retry_after.is_some()) {
-                report.wait = head.wait;
+    with_connection(pooled, fresh, async |up, reused| {
+        let to = Sending {
+            state,
+            tid,
+            watch,
+            limits,
+            reused,
+        };
+        match send_and_read_head(to, up, bufs, report).await {
+            Head::Stale(o) => Step::Stale(Opened::Done(o)),
+            Head::Failed(o) => Step::Done(Opened::Done(o)),
+            Head::Read(up, head) => {
+                report.status = head.status;
+                report.head = Some(std::time::Instant::now());
+                if head.status == 429 || (head.status == 503 && head.retry_after.is_some()) {
+                    report.wait = head.wait;
+                }
+                if limits.retry_on.status(head.status) {
+                    let mut e = GatewayError::upstream(
+                        UpstreamFailure::Refused(head.status),
+                        format!("target `{}` answered {}", target.name, head.status),
+                    );
+                    e.retry_after = head.retry_after;
+                    return Step::Done(Opened::Done(Outcome::Failed(e)));
+                }
+                Step::Done(Opened::Head(up, head))
             }
-            if limits.retry_on.status(head.status) {
-                let mut e = GatewayError::upstream(
-                    UpstreamFailure::Refused(head.status),
-                    format!("target `{}` answered {}", target.name, head.status),
-                );
-                e.retry_after = head.retry_after;
-                return Step::Done(Opened::Done(Outcome::Failed(e)));
-            }
-            Step::Done(Opened::Head(up, head))
         }
     })
     .await
@@ -260,24 +261,29 @@ enum Head {
     Failed(Outcome),
 }
 
+/// Where a request goes and what bounds its wait for the head.
+#[derive(Clone, Copy)]
+struct Sending<'a> {
+    state: &'a WorkerState,
+    tid: usize,
+    watch: &'a Reader,
+    limits: TryLimits,
+    /// The connection came from the pool (a close before any byte is the keep-alive race).
+    reused: bool,
+}
+
 /// Writes the request (`bufs.up`) on `up` and reads the response head, skipping interim
 /// (1xx) responses.
-#[allow(clippy::too_many_arguments)]
 async fn send_and_read_head(
-    state: &WorkerState,
-    tid: usize,
+    to: Sending<'_>,
     mut up: UpstreamConn,
-    watch: &Reader,
     bufs: &mut IoBufs,
     report: &mut Report,
-    reused: bool,
-    limits: TryLimits,
 ) -> Head {
-    let target = &state.config.targets[tid];
+    let target = &to.state.config.targets[to.tid];
     let req = std::mem::take(&mut bufs.up);
-    let deadline = limits.first_byte_by(target.timeouts.first_byte);
-    let timed_out = || Head::Failed(Outcome::Failed(first_byte_timeout(&target.name, &limits)));
-    match race(req.write_to(&mut up), watch, deadline).await {
+    let deadline = to.limits.first_byte_by(target.timeouts.first_byte);
+    match race(req.write_to(&mut up), to.watch, deadline).await {
         Race::Done((Ok(()), req)) => {
             bufs.up = req;
             report.sent = Some(std::time::Instant::now());
@@ -291,15 +297,32 @@ async fn send_and_read_head(
                     target.name
                 ),
             ));
-            return if reused {
+            return if to.reused {
                 Head::Stale(failed)
             } else {
                 Head::Failed(failed)
             };
         }
         Race::ClientGone => return Head::Failed(Outcome::ClientGone),
-        Race::TimedOut => return timed_out(),
+        Race::TimedOut => {
+            return Head::Failed(Outcome::Failed(first_byte_timeout(
+                &target.name,
+                &to.limits,
+            )))
+        }
     }
+    read_head(to, up, bufs, deadline).await
+}
+
+/// Reads the response head into `bufs.hdrs` (what follows it stays in `bufs.ubuf`) by
+/// `deadline`, skipping interim (1xx) responses.
+async fn read_head(
+    to: Sending<'_>,
+    mut up: UpstreamConn,
+    bufs: &mut IoBufs,
+    deadline: Instant,
+) -> Head {
+    let target = &to.state.config.targets[to.tid];
     bufs.ubuf.clear();
     let mut answered = false;
     loop {
@@ -323,47 +346,64 @@ async fn send_and_read_head(
         // already buffered is kept.
         let len = bufs.ubuf.len();
         let ub = std::mem::take(&mut bufs.ubuf).slice_mut(len..);
-        match race(up.read(ub), watch, deadline).await {
+        match race(up.read(ub), to.watch, deadline).await {
             Race::Done((Ok(n), ub)) if n > 0 => {
-                state.core.activity.note();
+                to.state.core.activity.note();
                 bufs.ubuf = ub.into_inner();
                 answered = true;
             }
             Race::Done((res, ub)) => {
                 bufs.ubuf = ub.into_inner();
-                let closed = match &res {
-                    Ok(n) => *n == 0,
-                    Err(e) => up.is_unclean_eof(e),
-                };
-                let why = match res {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "connection closed".to_string(),
-                };
-                // Before any response byte the engine cannot have answered: a retry is
-                // allowed (`reset_before_response`), after one it is not.
-                let failed = Outcome::Failed(GatewayError::upstream(
-                    if answered {
-                        UpstreamFailure::ClosedInHead
-                    } else {
-                        UpstreamFailure::ClosedBeforeResponse
-                    },
-                    format!("target `{}` closed before answering: {why}", target.name),
-                ));
-                // A pooled connection closed (FIN, for TLS with or without close_notify)
-                // before any response byte: the keep-alive race, where the engine closed
-                // it as idle and never took the request; it is tried once on a fresh one,
-                // whatever the route's retry policy. A reset (RST), or a close of a fresh
-                // connection, is the attempt stage's to retry (`reset_before_response`);
-                // any byte (even an interim response) means the engine took it: no retry.
-                return if reused && !answered && closed {
-                    Head::Stale(failed)
-                } else {
-                    Head::Failed(failed)
-                };
+                return closed_before_head(to, &up, res, answered);
             }
             Race::ClientGone => return Head::Failed(Outcome::ClientGone),
-            Race::TimedOut => return timed_out(),
+            Race::TimedOut => {
+                return Head::Failed(Outcome::Failed(first_byte_timeout(
+                    &target.name,
+                    &to.limits,
+                )))
+            }
         }
+    }
+}
+
+/// The connection ended (`res`: a read of 0 bytes or an error) before a whole response
+/// head; `answered` when some of it had arrived.
+fn closed_before_head(
+    to: Sending<'_>,
+    up: &UpstreamConn,
+    res: io::Result<usize>,
+    answered: bool,
+) -> Head {
+    let target = &to.state.config.targets[to.tid];
+    let closed = match &res {
+        Ok(n) => *n == 0,
+        Err(e) => up.is_unclean_eof(e),
+    };
+    let why = match res {
+        Err(e) => e.to_string(),
+        Ok(_) => "connection closed".to_string(),
+    };
+    // Before any response byte the engine cannot have answered: a retry is allowed
+    // (`reset_before_response`), after one it is not.
+    let failed = Outcome::Failed(GatewayError::upstream(
+        if answered {
+            UpstreamFailure::ClosedInHead
+        } else {
+            UpstreamFailure::ClosedBeforeResponse
+        },
+        format!("target `{}` closed before answering: {why}", target.name),
+    ));
+    // A pooled connection closed (FIN, for TLS with or without close_notify) before any
+    // response byte: the keep-alive race, where the engine closed it as idle and never took
+    // the request; it is tried once on a fresh one, whatever the route's retry policy. A
+    // reset (RST), or a close of a fresh connection, is the attempt stage's to retry
+    // (`reset_before_response`); any byte (even an interim response) means the engine took
+    // it: no retry.
+    if to.reused && !answered && closed {
+        Head::Stale(failed)
+    } else {
+        Head::Failed(failed)
     }
 }
 
@@ -446,59 +486,188 @@ fn feed_body(
     }
 }
 
+/// One attempt's exchange as the relay sees it: the target, the client's side, what
+/// bounds it, the places it holds and where it reports what happened.
+pub struct Leg<'a, H> {
+    pub target: usize,
+    pub client: ClientSide,
+    pub limits: TryLimits,
+    /// The target's place under `max_concurrent` and its in-flight count: released once
+    /// the engine is done (before the last bytes reach the client), or when the exchange
+    /// ends, however it ends.
+    pub held: &'a mut Option<H>,
+    pub report: &'a mut Report,
+}
+
+/// The copy of one response body to the client: its framing both ways, what the relayed
+/// bytes said so far, and the upstream reads' sizing.
+struct BodyCopy {
+    body: BodyState,
+    tail: SseTail,
+    /// The client gets chunked framing (the engine's body is chunked or close-delimited).
+    client_chunked: bool,
+    /// Usage is looked for only in successful responses.
+    scan_usage: bool,
+    /// The body is complete.
+    done: bool,
+    /// Bytes beyond the body's end were seen: the connection is unusable.
+    overrun: bool,
+    /// The next upstream read's size.
+    read_size: usize,
+    /// The next read waits for readiness before taking a buffer.
+    park: bool,
+    /// The last read's byte count: a parked read expects about as many.
+    last_n: usize,
+    /// The response status, for the client's record.
+    status: u16,
+    idle: Duration,
+    write_timeout: Duration,
+    surface: Surface,
+}
+
 /// The second half of an exchange: streams the response whose head [`open`] read to the
-/// client.
-#[allow(clippy::too_many_arguments)]
+/// client, then ends it cleanly or with the error event of a cut stream.
 pub async fn relay<H>(
     state: &WorkerState,
-    tid: usize,
-    mut up: UpstreamConn,
-    head: ResponseHead,
-    wr: &mut ClientWrite,
-    watch: &Reader,
+    io: &mut ClientIo,
     bufs: &mut IoBufs,
-    client: ClientSide,
-    held: &mut Option<H>,
-    report: &mut Report,
+    up: UpstreamConn,
+    head: ResponseHead,
+    leg: Leg<'_, H>,
 ) -> Outcome {
-    let target = &state.config.targets[tid];
-    report.streamed = head.is_sse;
+    leg.report.streamed = head.is_sse;
     // The request went out and its answer has begun: its bytes are not needed again (a
     // retry rebuilds them), so the buffer serves other requests while this one streams.
     state.core.give_back(&mut bufs.up.bytes);
-    // Usage is looked for only in successful responses.
+    state.core.lend(&mut bufs.out);
+    let (mut copy, close_client) = response_head(state, &head, bufs, &leg);
+    let first = &bufs.ubuf[head.len..];
+    if copy.scan_usage && !first.is_empty() {
+        leg.report.usage = usage::scan(first).or(leg.report.usage);
+    }
+    if copy.feed(first, &mut bufs.out).is_err() {
+        // Nothing has reached the client yet: a plain 502, not a cut-off stream.
+        let name = &state.config.targets[leg.target].name;
+        return Outcome::Failed(bad_response(name));
+    }
+    if copy.tail.sent || copy.done {
+        leg.report.first_byte = Some(std::time::Instant::now());
+    }
+    // A read that filled its buffer (the head's too) leaves more queued: the next read takes
+    // all it can, so a burst of events moves in one read and one write.
+    copy.read_size = next_read_size(bufs.ubuf.len(), bufs.ubuf.capacity());
+    copy.last_n = bufs.ubuf.len();
+    let mut up = up;
+    let end = copy_body(state, io, bufs, &mut up, &mut copy, leg.held, leg.report).await;
+    leg.report.deltas = copy.tail.deltas.count();
+    match end {
+        StreamEnd::Complete => leg.report.completed = true,
+        StreamEnd::ClientGone => {
+            leg.report.cut = Some(Cut::ClientGone);
+            return Outcome::ClientGone;
+        }
+        StreamEnd::UpstreamFailed | StreamEnd::UpstreamTimedOut | StreamEnd::ShutdownCut => {
+            let (cut, err) = cut_error(end, &state.config.targets[leg.target].name);
+            leg.report.cut = Some(cut);
+            // Boxed: the rare ending, which a stream's future should not be sized for.
+            return Box::pin(fail_midstream(
+                io,
+                &mut bufs.out,
+                &head,
+                &copy,
+                &err,
+                leg.report,
+            ))
+            .await;
+        }
+    }
+    if head.keep_alive && !copy.overrun && !matches!(copy.body, BodyState::UntilClose) {
+        state
+            .upstream
+            .pool
+            .put(leg.target, up, Instant::now().into_std());
+    }
+    Outcome::Relayed {
+        close: close_client,
+    }
+}
+
+/// Writes the client's response head into `bufs.out` (the engine's headers, the gateway's,
+/// the framing); the body copy it sets up, and whether the client's connection closes
+/// after it.
+fn response_head<H>(
+    state: &WorkerState,
+    head: &ResponseHead,
+    bufs: &mut IoBufs,
+    leg: &Leg<'_, H>,
+) -> (BodyCopy, bool) {
+    let target = &state.config.targets[leg.target];
+    let client = &leg.client;
     let scan_usage = (200..300).contains(&head.status);
-    let write_timeout = state.config.server.limits.write_timeout;
-    let idle = target.timeouts.idle;
     let client_chunked =
         !client.http10 && matches!(head.framing, RespFraming::Chunked | RespFraming::Close);
-
     let out = &mut bufs.out;
-    state.core.lend(out);
     out.clear();
     write_status_line(out, head.status);
     out.extend_from_slice(&bufs.hdrs);
     write_header(out, b"x-request-id", client.request_id.as_bytes());
     write_header(out, b"x-rolter-target", target.name.as_bytes());
     if let Some(x) = client.explain {
-        let route = &state.config.routes[x.route];
-        write_header(out, b"x-rolter-route", route.name.as_bytes());
-        write_header(out, b"x-rolter-strategy", route.strategy.name().as_bytes());
-        match x.score {
-            // Explaining is opt-in per request, so formatting here is acceptable.
-            Some(s) if s.is_finite() => {
-                write_header(out, b"x-rolter-score", format!("{s:.6}").as_bytes())
-            }
-            _ => write_header(out, b"x-rolter-score", b"none"),
-        }
-        if let Some(f) = x.fallback {
-            write_header(out, b"x-rolter-fallback", f.as_bytes());
-        }
-        let mut b = itoa::Buffer::new();
-        write_header(out, b"x-rolter-attempt", b.format(x.attempt).as_bytes());
-        write_header(out, b"x-rolter-worker", b.format(state.id).as_bytes());
+        write_explain(state, &x, out);
     }
-    let mut body = match head.framing {
+    let body = body_framing(head, client_chunked, out);
+    // An HTTP/1.0 client learns the end of an unframed body from the close; a client that
+    // asked to close, or a draining gateway, says so in the response (RFC 9112 §9.6).
+    let close_client = client.http10 || client.close || state.core.draining.get();
+    if close_client {
+        write_header(out, b"connection", b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+    let copy = BodyCopy {
+        body,
+        tail: SseTail {
+            count_deltas: scan_usage && head.is_sse,
+            track_sequence: head.is_sse && client.surface == Surface::Responses,
+            ..SseTail::default()
+        },
+        client_chunked,
+        scan_usage,
+        done: false,
+        overrun: false,
+        read_size: MIN_UPSTREAM_READ,
+        park: false,
+        last_n: 0,
+        status: head.status,
+        idle: target.timeouts.idle,
+        write_timeout: state.config.server.limits.write_timeout,
+        surface: client.surface,
+    };
+    (copy, close_client)
+}
+
+/// `x-rolter-explain: 1`: why the request went where it did, as response headers.
+fn write_explain(state: &WorkerState, x: &Explain, out: &mut Vec<u8>) {
+    let route = &state.config.routes[x.route];
+    write_header(out, b"x-rolter-route", route.name.as_bytes());
+    write_header(out, b"x-rolter-strategy", route.strategy.name().as_bytes());
+    match x.score {
+        // Explaining is opt-in per request, so formatting here is acceptable.
+        Some(s) if s.is_finite() => {
+            write_header(out, b"x-rolter-score", format!("{s:.6}").as_bytes())
+        }
+        _ => write_header(out, b"x-rolter-score", b"none"),
+    }
+    if let Some(f) = x.fallback {
+        write_header(out, b"x-rolter-fallback", f.as_bytes());
+    }
+    let mut b = itoa::Buffer::new();
+    write_header(out, b"x-rolter-attempt", b.format(x.attempt).as_bytes());
+    write_header(out, b"x-rolter-worker", b.format(state.id).as_bytes());
+}
+
+/// The framing headers of the client's response, and how the engine's body is read.
+fn body_framing(head: &ResponseHead, client_chunked: bool, out: &mut Vec<u8>) -> BodyState {
+    match head.framing {
         RespFraming::Length(n) => {
             write_content_length(out, n);
             if n == 0 {
@@ -525,188 +694,180 @@ pub async fn relay<H>(
             }
             BodyState::Empty
         }
-    };
-    // An HTTP/1.0 client learns the end of an unframed body from the close; a client that
-    // asked to close, or a draining gateway, says so in the response (RFC 9112 §9.6).
-    let close_client = client.http10 || client.close || state.core.draining.get();
-    if close_client {
-        write_header(out, b"connection", b"close");
     }
-    out.extend_from_slice(b"\r\n");
+}
 
-    let mut tail = SseTail {
-        count_deltas: scan_usage && head.is_sse,
-        track_sequence: head.is_sse && client.surface == Surface::Responses,
-        ..SseTail::default()
-    };
-    let first = &bufs.ubuf[head.len..];
-    if scan_usage && !first.is_empty() {
-        report.usage = usage::scan(first).or(report.usage);
+impl BodyCopy {
+    /// Appends body bytes from `data` to `out` in the client's framing; notes whether the
+    /// body is complete and whether bytes beyond its end were seen.
+    fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), ()> {
+        let (done, overrun) = feed_body(
+            &mut self.body,
+            data,
+            out,
+            self.client_chunked,
+            &mut self.tail,
+        )?;
+        self.done = done;
+        self.overrun |= overrun;
+        Ok(())
     }
-    let Ok((mut done, mut overrun)) = feed_body(&mut body, first, out, client_chunked, &mut tail)
-    else {
-        // Nothing has reached the client yet: a plain 502, not a cut-off stream.
-        return Outcome::Failed(bad_response(&target.name));
-    };
-    if tail.sent || done {
-        report.first_byte = Some(std::time::Instant::now());
+
+    /// After a read of `n` bytes into `ubuf` (`parked`: into a buffer of its own): sizes
+    /// the client's buffer and the next read, scans for usage and feeds the body.
+    fn took(
+        &mut self,
+        state: &WorkerState,
+        bufs: &mut IoBufs,
+        n: usize,
+        parked: bool,
+        report: &mut Report,
+    ) -> Result<(), ()> {
+        self.last_n = n;
+        if parked {
+            // Its own small buffer, as the read's: a decode step's events arrive together
+            // for every stream, and each holds its write's buffer until the write completes.
+            bufs.out.reserve_exact(n + FRAMING_ROOM);
+        } else {
+            state.core.lend(&mut bufs.out);
+        }
+        self.read_size = if parked && n < MIN_UPSTREAM_READ {
+            // After a parked read an ordinary small one (which takes the rest, when the
+            // parked one filled its small buffer).
+            MIN_UPSTREAM_READ
+        } else {
+            next_read_size(n, bufs.ubuf.capacity())
+        };
+        if self.scan_usage {
+            report.usage = usage::scan(&bufs.ubuf).or(report.usage);
+        }
+        self.feed(&bufs.ubuf, &mut bufs.out)?;
+        if report.first_byte.is_none() && (self.tail.sent || self.done) {
+            report.first_byte = Some(std::time::Instant::now());
+        }
+        Ok(())
     }
-    // A read that filled its buffer (the head's too) leaves more queued: the next read takes
-    // all it can, so a burst of events moves in one read and one write.
-    let mut read_size = next_read_size(bufs.ubuf.len(), bufs.ubuf.capacity());
-    let mut park = false;
-    // The last read's byte count: a parked read expects about as many.
-    let mut last_n = bufs.ubuf.len();
-    let end = loop {
-        if done {
+}
+
+/// Copies the body to the client as it arrives, one client write per upstream read, until
+/// it is complete or the exchange ends otherwise.
+async fn copy_body<H>(
+    state: &WorkerState,
+    io: &mut ClientIo,
+    bufs: &mut IoBufs,
+    up: &mut UpstreamConn,
+    copy: &mut BodyCopy,
+    held: &mut Option<H>,
+    report: &mut Report,
+) -> StreamEnd {
+    loop {
+        if copy.done {
             // The engine is done with the request: its place under `max_concurrent` is
             // free before the last bytes reach the client, so a client that sends its next
             // request the moment it has this answer finds the place free.
             drop(held.take());
-        }
-        if done && client_chunked {
-            out.extend_from_slice(LAST_CHUNK);
-        }
-        if !out.is_empty() {
-            let buf = std::mem::take(out);
-            let deadline = IdleDeadline::after(write_timeout);
-            match race_idle(wr.write_all(buf), watch, deadline).await {
-                Race::Done((Ok(_), buf)) => {
-                    report.client_status = head.status;
-                    report.bytes_out += buf.len() as u64;
-                    *out = buf;
-                }
-                // The client is gone or stopped reading: drop the upstream so the engine aborts.
-                _ => break StreamEnd::ClientGone,
+            if copy.client_chunked {
+                bufs.out.extend_from_slice(LAST_CHUNK);
             }
         }
-        if done {
-            break StreamEnd::Complete;
+        if !write_out(io, &mut bufs.out, copy, report).await {
+            // The client is gone or stopped reading: drop the upstream so the engine aborts.
+            return StreamEnd::ClientGone;
+        }
+        if copy.done {
+            return StreamEnd::Complete;
         }
         // Between events a stream holds at most its upstream read's buffer: the one for the
         // client's bytes goes back to the worker until the next event arrives.
-        state.core.give_back(out);
+        state.core.give_back(&mut bufs.out);
         let waited = std::time::Instant::now();
-        let mut deadline = waited + idle;
         let cut = state.core.cut_at.get();
-        if let Some(cut) = cut {
-            deadline = deadline.min(cut);
-        }
-        let parked = park && !up.is_tls();
+        let deadline = cut.map_or(waited + copy.idle, |c| (waited + copy.idle).min(c));
+        let parked = copy.park && !up.is_tls();
         let size = if parked {
-            parked_read_size(last_n)
+            parked_read_size(copy.last_n)
         } else {
-            read_size
+            copy.read_size
         };
-        let read = read_next(&mut up, watch, &mut bufs.ubuf, size, deadline, parked);
-        let read = read.await;
+        let read = read_next(up, &io.reader, &mut bufs.ubuf, size, deadline, parked).await;
         // Events as far apart as the last two: the next wait lends no buffer.
-        park = waited.elapsed() >= PARK_UPSTREAM_AFTER;
+        copy.park = waited.elapsed() >= PARK_UPSTREAM_AFTER;
         match read {
             Race::Done(Ok(n)) if n > 0 => {
                 state.core.activity.note();
-                last_n = n;
-                if parked {
-                    // Its own small buffer, as the read's: a decode step's events arrive
-                    // together for every stream, and each holds its write's buffer until
-                    // the write completes.
-                    out.reserve_exact(n + FRAMING_ROOM);
-                } else {
-                    state.core.lend(out);
-                }
-                read_size = if parked && n < MIN_UPSTREAM_READ {
-                    // After a parked read an ordinary small one (which takes the rest, when
-                    // the parked one filled its small buffer).
-                    MIN_UPSTREAM_READ
-                } else {
-                    next_read_size(n, bufs.ubuf.capacity())
-                };
-                if scan_usage {
-                    report.usage = usage::scan(&bufs.ubuf).or(report.usage);
-                }
-                match feed_body(&mut body, &bufs.ubuf, out, client_chunked, &mut tail) {
-                    Ok((d, o)) => {
-                        done = d;
-                        overrun |= o;
-                        if report.first_byte.is_none() && (tail.sent || done) {
-                            report.first_byte = Some(std::time::Instant::now());
-                        }
-                    }
-                    Err(()) => break StreamEnd::UpstreamFailed,
+                if copy.took(state, bufs, n, parked, report).is_err() {
+                    return StreamEnd::UpstreamFailed;
                 }
             }
             Race::Done(res) => {
                 // Over TLS only a close_notify (`Ok(0)`) is a clean end; a bare TCP close is
                 // a possible truncation and fails the stream.
                 let clean_close = res.is_ok() || !up.is_tls();
-                if matches!(body, BodyState::UntilClose) && clean_close {
-                    // A close-delimited body ends cleanly at EOF.
-                    done = true;
-                    continue;
+                if !(matches!(copy.body, BodyState::UntilClose) && clean_close) {
+                    return StreamEnd::UpstreamFailed;
                 }
-                break StreamEnd::UpstreamFailed;
+                // A close-delimited body ends cleanly at EOF.
+                copy.done = true;
             }
-            Race::ClientGone => break StreamEnd::ClientGone,
+            Race::ClientGone => return StreamEnd::ClientGone,
             Race::TimedOut if cut.is_some_and(|c| std::time::Instant::now() >= c) => {
-                break StreamEnd::ShutdownCut
+                return StreamEnd::ShutdownCut
             }
-            Race::TimedOut => break StreamEnd::UpstreamTimedOut,
+            Race::TimedOut => return StreamEnd::UpstreamTimedOut,
         }
-    };
-    report.deltas = tail.deltas.count();
+    }
+}
+
+/// Writes what `out` holds to the client under the write timeout; `false` when the client
+/// is gone or stopped reading.
+async fn write_out(
+    io: &mut ClientIo,
+    out: &mut Vec<u8>,
+    copy: &BodyCopy,
+    report: &mut Report,
+) -> bool {
+    if out.is_empty() {
+        return true;
+    }
+    let buf = std::mem::take(out);
+    let deadline = IdleDeadline::after(copy.write_timeout);
+    match race_idle(io.wr.write_all(buf), &io.reader, deadline).await {
+        Race::Done((Ok(_), buf)) => {
+            report.client_status = copy.status;
+            report.bytes_out += buf.len() as u64;
+            *out = buf;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// How a stream that had started reaching the client was cut, and the error its last
+/// event carries.
+fn cut_error(end: StreamEnd, target: &str) -> (Cut, GatewayError) {
     match end {
-        StreamEnd::Complete => report.completed = true,
-        StreamEnd::ClientGone => {
-            report.cut = Some(Cut::ClientGone);
-            return Outcome::ClientGone;
-        }
-        StreamEnd::UpstreamFailed | StreamEnd::UpstreamTimedOut | StreamEnd::ShutdownCut => {
-            let (cut, err) = match end {
-                StreamEnd::ShutdownCut => (
-                    Cut::Shutdown,
-                    GatewayError::internal(
-                        503,
-                        "gateway_shutting_down",
-                        "the gateway is shutting down and its grace period ended; the answer \
-                         is incomplete",
-                    ),
+        StreamEnd::ShutdownCut => (
+            Cut::Shutdown,
+            GatewayError::internal(
+                503,
+                "gateway_shutting_down",
+                "the gateway is shutting down and its grace period ended; the answer is \
+                 incomplete",
+            ),
+        ),
+        _ => (
+            if matches!(end, StreamEnd::UpstreamTimedOut) {
+                Cut::UpstreamTimeout
+            } else {
+                Cut::UpstreamReset
+            },
+            GatewayError::upstream(
+                UpstreamFailure::StreamInterrupted,
+                format!(
+                    "the upstream target `{target}` failed mid-stream; the answer is incomplete"
                 ),
-                _ => (
-                    if matches!(end, StreamEnd::UpstreamTimedOut) {
-                        Cut::UpstreamTimeout
-                    } else {
-                        Cut::UpstreamReset
-                    },
-                    GatewayError::upstream(
-                        UpstreamFailure::StreamInterrupted,
-                        format!(
-                            "the upstream target `{}` failed mid-stream; the answer is incomplete",
-                            target.name
-                        ),
-                    ),
-                ),
-            };
-            report.cut = Some(cut);
-            // Boxed: the rare ending, which a stream's future should not be sized for.
-            return Box::pin(fail_midstream(
-                wr,
-                out,
-                &head,
-                client_chunked,
-                &err,
-                client.surface,
-                &tail,
-                write_timeout,
-                report,
-            ))
-            .await;
-        }
-    }
-    if head.keep_alive && !overrun && !matches!(body, BodyState::UntilClose) {
-        state.upstream.pool.put(tid, up, Instant::now().into_std());
-    }
-    Outcome::Relayed {
-        close: close_client,
+            ),
+        ),
     }
 }
 
@@ -841,16 +1002,12 @@ impl SseTail {
 /// a drain cuts): an SSE error event for event streams, in the shape of the API called
 /// (`surface`), then a close without the terminal chunk, so no client mistakes the cut-off
 /// for a complete answer.
-#[allow(clippy::too_many_arguments)]
 async fn fail_midstream(
-    wr: &mut ClientWrite,
+    io: &mut ClientIo,
     out: &mut Vec<u8>,
     head: &ResponseHead,
-    client_chunked: bool,
+    copy: &BodyCopy,
     err: &GatewayError,
-    surface: Surface,
-    tail: &SseTail,
-    write_timeout: std::time::Duration,
     report: &mut Report,
 ) -> Outcome {
     out.clear();
@@ -858,20 +1015,21 @@ async fn fail_midstream(
     // close: after a declared Content-Length it would read as part of a complete body.
     if head.is_sse && !matches!(head.framing, RespFraming::Length(_)) {
         let mut event = Vec::with_capacity(256);
-        event.extend_from_slice(tail.separator());
-        event.extend_from_slice(&err.stream_event(surface, tail.sequence));
-        if client_chunked {
+        event.extend_from_slice(copy.tail.separator());
+        event.extend_from_slice(&err.stream_event(copy.surface, copy.tail.sequence));
+        if copy.client_chunked {
             encode_chunk(out, &event);
         } else {
             out.extend_from_slice(&event);
         }
         let buf = std::mem::take(out);
-        if let Ok((Ok(_), buf)) = monoio::time::timeout(write_timeout, wr.write_all(buf)).await {
+        let write = io.wr.write_all(buf);
+        if let Ok((Ok(_), buf)) = monoio::time::timeout(copy.write_timeout, write).await {
             report.bytes_out += buf.len() as u64;
         }
     }
-    wr.cut();
-    let _ = monoio::time::timeout(write_timeout, wr.shutdown()).await;
+    io.wr.cut();
+    let _ = monoio::time::timeout(copy.write_timeout, io.wr.shutdown()).await;
     Outcome::Relayed { close: true }
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use rolter_codec::h1::request_head::HeadLimits;
 use rolter_config::reload::{unchanged_routes, unchanged_targets};
-use rolter_config::Config;
+use rolter_config::{Config, Route};
 use rolter_core::{Candidate, Needs, Sample, ShareSink, Verdict};
 use rolter_strategy::Strategy;
 
@@ -223,22 +223,35 @@ impl Drop for PooledBufs<'_> {
     }
 }
 
+/// What one configuration's state on a core is built from: the configuration, what the
+/// gateway built for it (shared by every core), and this core's links.
+pub struct StateParts<'a> {
+    pub config: Arc<Config>,
+    pub tls: Arc<UpstreamTls>,
+    pub caps: Arc<TargetCaps>,
+    pub keys: Arc<KeyBook>,
+    pub strategies: &'a StrategyFactory,
+    pub links: WorkerLinks,
+}
+
 impl WorkerState {
-    /// This core's state for `config`. With `previous` (a reload), unchanged routes keep
-    /// their strategy instance (and what it learned), and unchanged targets their idle
-    /// keep-alive connections.
-    #[allow(clippy::too_many_arguments)]
+    /// This core's state for `parts.config`, on a gateway of `workers` cores. With
+    /// `previous` (a reload), unchanged routes keep their strategy instance (and what it
+    /// learned), and unchanged targets their idle keep-alive connections.
     pub fn new(
         core: Rc<WorkerCore>,
-        config: Arc<Config>,
-        tls: Arc<UpstreamTls>,
-        caps: Arc<TargetCaps>,
-        keys: Arc<KeyBook>,
-        strategies: &StrategyFactory,
-        links: WorkerLinks,
+        parts: StateParts<'_>,
         workers: usize,
         previous: Option<&WorkerState>,
     ) -> Self {
+        let StateParts {
+            config,
+            tls,
+            caps,
+            keys,
+            strategies,
+            links,
+        } = parts;
         let id = core.id;
         let seed = fastrand::u64(..) ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let kept = previous.map(|p| (p, unchanged_routes(&p.config, &config)));
@@ -247,45 +260,13 @@ impl WorkerState {
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                if let Some(old) = kept
+                match kept
                     .as_ref()
                     .and_then(|(p, same)| same[i].map(|o| p.routes[o].clone()))
                 {
-                    return old;
+                    Some(old) => old,
+                    None => route_state(r, &config, strategies, seed),
                 }
-                let strategy = strategies.build(r, seed);
-                let needs = strategy.needs();
-                // How the strategy's inputs are had: its typed requirements, which agree
-                // with what the instance asks for.
-                let req = r.strategy.requirements();
-                Rc::new(RouteState {
-                    tokens: TokenSource::for_route(
-                        r,
-                        req.token_ids
-                            .as_ref()
-                            .filter(|_| needs.contains(Needs::TOKEN_IDS)),
-                    ),
-                    lookup: CacheLookup::for_route(
-                        r,
-                        &config.targets,
-                        req.cache_lookup
-                            .as_ref()
-                            .filter(|_| needs.contains(Needs::CACHE_LOOKUP)),
-                    ),
-                    adapters: AdapterLoader::for_route(req.adapter_loading.as_ref()),
-                    rotation: req
-                        .store
-                        .as_ref()
-                        .and_then(|s| s.rotation)
-                        .filter(|_| needs.contains(Needs::SHARED_ROTATION))
-                        .map(Rotation::new),
-                    fleet_load: req.store.as_ref().is_some_and(|s| s.fleet_load),
-                    retry_budget: RetryBudget::default(),
-                    queued: Cell::new(0),
-                    head_times: HeadTimes::default(),
-                    needs,
-                    strategy: RefCell::new(strategy),
-                })
             })
             .collect();
         let created = std::time::SystemTime::now()
@@ -329,6 +310,49 @@ impl WorkerState {
             config,
         }
     }
+}
+
+/// A route's state on this core, new: its strategy instance and the clients of what the
+/// strategy needs (token ids, a cache lookup, adapter loading, the shared rotation).
+fn route_state(
+    r: &Route,
+    config: &Config,
+    strategies: &StrategyFactory,
+    seed: u64,
+) -> Rc<RouteState> {
+    let strategy = strategies.build(r, seed);
+    let needs = strategy.needs();
+    // How the strategy's inputs are had: its typed requirements, which agree with what the
+    // instance asks for.
+    let req = r.strategy.requirements();
+    Rc::new(RouteState {
+        tokens: TokenSource::for_route(
+            r,
+            req.token_ids
+                .as_ref()
+                .filter(|_| needs.contains(Needs::TOKEN_IDS)),
+        ),
+        lookup: CacheLookup::for_route(
+            r,
+            &config.targets,
+            req.cache_lookup
+                .as_ref()
+                .filter(|_| needs.contains(Needs::CACHE_LOOKUP)),
+        ),
+        adapters: AdapterLoader::for_route(req.adapter_loading.as_ref()),
+        rotation: req
+            .store
+            .as_ref()
+            .and_then(|s| s.rotation)
+            .filter(|_| needs.contains(Needs::SHARED_ROTATION))
+            .map(Rotation::new),
+        fleet_load: req.store.as_ref().is_some_and(|s| s.fleet_load),
+        retry_budget: RetryBudget::default(),
+        queued: Cell::new(0),
+        head_times: HeadTimes::default(),
+        needs,
+        strategy: RefCell::new(strategy),
+    })
 }
 
 impl Drop for WorkerState {

@@ -25,7 +25,7 @@ use crate::path::activity::Waiter;
 use crate::path::conn;
 use crate::path::generation::Generations;
 use crate::path::idle_timer;
-use crate::path::state::{WorkerCore, WorkerState};
+use crate::path::state::{StateParts, WorkerCore, WorkerState};
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
 
@@ -133,17 +133,15 @@ pub async fn run(setup: WorkerSetup) {
         store,
     } = setup;
     let core = Rc::new(WorkerCore::new(id, store, connections));
-    let first = WorkerState::new(
-        core.clone(),
+    let parts = StateParts {
         config,
         tls,
         caps,
         keys,
-        &strategies,
+        strategies: &strategies,
         links,
-        workers,
-        None,
-    );
+    };
+    let first = WorkerState::new(core.clone(), parts, workers, None);
     let worker = Rc::new(Generations::new(first));
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
@@ -196,17 +194,15 @@ pub async fn run(setup: WorkerSetup) {
             monoio::time::sleep(SIGNAL_TICK).await;
         }
         if let Ok(h) = handoffs.try_recv() {
-            let next = WorkerState::new(
-                core.clone(),
-                h.config,
-                h.tls,
-                h.caps,
-                h.keys,
-                &h.strategies,
-                h.links,
-                workers,
-                Some(&worker.current()),
-            );
+            let parts = StateParts {
+                config: h.config,
+                tls: h.tls,
+                caps: h.caps,
+                keys: h.keys,
+                strategies: &h.strategies,
+                links: h.links,
+            };
+            let next = WorkerState::new(core.clone(), parts, workers, Some(&worker.current()));
             worker.switch(next);
             let _ = h.done.send(id);
         }

@@ -1,0 +1,103 @@
+//! The exchange: one inference request's context from the moment it is routed until it is
+//! recorded. It holds what every later stage reads (the request, its route and facts, the
+//! strategy's inputs, the pick request) and what they write: [`Served`], what the attempts
+//! came to, from which the access-log record is filled.
+//!
+//! Owns the per-request record of the attempts and its mapping onto an access-log entry.
+//! It must not run a stage itself; the stages take the exchange instead of a long list of
+//! arguments.
+
+use std::time::Instant;
+
+use rolter_codec::GatewayError;
+use rolter_core::{PickRequest, Usage};
+
+use super::inputs::Inputs;
+use super::request::Request;
+use super::route::Routed;
+use crate::access_log::entry::Inline;
+use crate::access_log::{Entry, Flags};
+use crate::path::state::WorkerState;
+
+/// One routed request on its way through the attempts.
+pub struct Exchange<'a> {
+    pub state: &'a WorkerState,
+    pub req: &'a Request<'a>,
+    pub routed: &'a Routed<'a>,
+    pub inputs: &'a Inputs,
+    pub pick: &'a PickRequest<'a>,
+    /// What the attempts came to, written by each as it ends.
+    pub served: Served,
+}
+
+/// What a request's attempts came to, for its access-log entry.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Served {
+    pub attempts: u8,
+    /// The last target tried.
+    pub target: Option<usize>,
+    /// The last upstream response status (0: none).
+    pub upstream_status: u16,
+    /// The status the client received (0: none).
+    pub status: u16,
+    pub flags: Flags,
+    /// The gateway's error code when it answered with an error itself.
+    pub error: Option<&'static str>,
+    /// When the first response body byte arrived from the target that answered.
+    pub first_byte: Option<Instant>,
+    pub bytes_out: u64,
+    pub usage: Option<Usage>,
+    /// Completion tokens counted from the stream when it reported no usage.
+    pub estimated_completion: u32,
+    pub fallback: Option<&'static str>,
+}
+
+impl Served {
+    /// The gateway answered `e` itself (`bytes_out` written, 0 when the write failed).
+    pub fn answered_error(&mut self, e: &GatewayError, bytes_out: usize) {
+        self.status = e.status;
+        self.error = Some(e.code);
+        self.flags.insert(Flags::for_error(e));
+        self.bytes_out += bytes_out as u64;
+    }
+
+    /// The prompt and completion tokens to charge: the usage the response reported, else
+    /// the completion tokens its stream counted.
+    pub fn tokens(&self) -> (u32, u32) {
+        self.usage.map_or((0, self.estimated_completion), |u| {
+            (u.prompt_tokens, u.completion_tokens)
+        })
+    }
+}
+
+impl Exchange<'_> {
+    /// Fills what the exchange learned into the request's access-log entry (the caller's
+    /// key is the identify stage's).
+    pub fn fill(&self, e: &mut Entry) {
+        let s = &self.served;
+        e.route = Some(self.routed.index as u16);
+        e.model = Inline::new(self.routed.facts.model.as_bytes());
+        e.target = s.target.map(|t| t as u16);
+        e.status = s.status;
+        e.upstream_status = s.upstream_status;
+        e.attempts = s.attempts;
+        e.flags = s.flags;
+        e.error = s.error;
+        e.ttft = s
+            .first_byte
+            .map(|t| t.saturating_duration_since(self.req.started));
+        e.bytes_out = s.bytes_out;
+        match s.usage {
+            Some(u) => {
+                e.prompt_tokens = Some(u.prompt_tokens);
+                e.completion_tokens = Some(u.completion_tokens);
+            }
+            None if s.estimated_completion > 0 => {
+                e.completion_tokens = Some(s.estimated_completion);
+                e.tokens_estimated = true;
+            }
+            None => {}
+        }
+        e.fallback = s.fallback;
+    }
+}
