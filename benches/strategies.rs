@@ -78,6 +78,7 @@ fn bench_picks(c: &mut Criterion) {
                         status: 200,
                         success: true,
                         ttft: Some(Duration::from_millis(20 + (t as u64 * 13 + round) % 50)),
+                        first_byte: Some(Duration::from_millis(20 + (t as u64 * 13 + round) % 50)),
                         duration: Duration::from_millis(400),
                         load_at_send: (t as u64 + round) % 7,
                         prompt_tokens: 100 + (round as u32) * 50,

@@ -13,8 +13,13 @@ pub struct Sample {
     pub status: u16,
     /// A 2xx response relayed to its end. Only successes teach latency.
     pub success: bool,
-    /// From the request being sent upstream to the first response body byte.
+    /// From the request being sent upstream to the first body byte of an event stream:
+    /// the first token's. `None` for a plain answer, whose first byte comes when the
+    /// engine has generated all of it.
     pub ttft: Option<Duration>,
+    /// From the request being sent upstream to the first response body byte, of any
+    /// answer (for a plain one, its generation's whole time).
+    pub first_byte: Option<Duration>,
     /// From the request being sent upstream to the end of the response.
     pub duration: Duration,
     /// The load the gateway saw for this target when it sent the request.

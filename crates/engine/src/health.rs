@@ -180,7 +180,9 @@ impl HealthBook {
         let Some(h) = self.targets.get_mut(s.target) else {
             return;
         };
-        let Some(ttft) = s.ttft else {
+        // A stream's first token, or a plain answer's whole time: route peers get the same
+        // mix of both, so their averages compare.
+        let Some(first_byte) = s.first_byte else {
             return;
         };
         let sent = s.finished.checked_sub(s.duration);
@@ -189,8 +191,9 @@ impl HealthBook {
         {
             return;
         }
-        h.ttft.add(ttft.as_secs_f64() * 1e3, span);
-        if let Some(u) = s.usage.filter(|u| u.completion_tokens > 1) {
+        h.ttft.add(first_byte.as_secs_f64() * 1e3, span);
+        // Inter-token time from streams only: a plain answer's tokens all come at once.
+        if let (Some(ttft), Some(u)) = (s.ttft, s.usage.filter(|u| u.completion_tokens > 1)) {
             let rest = s.duration.saturating_sub(ttft).as_secs_f64() * 1e3;
             h.itl.add(rest / f64::from(u.completion_tokens - 1), span);
         }
@@ -627,6 +630,7 @@ mod tests {
             status: 200,
             success: true,
             ttft: Some(Duration::from_millis(ttft_ms)),
+            first_byte: Some(Duration::from_millis(ttft_ms)),
             duration: Duration::from_millis(total_ms),
             load_at_send: 0,
             prompt_tokens: 10,

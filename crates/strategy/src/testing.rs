@@ -27,6 +27,7 @@ pub fn sample(target: usize, ttft_ms: u64, load: u64, prompt_tokens: u32) -> Sam
         status: 200,
         success: true,
         ttft: Some(std::time::Duration::from_millis(ttft_ms)),
+        first_byte: Some(std::time::Duration::from_millis(ttft_ms)),
         duration: std::time::Duration::from_millis(ttft_ms * 2),
         load_at_send: load,
         prompt_tokens,

@@ -650,6 +650,7 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     status: 200,
                     success: true,
                     ttft: Some(ttft),
+                    first_byte: Some(ttft),
                     duration: now - r.sent,
                     load_at_send: r.load_at_send,
                     prompt_tokens: tr.prompt_tokens,

@@ -26,6 +26,7 @@ fn sample(target: usize, status: u16, ttft_ms: Option<u64>, duration_ms: u64) ->
         status,
         success: (200..300).contains(&status),
         ttft: ttft_ms.map(Duration::from_millis),
+        first_byte: ttft_ms.map(Duration::from_millis),
         duration: Duration::from_millis(duration_ms),
         load_at_send: 0,
         prompt_tokens: 0,

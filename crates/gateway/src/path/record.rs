@@ -66,6 +66,7 @@ pub fn attempt(
     let verdict = verdict(outcome, report);
     let finished = Instant::now();
     let sent = report.sent.unwrap_or(finished);
+    let first_byte = report.first_byte.map(|f| f.saturating_duration_since(sent));
     // A head that answered (not a server error or a rate limit) teaches the route's
     // send-to-head percentile, for `hedge_after = "pNN"`.
     if let (Some(s), Some(h)) = (report.sent, report.head) {
@@ -82,10 +83,8 @@ pub fn attempt(
             status: report.status,
             success: verdict == Verdict::Success,
             // Only a stream's first byte is its first token: a plain answer teaches no TTFT.
-            ttft: report
-                .first_byte
-                .filter(|_| report.streamed)
-                .map(|f| f.saturating_duration_since(sent)),
+            ttft: first_byte.filter(|_| report.streamed),
+            first_byte,
             duration: finished.saturating_duration_since(sent),
             load_at_send,
             prompt_tokens: preq.prompt_tokens,
