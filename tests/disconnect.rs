@@ -1,4 +1,4 @@
-//! Clients that go away or crawl (http-hardening P35, P36, checklist 12) under both drivers:
+//! Clients that go away or crawl, under both drivers:
 //! a close during prefill, mid-stream or a half-close cancels the upstream request within
 //! about a second; slow heads and bodies get 408 and a close; a streaming client that never
 //! reads hits the write timeout and the upstream is aborted.

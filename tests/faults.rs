@@ -1,9 +1,9 @@
-//! Upstream faults under both drivers (http-hardening "Upstream faults", checklist 14–17,
-//! 24, 25): refused connections and 5xx before headers are retried elsewhere; 429 from
-//! everyone is passed on with Retry-After; a reset before headers is retried elsewhere (the
-//! last attempt's 502 when every target resets), never when `retry_on` leaves it out;
-//! a reset or stall after the first bytes ends the stream with an SSE error event and a
-//! close without the terminal chunk; a stall before headers is a 504.
+//! Upstream faults under both drivers: refused connections and 5xx before headers are
+//! retried elsewhere; 429 from everyone is passed on with Retry-After; a reset before
+//! headers is retried elsewhere (the last attempt's 502 when every target resets), never
+//! when `retry_on` leaves it out; a reset or stall after the first bytes ends the stream
+//! with an SSE error event and a close without the terminal chunk; a stall before headers
+//! is a 504.
 
 mod common;
 

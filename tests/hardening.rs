@@ -1,5 +1,5 @@
-//! HTTP hardening: cases P1–P34 of docs `http-hardening.md`, P37–P39 (Host values,
-//! fragments, header names with underscores) and ported request-smuggling payloads
+//! HTTP hardening: cases P1–P34 and P37–P39 (each test is named after its case, `p01_…`;
+//! P37–P39 cover Host values, fragments, header names with underscores) and ported request-smuggling payloads
 //! (http_desync_guardian `severe.yaml`, HTTP Garden), as raw bytes over a socket against
 //! the real gateway and a recording mock engine, under both drivers.
 //!

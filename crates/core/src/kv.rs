@@ -1,9 +1,9 @@
 //! The read side of the engines' KV caches, as the gateway rebuilt them from the engines'
 //! KV-cache events: what a KV-aware strategy may ask at pick time.
 //!
-//! The engine-state crate implements it over its lock-free block index; strategies only
-//! call it. Every method must be cheap, lock-free and allocation-free once the output
-//! buffers have grown.
+//! `rolter-engine` implements it (`kv::view::EngineView`) over its lock-free block index;
+//! strategies only call it. Every method must be cheap, lock-free and allocation-free once
+//! the output buffers have grown.
 
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@ pub struct Pick {
     pub score: Option<f64>,
     /// Set when the strategy could not use its own signal and fell back (cold targets, a
     /// kill switch, a missing input): a short static reason, counted in the gateway's
-    /// metrics (`rolter_strategy_fallbacks_total{route,reason}`).
+    /// metrics (`rolter_strategy_fallbacks_total{route,strategy,reason}`).
     pub fallback: Option<&'static str>,
 }
 

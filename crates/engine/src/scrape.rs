@@ -85,7 +85,7 @@ pub fn parse(text: &str) -> Result<EngineMetrics, ScrapeError> {
 }
 
 /// The metric families of an exposition, for readers of more than the load signals (the
-/// LoRA residency in `signals::lora`); [`extract`] turns them into [`EngineMetrics`].
+/// LoRA residency in [`crate::lora`]); [`extract`] turns them into [`EngineMetrics`].
 pub fn parse_families(text: &str) -> Result<Vec<Metric>, ScrapeError> {
     if text.trim().is_empty() {
         return Ok(Vec::new());

@@ -254,20 +254,6 @@ impl LocalTokenizer {
         self
     }
 
-    /// Overrides the content format of every loaded template. The detected one comes from a
-    /// look at the template source (a `for` loop over `...content`), a simpler test than
-    /// vLLM's syntax-tree walk; set it here (vLLM: `--chat-template-content-format`) when the
-    /// two disagree.
-    pub fn with_content_format(mut self, format: ContentFormat) -> Self {
-        for t in [&mut self.default, &mut self.tool_use]
-            .into_iter()
-            .flatten()
-        {
-            t.format = format;
-        }
-        self
-    }
-
     /// The underlying Hugging Face tokenizer.
     pub fn tokenizer(&self) -> &tokenizers::Tokenizer {
         &self.tokenizer

@@ -41,16 +41,16 @@
 //!
 //! # Read structure: one lock-free map shared by all workers
 //!
-//! The writer ([`KvIndex`], owned by the control thread) publishes into a `papaya`
-//! concurrent hash map from `(gateway key, 64-target word)` to a 64-bit holder mask; the
-//! workers read it through [`KvIndexReader`] (an `Arc`, cheap to clone, `Send + Sync`).
-//! Reads take no lock and never write shared memory other than the epoch reservation of
-//! their own thread (one per `longest_prefix` call), so they do not contend with each other
-//! or with the writer. The alternative, a replica per worker updated by messages, would
-//! multiply the memory (millions of keys) and the update work by the number of cores and
-//! put the updates on the request threads; `dashmap` takes a shard read lock per probe. The
-//! price of papaya is a pointer chase per probe (entries are boxed) and boxed entries;
-//! `benches/kv_events.rs` measures the read cost.
+//! The writer ([`KvIndex`], owned by the `rolter-kv-index` thread of `kv::plane`) publishes
+//! into a `papaya` concurrent hash map from `(gateway key, 64-target word)` to a 64-bit
+//! holder mask; the workers read it through [`KvIndexReader`] (an `Arc`, cheap to clone,
+//! `Send + Sync`). Reads take no lock and never write shared memory other than the epoch
+//! reservation of their own thread (one per `longest_prefix` call), so they do not contend
+//! with each other or with the writer. The alternative, a replica per worker updated by
+//! messages, would multiply the memory (millions of keys) and the update work by the number
+//! of cores and put the updates on the request threads; `dashmap` takes a shard read lock
+//! per probe. The price of papaya is a pointer chase per probe (entries are boxed) and
+//! boxed entries; `benches/kv_events.rs` measures the read cost.
 //!
 //! # Memory bound
 //!

@@ -350,11 +350,6 @@ impl KvTransport {
         }
     }
 
-    /// True while the thread runs.
-    pub fn is_running(&self) -> bool {
-        self.thread.as_ref().is_some_and(|t| !t.is_finished())
-    }
-
     /// Stops the thread (within one poll interval, 20 ms) and joins it.
     pub fn stop(mut self) {
         self.shutdown();

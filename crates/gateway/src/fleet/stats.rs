@@ -165,14 +165,6 @@ impl StoreStats {
         }
     }
 
-    /// Rotation asks the store answered, and those it could not.
-    pub fn rotation_counts(&self) -> (u64, u64) {
-        (
-            self.rotations.load(Relaxed),
-            self.rotation_failures.load(Relaxed) + self.pick_timeouts.load(Relaxed),
-        )
-    }
-
     /// The `rolter_state_*` series.
     pub fn render(&self, out: &mut String) {
         let mut r = Registry::default();

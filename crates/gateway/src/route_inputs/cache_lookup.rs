@@ -59,11 +59,6 @@ impl LookupResult {
             LookupResult::Paused => "paused",
         }
     }
-
-    /// Whether the strategy got holdings to score.
-    pub fn usable(self) -> bool {
-        matches!(self, LookupResult::Answered | LookupResult::Memo)
-    }
 }
 
 /// A lookup's holdings (`None` unless usable), its result, and how many instance ids in the

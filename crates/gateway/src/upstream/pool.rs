@@ -89,11 +89,6 @@ impl Pool {
         }
     }
 
-    /// Idle connections held for `target`.
-    pub fn idle_count(&self, target: usize) -> usize {
-        self.idle.borrow()[target].len()
-    }
-
     /// Closes every idle connection (drain).
     pub fn clear(&self) {
         for q in self.idle.borrow_mut().iter_mut() {

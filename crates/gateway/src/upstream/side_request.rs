@@ -3,7 +3,7 @@
 //! a worker): write one request, read the whole response into memory.
 //!
 //! Owns only the wire format of one exchange. It must not be used for client traffic (the
-//! relay in `proxy` streams that), must not retry, and bounds every body by a size cap.
+//! relay in `path::relay` streams that), must not retry, and bounds every body by a size cap.
 //! Timeouts are the caller's: wrap the future in `monoio::time::timeout`.
 
 use monoio::buf::IoBufMut;

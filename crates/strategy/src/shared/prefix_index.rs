@@ -521,11 +521,6 @@ impl PrefixIndex {
             t.clear();
         }
     }
-
-    /// The bound per target, in prompt bytes.
-    pub fn max_bytes_per_target(&self) -> usize {
-        self.max_bytes
-    }
 }
 
 #[cfg(test)]

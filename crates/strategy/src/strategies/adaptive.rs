@@ -8,7 +8,7 @@
 //! let it). A target without a latency sample scores latency 0 (optimistic, so it is not
 //! avoided before it is measured); a target without a known price
 //! for the requested model scores cost 1 (the worst). When the global kill switch
-//! ([`super::Switches::adaptive`], read on every pick) is off, the route's
+//! ([`crate::Switches::adaptive`], read on every pick) is off, the route's
 //! `fallback_strategy` picks and the pick is marked `kill_switch`; blending resumes at the
 //! next pick after it is turned back on.
 //!

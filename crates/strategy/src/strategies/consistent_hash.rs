@@ -8,7 +8,7 @@
 //! builds the same ring, and adding or removing a target elsewhere in the configuration
 //! moves no other target's points.
 //!
-//! The key is [`SessionKey::hash`](super::SessionKey::hash): the `x-session-id` header
+//! The key is [`SessionKey::hash`](crate::SessionKey::hash): the `x-session-id` header
 //! when present, else the canonical (whitespace-free) conversation, which the strategy asks
 //! for through [`Needs::CANONICAL_PROMPT`]. A target that is not a candidate (unhealthy,
 //! ejected, full, already tried by this request) is skipped by walking on to the next

@@ -1,5 +1,5 @@
 //! One module per strategy: its typed options (with their defaults), its per-core state
-//! and its pick. `spec/strategies.md` is the behaviour each one implements.
+//! and its pick. `docs/strategies.md` is the behaviour each one implements.
 
 pub mod adaptive;
 pub mod cache_aware;

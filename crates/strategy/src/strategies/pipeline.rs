@@ -28,8 +28,7 @@
 //! The pick's score is `Σ w × value`; the highest wins and ties (within rounding) are
 //! broken uniformly at random. Every weight at 0 is a configuration error (the registry's
 //! combined check). The scorer set is the internal [`Scorer`] enum; `precise_prefix`
-//! (KV-event block index) is reserved there but not wired yet, because its signal does not
-//! reach strategies yet.
+//! (KV-event block index) is reserved there but not wired yet.
 //!
 //! **Learning.** `routed` inserts the prompt into the target's [`PrefixIndex`] (when the
 //! prefix scorer is on) and pins an explicit session to the target, and shares both through
@@ -62,8 +61,8 @@ const SCORE_EPSILON: f64 = 1e-12;
 
 /// One scoring signal. Each turns the candidates into values in [0, 1], higher is better.
 ///
-/// Reserved for later, not wired yet because its signal does not reach strategies yet:
-/// `PrecisePrefix` (resident KV blocks, from engine KV events).
+/// Reserved for later, not wired yet: `PrecisePrefix` (resident KV blocks, from engine KV
+/// events).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scorer {
     Weight,
