@@ -86,12 +86,15 @@ fn prompt_tokens(chars: usize) -> u32 {
     (chars + 2).div_ceil(4) as u32
 }
 
-/// A completions body for model "m" with a prompt of `chars` letters.
+/// A streamed completions body for model "m" with a prompt of `chars` letters (the
+/// learning strategies learn first-token times from streams).
 fn completion(chars: usize, max_tokens: Option<u64>) -> String {
     let prompt = "x".repeat(chars);
     match max_tokens {
-        Some(n) => format!(r#"{{"model":"m","prompt":"{prompt}","max_tokens":{n}}}"#),
-        None => format!(r#"{{"model":"m","prompt":"{prompt}"}}"#),
+        Some(n) => {
+            format!(r#"{{"model":"m","prompt":"{prompt}","max_tokens":{n},"stream":true}}"#)
+        }
+        None => format!(r#"{{"model":"m","prompt":"{prompt}","stream":true}}"#),
     }
 }
 

@@ -14,11 +14,14 @@
 //!    yet), the strategy's choice and its admission under `max_concurrent`; [`queue`]
 //!    waits for a place when the route has a queue and every candidate is full
 //!    ([`release`] wakes the waiters);
-//! 5. [`attempt`]: one try on the chosen target (an adapter loaded first when asked), the
-//!    upstream request's bytes ([`upstream_request`]; [`outgoing`] holds and writes them, a
-//!    large body from where it was read), and the retry decision (with
-//!    [`retry`]: the reasons, the route's budget and the back-off); [`hedge`] races a
-//!    second attempt against a slow first one ([`head_times`] learns the delay);
+//!    From here on the request is one [`exchange`]: what the later stages read, and the
+//!    record of its attempts they write.
+//! 5. [`attempt`]: the attempt layer: one try on the chosen target (an adapter loaded
+//!    first when asked), the upstream request's bytes ([`upstream_request`]; [`outgoing`]
+//!    holds and writes them, a large body from where it was read), and the retry decision
+//!    by the failure's kind (with [`retry`]: the reasons, the route's budget and the
+//!    back-off); [`hedge`] races a second attempt against a slow first one ([`head_times`]
+//!    learns the delay);
 //! 6. [`relay`]: the exchange with the target, streaming the answer to the client;
 //! 7. [`record`]: what the attempt teaches, to this core's strategies and, by message, to
 //!    the other cores and the control thread.
