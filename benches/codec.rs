@@ -11,6 +11,7 @@ use rolter::codec::h1::chunked::{encode_chunk, ChunkedDecoder};
 use rolter::codec::h1::request_head::{self as head, HeadLimits};
 use rolter::gateway::path::outgoing::Outgoing;
 use rolter::gateway::path::request::{BodyInPlace, Request};
+use rolter::gateway::path::route::Routed;
 use rolter::gateway::path::upstream_request;
 
 const HEAD: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway.local:8080\r\nUser-Agent: OpenAI/Python 1.54.0\r\nAccept: application/json\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-test-0123456789abcdef\r\nX-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.54.0\r\nx-session-id: user-42\r\nContent-Length: 1024\r\n\r\n";
@@ -203,18 +204,18 @@ headers = { "Authorization" = "Bearer upstream-key" }
             time: std::time::SystemTime::now(),
             surface: rolter::codec::Surface::OpenAi,
         };
+        let routed = Routed {
+            facts,
+            index: 0,
+            route: &config.routes[0],
+            passthrough: false,
+            key_header: None,
+        };
         let mut out = Outgoing::default();
         out.bytes.reserve(64 * 1024);
         g.bench_function(name, |b| {
             b.iter(|| {
-                upstream_request::build(
-                    &mut out,
-                    black_box(&req),
-                    &facts,
-                    &config.routes[0],
-                    &config.targets[0],
-                    None,
-                );
+                upstream_request::build(&mut out, black_box(&req), &routed, &config.targets[0]);
                 out.len()
             })
         });

@@ -9,7 +9,7 @@
 //! target through the target's `lmcache_instance` (default: its name).
 //!
 //! Pure: no sockets, no clock reads (time comes in as an argument), no logging. The call
-//! itself is made by the gateway's `route_inputs::cache_lookup` on the worker.
+//! itself is made by the gateway's `route_clients::cache_lookup` on the worker.
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -7,7 +7,7 @@
 //!   threads; start, drain, stop ([`Gateway`]).
 //! - [`path`]: the request path on a worker, as named stages: connection loop → route →
 //!   inputs → pick → attempt → relay → record, over the worker's per-core state.
-//! - [`route_inputs`]: the clients of what a route's strategy needs (token ids, an LMCache
+//! - [`route_clients`]: the clients of what a route's strategy needs (token ids, an LMCache
 //!   lookup, adapter loads).
 //! - [`upstream`]: the thin upstream client: each target's current address, connect (TCP,
 //!   TLS), the per-core keep-alive pool, the one connection policy every call follows,
@@ -42,7 +42,7 @@ pub mod metrics;
 pub mod notify;
 pub mod path;
 pub mod reload;
-pub mod route_inputs;
+pub mod route_clients;
 pub mod runtime;
 pub mod strategies;
 pub mod upstream;

@@ -16,10 +16,10 @@
 use std::time::Instant;
 
 use rolter_codec::GatewayError;
-use rolter_config::{RetryOn, MAX_RETRIES};
+use rolter_config::RetryOn;
 
 use super::client::{respond, ClientIo, Fate};
-use super::exchange::Exchange;
+use super::exchange::{Attempted, Exchange, Served, MAX_ATTEMPTS};
 use super::pick::Picked;
 use super::race::{race, Race};
 use super::relay::{self, ClientSide, Explain, Leg, Outcome, Report, TryLimits};
@@ -29,81 +29,36 @@ use super::{hedge, queue, record, retry, upstream_request};
 use crate::access_log::Flags;
 use crate::mesh::Record;
 
-/// Most attempts one request can make: the first try and the most retries the
-/// configuration allows (a hedge counts as one of them).
-const MAX_ATTEMPTS: usize = MAX_RETRIES as usize + 1;
-
-/// The attempts of one request so far.
-struct Attempts {
-    /// The targets tried, in order (the first `n`).
-    tried: [usize; MAX_ATTEMPTS],
-    n: usize,
-    /// The last failure that allowed a retry: what the client gets when no candidate is left.
-    last_err: Option<GatewayError>,
-    /// The route's `deadline` for the whole request.
-    request_end: Option<monoio::time::Instant>,
-}
-
-impl Attempts {
-    fn tried(&self) -> &[usize] {
-        &self.tried[..self.n]
-    }
-
-    fn push(&mut self, target: usize) {
-        self.tried[self.n] = target;
-        self.n += 1;
-    }
-}
-
-/// What one attempt came to.
+/// What one attempt came to, and the retries it left the request (within the route's and
+/// the candidates').
 struct Tried {
-    target: usize,
-    outcome: Outcome,
-    report: Report,
-    load_at_send: u64,
-    /// The retries the attempt left the request (within the route's and the candidates').
+    attempted: Attempted,
     retries_left: usize,
 }
 
 /// Tries targets until the request is answered; the connection's fate afterwards.
 pub async fn until_answered(ex: &mut Exchange<'_>, io: &mut ClientIo, bufs: &mut IoBufs) -> Fate {
-    let policy = &ex.routed.route.retry;
-    let start = Instant::now();
-    ex.state.routes[ex.routed.index].retry_budget.request(start);
-    let mut attempts = Attempts {
-        tried: [usize::MAX; MAX_ATTEMPTS],
-        n: 0,
-        last_err: None,
-        request_end: policy
-            .deadline
-            .map(|d| monoio::time::Instant::from_std(start + d)),
-    };
+    ex.state.routes[ex.routed.index]
+        .retry_budget
+        .request(Instant::now());
     loop {
-        // One clock read serves the pick and the routing record.
-        let now = Instant::now();
-        let pick = queue::pick(
-            ex.state,
-            ex.routed,
-            ex.pick,
-            attempts.tried(),
-            now,
-            &io.reader,
-        );
+        // One clock read serves the pick and the routing record (`Picked::at`).
+        let pick = queue::pick(ex.state, ex.ask(), Instant::now(), &io.reader);
         let picked = match pick.await {
             Ok(p) => p,
-            Err(e) => return no_candidate(ex, io, bufs, &mut attempts, e).await,
+            Err(e) => return no_candidate(ex, io, bufs, e).await,
         };
-        let tried = one(ex, io, bufs, &mut attempts, picked, now).await;
-        note(ex, &tried);
-        let retries_left = tried.retries_left;
-        match tried.outcome {
+        let tried = one(ex, io, bufs, picked).await;
+        record::attempt(ex, &tried.attempted);
+        note(&mut ex.served, &tried.attempted);
+        match tried.attempted.outcome {
             Outcome::Relayed { close } => return if close { Fate::Close } else { Fate::KeepAlive },
             Outcome::ClientGone => {
                 ex.served.flags.insert(Flags::DC);
                 return Fate::Close;
             }
-            Outcome::Failed(e) => match after_failure(ex, io, &attempts, (e, retries_left)).await {
-                Next::Retry(e) => attempts.last_err = Some(e),
+            Outcome::Failed(e) => match after_failure(ex, io, e, tried.retries_left).await {
+                Next::Retry(e) => ex.attempts.last_err = Some(e),
                 Next::Answer(e) => return answer(ex, io, bufs, &e).await,
                 Next::ClientGone => return Fate::Close,
             },
@@ -117,39 +72,37 @@ async fn no_candidate(
     ex: &mut Exchange<'_>,
     io: &mut ClientIo,
     bufs: &mut IoBufs,
-    attempts: &mut Attempts,
     e: GatewayError,
 ) -> Fate {
     if e.code == queue::CLIENT_GONE {
         ex.served.flags.insert(Flags::DC);
         return Fate::Close;
     }
-    ex.served.flags.insert(match attempts.last_err {
+    ex.served.flags.insert(match ex.attempts.last_err {
         // Out of candidates after a failure that allowed a retry.
         Some(_) => Flags::URX,
         None if queue::is_overflow(&e) => Flags::UO,
         None => Flags::UH,
     });
-    let e = attempts.last_err.take().unwrap_or(e);
+    let e = ex.attempts.last_err.take().unwrap_or(e);
     ex.state.record_gateway(e.status, e.code);
     answer(ex, io, bufs, &e).await
 }
 
 /// One attempt on the picked target: routed, its adapter loaded, the request built and
-/// sent, the response relayed (with a hedge when the route asks), and recorded.
+/// sent, the response relayed (with a hedge when the route asks), and counted in the
+/// exchange's attempts.
 async fn one(
     ex: &mut Exchange<'_>,
     io: &mut ClientIo,
     bufs: &mut IoBufs,
-    attempts: &mut Attempts,
     picked: Picked<'_>,
-    now: Instant,
 ) -> Tried {
-    let (state, routed) = (ex.state, ex.routed);
+    let (state, routed, now) = (ex.state, ex.routed, picked.at);
     let rs = &state.routes[routed.index];
     let tid = picked.target;
     ex.served.fallback = picked.pick.fallback;
-    record::routed(state, routed, ex.pick, ex.inputs, tid, now);
+    record::routed(ex, tid, now);
     if let Some(loader) = &rs.adapters {
         // Boxed: a LoRA load is a call of its own, on few routes.
         let side = &mut bufs.side;
@@ -164,23 +117,16 @@ async fn one(
         Box::pin(load).await;
     }
     let target = &state.config.targets[tid];
-    upstream_request::build(
-        &mut bufs.up,
-        ex.req,
-        &routed.facts,
-        routed.route,
-        target,
-        routed.key_header,
-    );
+    upstream_request::build(&mut bufs.up, ex.req, routed, target);
     let retries_left = (routed.route.retries as usize)
-        .saturating_sub(attempts.n)
+        .saturating_sub(ex.attempts.n)
         .min(picked.others);
-    let (client, limits) = leg_terms(ex, attempts, &picked, retries_left, now);
+    let (client, limits) = leg_terms(ex, &picked, retries_left);
     let policy = &routed.route.retry;
     // Hedging: the first attempt only, with room for a second.
     let hedge_after = policy
         .hedge_after
-        .filter(|_| attempts.n == 0 && picked.others > 0)
+        .filter(|_| ex.attempts.n == 0 && picked.others > 0)
         .and_then(|h| rs.head_times.delay(h));
     let load_at_send = state.load.load(tid);
     let tried = if let Some(after) = hedge_after {
@@ -194,18 +140,15 @@ async fn one(
                 retry_on: policy.on,
                 ..limits
             },
+            after,
         };
         // Boxed: two legs' state, and only routes with `hedge_after` need it.
-        let hedged = Box::pin(hedge::exchange(ex, io, bufs, first, after)).await;
+        let hedged = Box::pin(hedge::exchange(ex, io, bufs, first)).await;
         if let Some(other) = hedged.other {
-            attempts.push(other);
+            ex.attempts.push(other);
         }
-        let leg = hedged.leg;
         Tried {
-            target: leg.target,
-            outcome: leg.outcome,
-            report: leg.report,
-            load_at_send: leg.load_at_send,
+            attempted: hedged.leg,
             retries_left,
         }
     } else {
@@ -215,24 +158,27 @@ async fn one(
             state.load.enter(tid),
         ));
         let leg = Leg {
+            state,
             target: tid,
             client,
             limits,
             held: &mut held,
             report: &mut report,
         };
-        let outcome = relay::exchange(state, io, bufs, leg).await;
+        let outcome = relay::exchange(io, bufs, leg).await;
         drop(held);
         Tried {
-            target: tid,
-            outcome,
-            report,
-            load_at_send,
+            attempted: Attempted {
+                target: tid,
+                outcome,
+                report,
+                load_at_send,
+            },
             retries_left,
         }
     };
-    attempts.push(tried.target);
-    ex.served.attempts = attempts.n as u8;
+    ex.attempts.push(tried.attempted.target);
+    ex.served.attempts = ex.attempts.n as u8;
     tried
 }
 
@@ -240,12 +186,10 @@ async fn one(
 /// may still hold back for a retry, its own timeout and the request's deadline.
 fn leg_terms(
     ex: &Exchange<'_>,
-    attempts: &Attempts,
     picked: &Picked<'_>,
     retries_left: usize,
-    now: Instant,
 ) -> (ClientSide, TryLimits) {
-    let req = ex.req;
+    let (req, attempts) = (ex.req, &ex.attempts);
     let policy = &ex.routed.route.retry;
     let explain = req.header("x-rolter-explain").is_some_and(|v| v == b"1");
     let client = ClientSide {
@@ -268,29 +212,16 @@ fn leg_terms(
         },
         per_try_end: policy
             .per_try_timeout
-            .map(|p| monoio::time::Instant::from_std(now + p)),
+            .map(|p| monoio::time::Instant::from_std(picked.at + p)),
         request_end: attempts.request_end,
     };
     (client, limits)
 }
 
-/// Records a finished attempt (its sample, the target's cool-down) and notes it in the
-/// exchange's record.
-fn note(ex: &mut Exchange<'_>, tried: &Tried) {
-    let (state, routed) = (ex.state, ex.routed);
-    let report = &tried.report;
-    record::attempt(
-        state,
-        routed.index,
-        tried.target,
-        ex.pick,
-        &tried.outcome,
-        report,
-        tried.load_at_send,
-    );
-    record::cooling(state, tried.target, report.wait, &routed.route.retry);
-    let served = &mut ex.served;
-    served.target = Some(tried.target);
+/// Notes a finished attempt in the exchange's record of what the attempts came to.
+fn note(served: &mut Served, a: &Attempted) {
+    let report = &a.report;
+    served.target = Some(a.target);
     served.upstream_status = report.status;
     served.status = report.client_status;
     served.first_byte = report.first_byte;
@@ -318,10 +249,10 @@ enum Next {
 async fn after_failure(
     ex: &mut Exchange<'_>,
     io: &ClientIo,
-    attempts: &Attempts,
-    (e, retries_left): (GatewayError, usize),
+    e: GatewayError,
+    retries_left: usize,
 ) -> Next {
-    let state = ex.state;
+    let (state, attempts) = (ex.state, &ex.attempts);
     let rs = &state.routes[ex.routed.index];
     let policy = &ex.routed.route.retry;
     let past_end = attempts

@@ -257,8 +257,8 @@ async fn serve_one(
 ) -> bool {
     let (core, limits, peer) = (conn.core, conn.limits, conn.peer);
     // A request counts as in progress (for the drain) from its first byte.
-    let mut active: Option<ActiveRequest<'_>> = None;
-    let head = read_head(core, conn.head_limits, limits, io, rbuf, spans, &mut active).await;
+    let _active = ActiveRequest::enter(core);
+    let head = read_head(conn, io, rbuf, spans).await;
     let state = conn.worker.current();
     // Buffers come from the worker only while a request is being served.
     let mut bufs = core.take_bufs();
@@ -460,19 +460,15 @@ fn timeout_error(what: &'static str) -> GatewayError {
 }
 
 /// Reads until a complete head is buffered; the request's first bytes are in `rbuf`.
-async fn read_head<'s>(
-    core: &'s WorkerCore,
-    head_limits: &HeadLimits,
-    limits: &Limits,
+async fn read_head(
+    conn: ConnTerms<'_>,
     io: &mut ClientIo,
     rbuf: &mut Vec<u8>,
     spans: &mut Vec<HeaderSpan>,
-    active: &mut Option<ActiveRequest<'s>>,
 ) -> HeadRead {
-    let deadline = Instant::now() + limits.head_timeout;
-    *active = Some(ActiveRequest::enter(core));
+    let deadline = Instant::now() + conn.limits.head_timeout;
     loop {
-        match request_head::parse(rbuf, head_limits, spans) {
+        match request_head::parse(rbuf, conn.head_limits, spans) {
             Ok(Some(h)) => return HeadRead::Head(h),
             Ok(None) => {}
             Err(e) => return HeadRead::Reject(head_error(e)),

@@ -1,18 +1,22 @@
 //! The exchange: one inference request's context from the moment it is routed until it is
 //! recorded. It holds what every later stage reads (the request, its route and facts, the
-//! strategy's inputs, the pick request) and what they write: [`Served`], what the attempts
-//! came to, from which the access-log record is filled.
+//! strategy's inputs, the pick request) and what they write: the [`Attempts`] so far, and
+//! [`Served`], what they came to, from which the access-log record is filled.
 //!
-//! Owns the per-request record of the attempts and its mapping onto an access-log entry.
+//! Owns the per-request record of the attempts (what one attempt came to is one
+//! [`Attempted`]) and its mapping onto an access-log entry.
 //! It must not run a stage itself; the stages take the exchange instead of a long list of
 //! arguments.
 
 use std::time::Instant;
 
 use rolter_codec::GatewayError;
-use rolter_core::{PickRequest, Usage};
+use rolter_config::{RetryPolicy, MAX_RETRIES};
+use rolter_core::{PickRequest, TargetId, Usage};
 
 use super::inputs::Inputs;
+use super::pick::Ask;
+use super::relay::{Outcome, Report};
 use super::request::Request;
 use super::route::Routed;
 use crate::access_log::entry::Inline;
@@ -26,8 +30,59 @@ pub struct Exchange<'a> {
     pub routed: &'a Routed<'a>,
     pub inputs: &'a Inputs,
     pub pick: &'a PickRequest<'a>,
+    /// The attempts so far.
+    pub attempts: Attempts,
     /// What the attempts came to, written by each as it ends.
     pub served: Served,
+}
+
+/// Most attempts one request can make: the first try and the most retries the
+/// configuration allows (a hedge counts as one of them).
+pub const MAX_ATTEMPTS: usize = MAX_RETRIES as usize + 1;
+
+/// The attempts of one request so far.
+pub struct Attempts {
+    /// The targets tried, in order (the first `n`).
+    tried: [TargetId; MAX_ATTEMPTS],
+    pub n: usize,
+    /// The last failure that allowed a retry: what the client gets when no candidate is left.
+    pub last_err: Option<GatewayError>,
+    /// The route's `deadline` for the whole request.
+    pub request_end: Option<monoio::time::Instant>,
+}
+
+impl Attempts {
+    /// No attempt yet, for a request under `policy` that started at `start`.
+    pub fn new(policy: &RetryPolicy, start: Instant) -> Self {
+        Attempts {
+            tried: [usize::MAX; MAX_ATTEMPTS],
+            n: 0,
+            last_err: None,
+            request_end: policy
+                .deadline
+                .map(|d| monoio::time::Instant::from_std(start + d)),
+        }
+    }
+
+    /// The targets tried so far, in order.
+    pub fn tried(&self) -> &[TargetId] {
+        &self.tried[..self.n]
+    }
+
+    /// One more attempt, on `target`.
+    pub fn push(&mut self, target: TargetId) {
+        self.tried[self.n] = target;
+        self.n += 1;
+    }
+}
+
+/// What one attempt came to: the target, how the exchange ended, what it reported, and
+/// the target's load when the request was sent.
+pub struct Attempted {
+    pub target: TargetId,
+    pub outcome: Outcome,
+    pub report: Report,
+    pub load_at_send: u64,
 }
 
 /// What a request's attempts came to, for its access-log entry.
@@ -70,7 +125,16 @@ impl Served {
     }
 }
 
-impl Exchange<'_> {
+impl<'a> Exchange<'a> {
+    /// What the next pick is asked: among the targets not tried yet.
+    pub fn ask(&self) -> Ask<'_> {
+        Ask {
+            routed: self.routed,
+            preq: self.pick,
+            tried: self.attempts.tried(),
+        }
+    }
+
     /// Fills what the exchange learned into the request's access-log entry (the caller's
     /// key is the identify stage's).
     pub fn fill(&self, e: &mut Entry) {

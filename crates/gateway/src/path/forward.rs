@@ -7,10 +7,13 @@
 //! what they came to to [`record::finished`](super::record::finished). It must not do any
 //! stage's work itself.
 
+use std::time::Instant;
+
+use rolter_codec::GatewayError;
 use rolter_core::{PickRequest, SessionKey};
 
 use super::client::{respond, ClientIo, Fate};
-use super::exchange::{Exchange, Served};
+use super::exchange::{Attempts, Exchange, Served};
 use super::inputs::Inputs;
 use super::request::{IoBufs, Request};
 use super::route::Routed;
@@ -27,17 +30,32 @@ pub async fn forward(
 ) -> Fate {
     let caller = match auth::identify(state, req) {
         Ok(c) => c,
-        Err(e) => return refuse(state, io, req, bufs, &e, None, None).await,
+        Err(e) => return refuse(state, io, bufs, Refusal::new(req, &e)).await,
     };
     let key = caller.map(|c| c.key as u32);
     let mut routed = match route::route(state, req) {
         Ok(r) => r,
-        Err(e) => return refuse(state, io, req, bufs, &e, key, None).await,
+        Err(e) => {
+            return refuse(
+                state,
+                io,
+                bufs,
+                Refusal {
+                    key,
+                    ..Refusal::new(req, &e)
+                },
+            )
+            .await
+        }
     };
     if let Some(c) = caller {
         if let Err(e) = auth::permit(state, c, &routed) {
-            let at = Some((routed.index as u16, routed.facts.model.as_bytes()));
-            return refuse(state, io, req, bufs, &e, key, at).await;
+            let refusal = Refusal {
+                key,
+                at: Some((routed.index as u16, routed.facts.model.as_bytes())),
+                ..Refusal::new(req, &e)
+            };
+            return refuse(state, io, bufs, refusal).await;
         }
         routed.key_header = Some(c.header);
     }
@@ -52,6 +70,7 @@ pub async fn forward(
         routed: &routed,
         inputs: &inputs,
         pick: &pick,
+        attempts: Attempts::new(&routed.route.retry, Instant::now()),
         served: Served::default(),
     };
     let fate = attempt::until_answered(&mut ex, io, bufs).await;
@@ -102,17 +121,43 @@ fn pick_request<'a>(
     }
 }
 
-/// Answers `e` before any upstream was tried: the gateway's own error, counted and logged
-/// with the caller's key and (once routed) the route and model.
+/// A request refused before any upstream was tried: the error, and what its access-log
+/// entry is to say of the caller and the route.
+struct Refusal<'a> {
+    req: &'a Request<'a>,
+    e: &'a GatewayError,
+    /// The caller's key, once identified.
+    key: Option<u32>,
+    /// The route and model, once routed.
+    at: Option<(u16, &'a [u8])>,
+}
+
+impl<'a> Refusal<'a> {
+    /// `e`, answered to `req` before its caller was known.
+    fn new(req: &'a Request<'a>, e: &'a GatewayError) -> Self {
+        Refusal {
+            req,
+            e,
+            key: None,
+            at: None,
+        }
+    }
+}
+
+/// Answers a refusal: the gateway's own error, counted and logged with the caller's key
+/// and (once routed) the route and model.
 async fn refuse(
     state: &WorkerState,
     io: &mut ClientIo,
-    req: &Request<'_>,
     bufs: &mut IoBufs,
-    e: &rolter_codec::GatewayError,
-    key: Option<u32>,
-    routed: Option<(u16, &[u8])>,
+    refusal: Refusal<'_>,
 ) -> Fate {
+    let Refusal {
+        req,
+        e,
+        key,
+        at: routed,
+    } = refusal;
     state.record_gateway(e.status, e.code);
     let write_timeout = state.config.server.limits.write_timeout;
     let fate = respond(&mut io.wr, &mut bufs.out, e, req.reply(), write_timeout).await;

@@ -19,58 +19,49 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use rolter_core::{PickRequest, TargetId};
+use rolter_core::TargetId;
 
 use super::client::ClientIo;
-use super::exchange::Exchange;
-use super::inputs::Inputs;
+use super::exchange::{Attempted, Exchange};
+use super::pick::{self, Ask};
 use super::reader::Reader;
-use super::relay::{self, ClientSide, Leg, Opened, Outcome, Report, TryLimits};
+use super::relay::{self, ClientSide, Leg, Opened, Outcome, Report, Sending, TryLimits};
 use super::release::Released;
-use super::request::{IoBufs, Request};
-use super::route::Routed;
-use super::{pick, record, upstream_request};
+use super::request::IoBufs;
+use super::{record, upstream_request};
 use crate::mesh::caps::Admitted;
 use crate::mesh::load::InFlight;
 use crate::mesh::messages::HedgeEvent;
 use crate::mesh::Record;
-use crate::path::state::{PooledBufs, WorkerState};
+use crate::path::state::PooledBufs;
 
-/// The first attempt, picked and admitted.
+/// The first attempt, picked and admitted, and when its hedge follows.
 pub struct First<'s> {
     pub target: TargetId,
     pub admitted: Admitted<'s>,
     pub load_at_send: u64,
     pub client: ClientSide,
     pub limits: TryLimits,
-}
-
-/// The attempt whose outcome stands: the winner, or the hedge when both failed.
-pub struct Standing {
-    pub target: TargetId,
-    pub outcome: Outcome,
-    pub report: Report,
-    pub load_at_send: u64,
+    /// How long after the first attempt's start the hedge is sent.
+    pub after: Duration,
 }
 
 /// What a hedged attempt came to.
 pub struct Hedged {
-    pub leg: Standing,
+    /// The attempt whose outcome stands: the winner, or the hedge when both failed.
+    pub leg: Attempted,
     /// The other leg's target, when a hedge was sent (its attempt is recorded already).
     pub other: Option<TargetId>,
 }
 
-/// What the hedge leg needs beside its buffers.
+/// What the race needs beside its buffers.
 #[derive(Clone, Copy)]
-struct Plan<'a, 'r, 'p> {
-    routed: &'a Routed<'r>,
-    req: &'a Request<'r>,
-    inputs: &'a Inputs,
-    preq: &'a PickRequest<'p>,
+struct Plan<'a, 's> {
+    ex: &'a Exchange<'s>,
     watch: &'a Reader,
-    first: TargetId,
-    client: ClientSide,
-    limits: TryLimits,
+    first: FirstLeg,
+    /// When the hedge is sent, after the first leg's start.
+    after: Duration,
 }
 
 /// The hedge leg's target once picked, and its load when sent.
@@ -95,6 +86,9 @@ struct FirstLeg {
 
 /// What the two legs came to when the race ended, with what they reported.
 struct Raced<'s> {
+    first: FirstLeg,
+    /// The first leg's places, held until it ends (dropped at once when the hedge wins).
+    held: Option<(Released<'s>, InFlight<'s>)>,
     /// The first leg's head (`None`: still running when the race ended, now dropped).
     a: Option<Opened>,
     /// The hedge: `None` never ended, `Some(None)` none was sent.
@@ -112,20 +106,21 @@ pub async fn exchange<'s>(
     io: &mut ClientIo,
     bufs: &mut IoBufs,
     first: First<'s>,
-    after: Duration,
 ) -> Hedged {
     let state = ex.state;
     let held = (
         Released::new(first.admitted, &state.core.waiters),
         state.load.enter(first.target),
     );
-    let first = FirstLeg {
+    let leg = FirstLeg {
         target: first.target,
         load_at_send: first.load_at_send,
         client: first.client,
         limits: first.limits,
     };
     let mut raced = Raced {
+        first: leg,
+        held: Some(held),
         a: None,
         b: None,
         first_report: Report::default(),
@@ -133,48 +128,37 @@ pub async fn exchange<'s>(
         sent: Cell::new(None),
     };
     let plan = Plan {
-        routed: ex.routed,
-        req: ex.req,
-        inputs: ex.inputs,
-        preq: ex.pick,
+        ex,
         watch: &io.reader,
-        first: first.target,
-        client: first.client,
-        limits: first.limits,
+        first: leg,
+        after: first.after,
     };
-    race_legs(state, plan, bufs, &mut raced, after).await;
+    race_legs(plan, bufs, &mut raced).await;
     let a_failed = matches!(raced.a, Some(Opened::Done(Outcome::Failed(_))));
     // The first leg stands when it answered, or when no hedge opened; the hedge when it
     // answered first, or when both failed (it is the later attempt).
     let second_won = (raced.a.is_none() || a_failed) && matches!(raced.b, Some(Some(_)));
     if second_won {
-        drop(held);
-        second_stands(ex, io, bufs, &first, raced).await
+        drop(raced.held.take());
+        second_stands(ex, io, bufs, raced).await
     } else {
-        first_stands(ex, io, bufs, &first, (raced, held)).await
+        first_stands(ex, io, bufs, raced).await
     }
 }
 
 /// Runs the first leg and, once `after` has passed without its head, the hedge, until one
 /// of them answers (or sees the client leave), or both have failed. Leaving drops a leg
 /// still running: its connection closes at once, so its engine aborts.
-async fn race_legs<'s>(
-    state: &'s WorkerState,
-    plan: Plan<'_, '_, '_>,
-    bufs: &mut IoBufs,
-    raced: &mut Raced<'s>,
-    after: Duration,
-) {
-    let hedge_at = monoio::time::Instant::now() + after;
+async fn race_legs<'s>(plan: Plan<'_, 's>, bufs: &mut IoBufs, raced: &mut Raced<'s>) {
+    let hedge_at = monoio::time::Instant::now() + plan.after;
     let (a, b) = (&mut raced.a, &mut raced.b);
-    let mut a_leg = pin!(relay::open(
-        state,
-        plan.first,
-        plan.watch,
-        bufs,
-        plan.limits,
-        &mut raced.first_report
-    ));
+    let to = Sending {
+        state: plan.ex.state,
+        tid: plan.first.target,
+        watch: plan.watch,
+        limits: plan.first.limits,
+    };
+    let mut a_leg = pin!(relay::open(to, bufs, &mut raced.first_report));
     let mut sleep = pin!(monoio::time::sleep_until(hedge_at));
     std::future::poll_fn(|cx| {
         if let Poll::Ready(o) = a_leg.as_mut().poll(cx) {
@@ -187,7 +171,7 @@ async fn race_legs<'s>(
     if a.is_some() {
         return;
     }
-    let mut b_leg = pin!(launch(state, plan, &mut raced.second_report, &raced.sent));
+    let mut b_leg = pin!(launch(plan, &mut raced.second_report, &raced.sent));
     std::future::poll_fn(|cx| {
         if a.is_none() {
             if let Poll::Ready(o) = a_leg.as_mut().poll(cx) {
@@ -223,11 +207,11 @@ async fn first_stands<'s>(
     ex: &Exchange<'s>,
     io: &mut ClientIo,
     bufs: &mut IoBufs,
-    first: &FirstLeg,
-    (raced, held): (Raced<'s>, (Released<'s>, InFlight<'s>)),
+    raced: Raced<'s>,
 ) -> Hedged {
-    let (state, routed) = (ex.state, ex.routed);
     let Raced {
+        first,
+        held,
         a,
         b,
         mut first_report,
@@ -244,33 +228,31 @@ async fn first_stands<'s>(
             // Still running (dropped above) or answered too late: cancelled.
             _ => Outcome::ClientGone,
         };
-        record::attempt(
-            state,
-            routed.index,
-            t,
-            ex.pick,
-            &outcome,
-            &second_report,
-            load,
-        );
-        record::cooling(state, t, second_report.wait, &routed.route.retry);
+        let lost = Attempted {
+            target: t,
+            outcome,
+            report: second_report,
+            load_at_send: load,
+        };
+        record::attempt(ex, &lost);
     }
     let outcome = match a.expect("the first leg ended the race") {
         Opened::Done(o) => o,
-        Opened::Head(up, head) => {
-            let mut held = Some(held);
+        Opened::Head(start) => {
+            let mut held = held;
             let leg = Leg {
+                state: ex.state,
                 target: first.target,
                 client: first.client,
                 limits: first.limits,
                 held: &mut held,
                 report: &mut first_report,
             };
-            relay::relay(state, io, bufs, up, head, leg).await
+            relay::relay(io, bufs, start, leg).await
         }
     };
     Hedged {
-        leg: Standing {
+        leg: Attempted {
             target: first.target,
             outcome,
             report: first_report,
@@ -286,11 +268,13 @@ async fn second_stands<'s>(
     ex: &Exchange<'s>,
     io: &mut ClientIo,
     bufs: &mut IoBufs,
-    first: &FirstLeg,
     raced: Raced<'s>,
 ) -> Hedged {
     let (state, routed) = (ex.state, ex.routed);
     let Raced {
+        first,
+        // Dropped already: the hedge won.
+        held: _,
         a,
         b: Some(Some(second)),
         first_report,
@@ -306,19 +290,16 @@ async fn second_stands<'s>(
         _ => Outcome::ClientGone,
     };
     let tid = first.target;
-    record::attempt(
-        state,
-        routed.index,
-        tid,
-        ex.pick,
-        &first_outcome,
-        &first_report,
-        first.load_at_send,
-    );
-    record::cooling(state, tid, first_report.wait, &routed.route.retry);
+    let lost = Attempted {
+        target: tid,
+        outcome: first_outcome,
+        report: first_report,
+        load_at_send: first.load_at_send,
+    };
+    record::attempt(ex, &lost);
     let outcome = match second.opened {
         Opened::Done(o) => o,
-        Opened::Head(up, head) => {
+        Opened::Head(start) => {
             state.links.record(Record::Hedge {
                 route: routed.index as u16,
                 event: HedgeEvent::Won,
@@ -329,17 +310,18 @@ async fn second_stands<'s>(
             std::mem::swap(&mut bufs.hdrs, &mut spare.hdrs);
             let mut held = Some(second.held);
             let leg = Leg {
+                state,
                 target: t,
                 client,
                 limits: first.limits,
                 held: &mut held,
                 report: &mut second_report,
             };
-            relay::relay(state, io, bufs, up, head, leg).await
+            relay::relay(io, bufs, start, leg).await
         }
     };
     Hedged {
-        leg: Standing {
+        leg: Attempted {
             target: t,
             outcome,
             report: second_report,
@@ -351,13 +333,8 @@ async fn second_stands<'s>(
 
 /// The hedge leg: charged to the retry budget, picked among the other candidates (never
 /// queued), routed, and opened; `None` when the budget is spent or no candidate is left.
-async fn launch<'s>(
-    state: &'s WorkerState,
-    plan: Plan<'_, '_, '_>,
-    report: &mut Report,
-    sent: &Sent,
-) -> Option<Second<'s>> {
-    let routed = plan.routed;
+async fn launch<'s>(plan: Plan<'_, 's>, report: &mut Report, sent: &Sent) -> Option<Second<'s>> {
+    let (ex, state, routed) = (plan.ex, plan.ex.state, plan.ex.routed);
     let route = routed.index as u16;
     let rs = &state.routes[routed.index];
     let policy = &routed.route.retry;
@@ -374,41 +351,39 @@ async fn launch<'s>(
     {
         return skipped("budget");
     }
-    let now = Instant::now();
-    let picked = match pick::pick(state, routed, plan.preq, &[plan.first], now).await {
+    let ask = Ask {
+        routed,
+        preq: ex.pick,
+        tried: &[plan.first.target],
+    };
+    let picked = match pick::pick(state, ask, Instant::now()).await {
         Ok(p) => p,
         Err(_) => return skipped("no_target"),
     };
     let t = picked.target;
     let mut bufs = state.core.take_bufs();
-    record::routed(state, routed, plan.preq, plan.inputs, t, now);
+    let now = picked.at;
+    record::routed(ex, t, now);
     if let Some(loader) = &rs.adapters {
         loader
             .ensure(
                 &state.upstream,
                 &state.links,
                 t,
-                plan.preq.model,
+                ex.pick.model,
                 picked.residency,
                 &mut bufs.side,
             )
             .await;
     }
     let target = &state.config.targets[t];
-    upstream_request::build(
-        &mut bufs.up,
-        plan.req,
-        &routed.facts,
-        routed.route,
-        target,
-        routed.key_header,
-    );
+    upstream_request::build(&mut bufs.up, ex.req, routed, target);
     let load_at_send = state.load.load(t);
     let held = (
         Released::new(picked.admitted, &state.core.waiters),
         state.load.enter(t),
     );
-    let mut client = plan.client;
+    let mut client = plan.first.client;
     if let Some(x) = client.explain.as_mut() {
         x.score = picked.pick.score;
         x.fallback = picked.pick.fallback;
@@ -423,8 +398,14 @@ async fn launch<'s>(
         per_try_end: policy
             .per_try_timeout
             .map(|p| monoio::time::Instant::from_std(now + p)),
-        ..plan.limits
+        ..plan.first.limits
     };
-    let opened = relay::open(state, t, plan.watch, &mut bufs, limits, report).await;
+    let to = Sending {
+        state,
+        tid: t,
+        watch: plan.watch,
+        limits,
+    };
+    let opened = relay::open(to, &mut bufs, report).await;
     Some(Second { opened, held, bufs })
 }

@@ -1,5 +1,5 @@
 //! Stage 3 of the request path: what the route's strategy asks for before its pick, resolved
-//! with a deadline each by the route's clients ([`route_inputs`](crate::route_inputs)):
+//! with a deadline each by the route's clients ([`route_clients`](crate::route_clients)):
 //! the prompt's token ids, an LMCache controller's answer for them, and the prompt in
 //! canonical (whitespace-free) form.
 //!
@@ -13,7 +13,7 @@ use super::request::{IoBufs, Request};
 use super::route::Routed;
 use crate::mesh::Record;
 use crate::path::state::WorkerState;
-use crate::route_inputs::tokens::{self, Prompt, TokenSource};
+use crate::route_clients::tokens::{self, Prompt, TokenSource};
 
 /// The resolved inputs of one request.
 pub struct Inputs {

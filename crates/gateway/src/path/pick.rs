@@ -37,6 +37,15 @@ use crate::path::state::WorkerState;
 /// log's `UO`, overflow).
 pub const ALL_FULL: &str = "every target for this model is at its max_concurrent limit";
 
+/// What a pick is asked: the routed request, what its strategy picks for, and the targets
+/// it tried already (never candidates again).
+#[derive(Clone, Copy)]
+pub struct Ask<'a> {
+    pub routed: &'a Routed<'a>,
+    pub preq: &'a PickRequest<'a>,
+    pub tried: &'a [TargetId],
+}
+
 /// The strategy's choice, admitted.
 pub struct Picked<'s> {
     pub target: TargetId,
@@ -47,6 +56,8 @@ pub struct Picked<'s> {
     pub residency: Residency,
     /// The target's place under its `max_concurrent`, held until the attempt ends.
     pub admitted: Admitted<'s>,
+    /// When the strategy chose (the attempt's start).
+    pub at: Instant,
 }
 
 /// Builds the candidate set, asks the route's strategy and admits its choice; the 503 to
@@ -54,55 +65,51 @@ pub struct Picked<'s> {
 /// strategy finds none acceptable.
 pub async fn pick<'s>(
     state: &'s WorkerState,
-    routed: &Routed<'_>,
-    preq: &PickRequest<'_>,
-    tried: &[TargetId],
+    ask: Ask<'_>,
     now: Instant,
 ) -> Result<Picked<'s>, GatewayError> {
-    let rs = &state.routes[routed.index];
+    let rs = &state.routes[ask.routed.index];
     if let (Some(rotation), Some(link)) = (&rs.rotation, &state.core.store) {
         let members: Vec<(u16, f64)> = {
-            fill(state, routed, preq, tried, now)?;
+            fill(state, ask, now)?;
             let cands = state.candidates.borrow();
             if cands.len() < 2 {
                 drop(cands);
-                return admit(state, routed, preq, tried, now, true);
+                return admit(state, ask, now, true);
             }
             cands.iter().map(|c| (c.target as u16, c.weight)).collect()
         };
         let next = rotation
-            .next(link, &state.config, routed.index, members)
+            .next(link, &state.config, ask.routed.index, members)
             .await;
         let inputs = AsyncInputs {
             rotation: next,
-            ..preq.inputs.clone()
+            ..ask.preq.inputs.clone()
         };
         let preq = PickRequest {
             inputs: &inputs,
-            ..*preq
+            ..*ask.preq
         };
         // Other requests on this core used the scratch list while this one waited.
         let now = Instant::now();
-        return admit(state, routed, &preq, tried, now, false);
+        return admit(state, Ask { preq: &preq, ..ask }, now, false);
     }
-    admit(state, routed, preq, tried, now, false)
+    admit(state, ask, now, false)
 }
 
 /// Chooses among the candidates (filled already when `filled`) and admits the choice,
 /// building the candidates again when another core took the chosen target's last place.
 fn admit<'s>(
     state: &'s WorkerState,
-    routed: &Routed<'_>,
-    preq: &PickRequest<'_>,
-    tried: &[TargetId],
+    ask: Ask<'_>,
     now: Instant,
     filled: bool,
 ) -> Result<Picked<'s>, GatewayError> {
-    for round in 0..=routed.route.targets.len() {
+    for round in 0..=ask.routed.route.targets.len() {
         if round > 0 || !filled {
-            fill(state, routed, preq, tried, now)?;
+            fill(state, ask, now)?;
         }
-        if let Some(p) = choose(state, routed.index, preq, now)? {
+        if let Some(p) = choose(state, ask.routed.index, ask.preq, now)? {
             return Ok(p);
         }
     }
@@ -115,13 +122,12 @@ fn all_full() -> GatewayError {
 }
 
 /// Fills the worker's scratch candidate list; the 503 when no target is left.
-fn fill(
-    state: &WorkerState,
-    routed: &Routed<'_>,
-    preq: &PickRequest<'_>,
-    tried: &[TargetId],
-    now: Instant,
-) -> Result<(), GatewayError> {
+fn fill(state: &WorkerState, ask: Ask<'_>, now: Instant) -> Result<(), GatewayError> {
+    let Ask {
+        routed,
+        preq,
+        tried,
+    } = ask;
     let (route_idx, route) = (routed.index, routed.route);
     let fleet_load = state.routes[route_idx].fleet_load;
     state.drain_signals();
@@ -270,6 +276,7 @@ fn choose<'s>(
                 pick: p,
                 residency: chosen.lora,
                 admitted,
+                at: now,
             }))
         }
         _ => Err(GatewayError::internal(

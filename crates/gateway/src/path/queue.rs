@@ -17,12 +17,10 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use rolter_codec::GatewayError;
-use rolter_core::{PickRequest, TargetId};
 
-use super::pick::{self, Picked};
+use super::pick::{self, Ask, Picked};
 use super::race::{race, Race};
 use super::reader::Reader;
-use super::route::Routed;
 use crate::mesh::Record;
 use crate::path::state::WorkerState;
 
@@ -39,14 +37,13 @@ pub fn is_overflow(e: &GatewayError) -> bool {
 /// full (see the module's documentation).
 pub async fn pick<'s>(
     state: &'s WorkerState,
-    routed: &Routed<'_>,
-    preq: &PickRequest<'_>,
-    tried: &[TargetId],
+    ask: Ask<'_>,
     now: Instant,
     client: &Reader,
 ) -> Result<Picked<'s>, GatewayError> {
-    let first = pick::pick(state, routed, preq, tried, now).await;
-    let Some(q) = routed.route.queue.filter(|_| tried.is_empty()) else {
+    let first = pick::pick(state, ask, now).await;
+    let routed = ask.routed;
+    let Some(q) = routed.route.queue.filter(|_| ask.tried.is_empty()) else {
         return first;
     };
     match first {
@@ -74,7 +71,7 @@ pub async fn pick<'s>(
     loop {
         let wake = state.core.waiters.next_wake();
         match race(wake, client, deadline).await {
-            Race::Done(()) => match pick::pick(state, routed, preq, tried, Instant::now()).await {
+            Race::Done(()) => match pick::pick(state, ask, Instant::now()).await {
                 Ok(p) => {
                     waiting.result = result::ADMITTED;
                     return Ok(p);

@@ -18,12 +18,11 @@ use rolter_codec::h1::request_head::RequestHead;
 use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::GatewayError;
 use rolter_config::{AccessLogDest, RetryPolicy};
-use rolter_core::{PickRequest, Sample, TargetId, Verdict};
+use rolter_core::{Sample, TargetId, Verdict};
 
-use super::inputs::Inputs;
+use super::exchange::{Attempted, Exchange};
 use super::relay::{Outcome, Report};
 use super::request::Request;
-use super::route::Routed;
 use crate::access_log::Entry;
 use crate::mesh::messages::AttemptNotes;
 use crate::mesh::Record;
@@ -31,14 +30,8 @@ use crate::path::state::WorkerState;
 
 /// The request was sent to `target` (each attempt, so a retry elsewhere is recorded where
 /// it went): the strategy's `routed` hook, and the cache-lookup memo.
-pub fn routed(
-    state: &WorkerState,
-    routed: &Routed<'_>,
-    preq: &PickRequest<'_>,
-    inputs: &Inputs,
-    target: TargetId,
-    now: Instant,
-) {
+pub fn routed(ex: &Exchange<'_>, target: TargetId, now: Instant) {
+    let (state, routed, preq, inputs) = (ex.state, ex.routed, ex.pick, ex.inputs);
     let rs = &state.routes[routed.index];
     rs.strategy.borrow_mut().routed(
         preq,
@@ -53,16 +46,16 @@ pub fn routed(
     }
 }
 
-/// One finished attempt on `target`, sent at `load_at_send`: its sample and verdict.
-pub fn attempt(
-    state: &WorkerState,
-    route: usize,
-    target: TargetId,
-    preq: &PickRequest<'_>,
-    outcome: &Outcome,
-    report: &Report,
-    load_at_send: u64,
-) {
+/// One finished attempt: its sample and verdict, and the target's cool-down when it asked
+/// to be left alone.
+pub fn attempt(ex: &Exchange<'_>, a: &Attempted) {
+    let (state, route, preq) = (ex.state, ex.routed.index, ex.pick);
+    let Attempted {
+        target,
+        ref outcome,
+        ref report,
+        load_at_send,
+    } = *a;
     let verdict = verdict(outcome, report);
     let finished = Instant::now();
     let sent = report.sent.unwrap_or(finished);
@@ -101,17 +94,13 @@ pub fn attempt(
             },
         },
     );
+    cooling(state, target, report.wait, &ex.routed.route.retry);
 }
 
 /// `target` asked to be left alone for `wait` (a 429's or a 503's `Retry-After`, capped by
 /// the route's `retry_after_max`): out of this core's candidates at once, and of the other
 /// cores' once the control thread passes it on.
-pub fn cooling(
-    state: &WorkerState,
-    target: TargetId,
-    wait: Option<Duration>,
-    policy: &RetryPolicy,
-) {
+fn cooling(state: &WorkerState, target: TargetId, wait: Option<Duration>, policy: &RetryPolicy) {
     let Some(wait) = wait.map(|w| w.min(policy.retry_after_max)) else {
         return;
     };

@@ -140,46 +140,60 @@ impl TryLimits {
 /// Runs one exchange on `leg`'s target: [`open`], then [`relay`] of the response.
 /// `bufs.up` holds the request bytes; what happened is written to `leg.report` as it
 /// happens.
-pub async fn exchange<H>(
-    state: &WorkerState,
-    io: &mut ClientIo,
-    bufs: &mut IoBufs,
-    leg: Leg<'_, H>,
-) -> Outcome {
+pub async fn exchange<H>(io: &mut ClientIo, bufs: &mut IoBufs, leg: Leg<'_, H>) -> Outcome {
+    let to = Sending {
+        state: leg.state,
+        tid: leg.target,
+        watch: &io.reader,
+        limits: leg.limits,
+    };
     // Boxed: the head's wait (a runtime timer among it) is over before the body streams,
     // and a long stream should not carry its space for as long as it lasts.
-    let opening = Box::pin(open(
-        state, leg.target, &io.reader, bufs, leg.limits, leg.report,
-    ));
+    let opening = Box::pin(open(to, bufs, leg.report));
     match opening.await {
         Opened::Done(outcome) => outcome,
-        Opened::Head(up, head) => relay(state, io, bufs, up, head, leg).await,
+        Opened::Head(start) => relay(io, bufs, start, leg).await,
     }
 }
 
 /// What opening an exchange gave.
 pub enum Opened {
-    /// A response head to relay (its bytes in `bufs.hdrs`, what followed it in `bufs.ubuf`),
-    /// with the connection it arrived on.
-    Head(UpstreamConn, ResponseHead),
+    /// A response head to relay (its bytes in `bufs.hdrs`, what followed it in `bufs.ubuf`).
+    Head(ResponseStart),
     /// The exchange is over before any byte reached the client: a failure (a status the
     /// attempt stage may retry included), or the client went away.
     Done(Outcome),
 }
 
-/// The first half of an exchange with target `tid`, up to the response head: on a pooled
-/// connection or a fresh one (once more on a fresh one when the pooled one turns out closed
-/// before it took the request), the request (`bufs.up`) written and the head read. A
-/// status `limits.retry_on` names is held back from the client and reported as failed.
+/// A response whose head was read, with the connection it arrived on.
+pub struct ResponseStart {
+    pub up: UpstreamConn,
+    pub head: ResponseHead,
+}
+
+/// Where an exchange goes and what bounds its wait for the head.
+#[derive(Clone, Copy)]
+pub struct Sending<'a> {
+    pub state: &'a WorkerState,
+    /// The target.
+    pub tid: usize,
+    /// The client's disconnect watch.
+    pub watch: &'a Reader,
+    pub limits: TryLimits,
+}
+
+/// The first half of an exchange with target `to.tid`, up to the response head: on a
+/// pooled connection or a fresh one (once more on a fresh one when the pooled one turns out
+/// closed before it took the request), the request (`bufs.up`) written and the head read.
+/// A status `to.limits.retry_on` names is held back from the client and reported as failed.
 /// Dropping the future closes its connection, so the engine sees the abort.
-pub async fn open(
-    state: &WorkerState,
-    tid: usize,
-    watch: &Reader,
-    bufs: &mut IoBufs,
-    limits: TryLimits,
-    report: &mut Report,
-) -> Opened {
+pub async fn open(to: Sending<'_>, bufs: &mut IoBufs, report: &mut Report) -> Opened {
+    let Sending {
+        state,
+        tid,
+        watch,
+        limits,
+    } = to;
     // The buffer for the client's bytes is not needed before the head arrives (which can
     // take as long as the engine's queue): the worker keeps it meanwhile.
     state.core.give_back(&mut bufs.out);
@@ -219,33 +233,29 @@ pub async fn open(
             )))),
         }
     };
-    with_connection(pooled, fresh, async |up, reused| {
-        let to = Sending {
-            state,
-            tid,
-            watch,
-            limits,
-            reused,
-        };
-        match send_and_read_head(to, up, bufs, report).await {
-            Head::Stale(o) => Step::Stale(Opened::Done(o)),
-            Head::Failed(o) => Step::Done(Opened::Done(o)),
-            Head::Read(up, head) => {
-                report.status = head.status;
-                report.head = Some(std::time::Instant::now());
-                if head.status == 429 || (head.status == 503 && head.retry_after.is_some()) {
-                    report.wait = head.wait;
-                }
-                if limits.retry_on.status(head.status) {
-                    let mut e = GatewayError::upstream(
-                        UpstreamFailure::Refused(head.status),
-                        format!("target `{}` answered {}", target.name, head.status),
-                    );
-                    e.retry_after = head.retry_after;
-                    return Step::Done(Opened::Done(Outcome::Failed(e)));
-                }
-                Step::Done(Opened::Head(up, head))
+    // A stale answer on a fresh connection stands (`with_connection`).
+    with_connection(pooled, fresh, async |up, _reused| match send_and_read_head(
+        to, up, bufs, report,
+    )
+    .await
+    {
+        Head::Stale(o) => Step::Stale(Opened::Done(o)),
+        Head::Failed(o) => Step::Done(Opened::Done(o)),
+        Head::Read(up, head) => {
+            report.status = head.status;
+            report.head = Some(std::time::Instant::now());
+            if head.status == 429 || (head.status == 503 && head.retry_after.is_some()) {
+                report.wait = head.wait;
             }
+            if limits.retry_on.status(head.status) {
+                let mut e = GatewayError::upstream(
+                    UpstreamFailure::Refused(head.status),
+                    format!("target `{}` answered {}", target.name, head.status),
+                );
+                e.retry_after = head.retry_after;
+                return Step::Done(Opened::Done(Outcome::Failed(e)));
+            }
+            Step::Done(Opened::Head(ResponseStart { up, head }))
         }
     })
     .await
@@ -256,20 +266,10 @@ enum Head {
     /// The head, with the connection it arrived on.
     Read(UpstreamConn, ResponseHead),
     /// The connection was closed before any response byte (the keep-alive race): the
-    /// engine never took the request. The outcome stands when the connection was fresh.
+    /// engine never took the request. The outcome stands when the connection was fresh
+    /// (`with_connection` tries a fresh one after a pooled one only).
     Stale(Outcome),
     Failed(Outcome),
-}
-
-/// Where a request goes and what bounds its wait for the head.
-#[derive(Clone, Copy)]
-struct Sending<'a> {
-    state: &'a WorkerState,
-    tid: usize,
-    watch: &'a Reader,
-    limits: TryLimits,
-    /// The connection came from the pool (a close before any byte is the keep-alive race).
-    reused: bool,
 }
 
 /// Writes the request (`bufs.up`) on `up` and reads the response head, skipping interim
@@ -297,11 +297,7 @@ async fn send_and_read_head(
                     target.name
                 ),
             ));
-            return if to.reused {
-                Head::Stale(failed)
-            } else {
-                Head::Failed(failed)
-            };
+            return Head::Stale(failed);
         }
         Race::ClientGone => return Head::Failed(Outcome::ClientGone),
         Race::TimedOut => {
@@ -400,7 +396,7 @@ fn closed_before_head(
     // reset (RST), or a close of a fresh connection, is the attempt stage's to retry
     // (`reset_before_response`); any byte (even an interim response) means the engine took
     // it: no retry.
-    if to.reused && !answered && closed {
+    if !answered && closed {
         Head::Stale(failed)
     } else {
         Head::Failed(failed)
@@ -448,47 +444,10 @@ enum BodyState {
     Empty,
 }
 
-/// Appends body bytes from `data` to `out` in the client's framing (noting the payload in
-/// `tail`). Returns whether the body is complete and whether bytes beyond its end were seen
-/// (the connection is then unusable).
-fn feed_body(
-    body: &mut BodyState,
-    data: &[u8],
-    out: &mut Vec<u8>,
-    client_chunked: bool,
-    tail: &mut SseTail,
-) -> Result<(bool, bool), ()> {
-    let mut emit = |out: &mut Vec<u8>, d: &[u8]| {
-        tail.note(d);
-        if client_chunked {
-            encode_chunk(out, d);
-        } else {
-            out.extend_from_slice(d);
-        }
-    };
-    match body {
-        BodyState::Empty => Ok((true, !data.is_empty())),
-        BodyState::Length(remaining) => {
-            let take = (*remaining).min(data.len() as u64) as usize;
-            tail.note(&data[..take]);
-            out.extend_from_slice(&data[..take]);
-            *remaining -= take as u64;
-            Ok((*remaining == 0, take < data.len()))
-        }
-        BodyState::Chunked(dec) => {
-            let n = dec.feed(data, |d| emit(out, d)).map_err(|_| ())?;
-            Ok((dec.is_done(), n < data.len()))
-        }
-        BodyState::UntilClose => {
-            emit(out, data);
-            Ok((false, false))
-        }
-    }
-}
-
 /// One attempt's exchange as the relay sees it: the target, the client's side, what
 /// bounds it, the places it holds and where it reports what happened.
 pub struct Leg<'a, H> {
+    pub state: &'a WorkerState,
     pub target: usize,
     pub client: ClientSide,
     pub limits: TryLimits,
@@ -528,19 +487,19 @@ struct BodyCopy {
 /// The second half of an exchange: streams the response whose head [`open`] read to the
 /// client, then ends it cleanly or with the error event of a cut stream.
 pub async fn relay<H>(
-    state: &WorkerState,
     io: &mut ClientIo,
     bufs: &mut IoBufs,
-    up: UpstreamConn,
-    head: ResponseHead,
-    leg: Leg<'_, H>,
+    start: ResponseStart,
+    mut leg: Leg<'_, H>,
 ) -> Outcome {
+    let ResponseStart { up, head } = start;
+    let state = leg.state;
     leg.report.streamed = head.is_sse;
     // The request went out and its answer has begun: its bytes are not needed again (a
     // retry rebuilds them), so the buffer serves other requests while this one streams.
     state.core.give_back(&mut bufs.up.bytes);
     state.core.lend(&mut bufs.out);
-    let (mut copy, close_client) = response_head(state, &head, bufs, &leg);
+    let (mut copy, close_client) = response_head(&head, bufs, &leg);
     let first = &bufs.ubuf[head.len..];
     if copy.scan_usage && !first.is_empty() {
         leg.report.usage = usage::scan(first).or(leg.report.usage);
@@ -558,7 +517,7 @@ pub async fn relay<H>(
     copy.read_size = next_read_size(bufs.ubuf.len(), bufs.ubuf.capacity());
     copy.last_n = bufs.ubuf.len();
     let mut up = up;
-    let end = copy_body(state, io, bufs, &mut up, &mut copy, leg.held, leg.report).await;
+    let end = copy_body(io, bufs, &mut up, &mut copy, &mut leg).await;
     leg.report.deltas = copy.tail.deltas.count();
     match end {
         StreamEnd::Complete => leg.report.completed = true,
@@ -570,15 +529,12 @@ pub async fn relay<H>(
             let (cut, err) = cut_error(end, &state.config.targets[leg.target].name);
             leg.report.cut = Some(cut);
             // Boxed: the rare ending, which a stream's future should not be sized for.
-            return Box::pin(fail_midstream(
-                io,
-                &mut bufs.out,
-                &head,
-                &copy,
-                &err,
-                leg.report,
-            ))
-            .await;
+            let ending = Ending {
+                head: &head,
+                copy: &copy,
+                err: &err,
+            };
+            return Box::pin(fail_midstream(io, &mut bufs.out, ending, leg.report)).await;
         }
     }
     if head.keep_alive && !copy.overrun && !matches!(copy.body, BodyState::UntilClose) {
@@ -595,12 +551,8 @@ pub async fn relay<H>(
 /// Writes the client's response head into `bufs.out` (the engine's headers, the gateway's,
 /// the framing); the body copy it sets up, and whether the client's connection closes
 /// after it.
-fn response_head<H>(
-    state: &WorkerState,
-    head: &ResponseHead,
-    bufs: &mut IoBufs,
-    leg: &Leg<'_, H>,
-) -> (BodyCopy, bool) {
+fn response_head<H>(head: &ResponseHead, bufs: &mut IoBufs, leg: &Leg<'_, H>) -> (BodyCopy, bool) {
+    let state = leg.state;
     let target = &state.config.targets[leg.target];
     let client = &leg.client;
     let scan_usage = (200..300).contains(&head.status);
@@ -701,13 +653,33 @@ impl BodyCopy {
     /// Appends body bytes from `data` to `out` in the client's framing; notes whether the
     /// body is complete and whether bytes beyond its end were seen.
     fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), ()> {
-        let (done, overrun) = feed_body(
-            &mut self.body,
-            data,
-            out,
-            self.client_chunked,
-            &mut self.tail,
-        )?;
+        let (client_chunked, tail) = (self.client_chunked, &mut self.tail);
+        let mut emit = |out: &mut Vec<u8>, d: &[u8]| {
+            tail.note(d);
+            if client_chunked {
+                encode_chunk(out, d);
+            } else {
+                out.extend_from_slice(d);
+            }
+        };
+        let (done, overrun) = match &mut self.body {
+            BodyState::Empty => (true, !data.is_empty()),
+            BodyState::Length(remaining) => {
+                let take = (*remaining).min(data.len() as u64) as usize;
+                // A length-framed body goes to the client as it is (never chunked).
+                emit(out, &data[..take]);
+                *remaining -= take as u64;
+                (*remaining == 0, take < data.len())
+            }
+            BodyState::Chunked(dec) => {
+                let n = dec.feed(data, |d| emit(out, d)).map_err(|_| ())?;
+                (dec.is_done(), n < data.len())
+            }
+            BodyState::UntilClose => {
+                emit(out, data);
+                (false, false)
+            }
+        };
         self.done = done;
         self.overrun |= overrun;
         Ok(())
@@ -752,14 +724,18 @@ impl BodyCopy {
 /// Copies the body to the client as it arrives, one client write per upstream read, until
 /// it is complete or the exchange ends otherwise.
 async fn copy_body<H>(
-    state: &WorkerState,
     io: &mut ClientIo,
     bufs: &mut IoBufs,
     up: &mut UpstreamConn,
     copy: &mut BodyCopy,
-    held: &mut Option<H>,
-    report: &mut Report,
+    leg: &mut Leg<'_, H>,
 ) -> StreamEnd {
+    let Leg {
+        state,
+        held,
+        report,
+        ..
+    } = leg;
     loop {
         if copy.done {
             // The engine is done with the request: its place under `max_concurrent` is
@@ -789,7 +765,12 @@ async fn copy_body<H>(
         } else {
             copy.read_size
         };
-        let read = read_next(up, &io.reader, &mut bufs.ubuf, size, deadline, parked).await;
+        let next = NextRead {
+            size,
+            deadline,
+            park: parked,
+        };
+        let read = read_next(up, &io.reader, &mut bufs.ubuf, next).await;
         // Events as far apart as the last two: the next wait lends no buffer.
         copy.park = waited.elapsed() >= PARK_UPSTREAM_AFTER;
         match read {
@@ -893,18 +874,30 @@ fn parked_read_size(last: usize) -> usize {
 
 const PARKED_READ_MIN: usize = 512;
 
-/// Reads the stream's next bytes into `ubuf` (emptied for a read of `size`), racing the
-/// client's disconnect and `deadline`. When `park` (plaintext only: a TLS session may
-/// hold decrypted bytes already), the buffer is released until the connection is readable
-/// and a new one of `size` taken then.
+/// How the next upstream read of a body is made.
+#[derive(Clone, Copy)]
+struct NextRead {
+    size: usize,
+    deadline: std::time::Instant,
+    /// Wait for readiness before taking a buffer.
+    park: bool,
+}
+
+/// Reads the stream's next bytes into `ubuf` (emptied for a read of `next.size`), racing
+/// the client's disconnect and `next.deadline`. When `next.park` (plaintext only: a TLS
+/// session may hold decrypted bytes already), the buffer is released until the connection
+/// is readable and a new one of `size` taken then.
 async fn read_next(
     up: &mut UpstreamConn,
     watch: &Reader,
     ubuf: &mut Vec<u8>,
-    size: usize,
-    deadline: std::time::Instant,
-    park: bool,
+    next: NextRead,
 ) -> Race<io::Result<usize>> {
+    let NextRead {
+        size,
+        deadline,
+        park,
+    } = next;
     if let Some(readable) = up.readable().filter(|_| park) {
         *ubuf = Vec::new();
         match race_idle(readable, watch, IdleDeadline::at(deadline)).await {
@@ -998,6 +991,13 @@ impl SseTail {
     }
 }
 
+/// A cut stream's ending: its head, its copy so far and the error its last event carries.
+struct Ending<'a> {
+    head: &'a ResponseHead,
+    copy: &'a BodyCopy,
+    err: &'a GatewayError,
+}
+
 /// Ends a response whose upstream failed after bytes reached the client (or that the end of
 /// a drain cuts): an SSE error event for event streams, in the shape of the API called
 /// (`surface`), then a close without the terminal chunk, so no client mistakes the cut-off
@@ -1005,11 +1005,10 @@ impl SseTail {
 async fn fail_midstream(
     io: &mut ClientIo,
     out: &mut Vec<u8>,
-    head: &ResponseHead,
-    copy: &BodyCopy,
-    err: &GatewayError,
+    ending: Ending<'_>,
     report: &mut Report,
 ) -> Outcome {
+    let Ending { head, copy, err } = ending;
     out.clear();
     // The event can only follow a body whose end the client learns from the chunking or the
     // close: after a declared Content-Length it would read as part of a complete body.

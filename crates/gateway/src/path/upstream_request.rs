@@ -14,13 +14,13 @@
 //! Owns those bytes only; it writes into a reused buffer and must not allocate per
 //! request beyond what the buffer needs.
 
-use rolter_codec::api::facts::RequestFacts;
 use rolter_codec::h1::write::{write_content_length, write_header};
 use rolter_codec::h1::{header_tokens, is_hop_by_hop};
-use rolter_config::{Route, Target};
+use rolter_config::Target;
 
 use super::outgoing::Outgoing;
 use super::request::Request;
+use super::route::Routed;
 
 /// The values of the request's `Connection` fields, gathered once per request.
 struct ConnectionTokens<'a> {
@@ -67,10 +67,10 @@ fn withheld(
     name: &[u8],
     req: &Request<'_>,
     connection: &ConnectionTokens<'_>,
-    route: &Route,
+    routed: &Routed<'_>,
     target: &Target,
-    key_header: Option<&str>,
 ) -> bool {
+    let (route, key_header) = (routed.route, routed.key_header);
     let Ok(name_str) = std::str::from_utf8(name) else {
         return true;
     };
@@ -108,14 +108,8 @@ fn withheld(
 
 /// Writes the upstream request: a fresh head and framing, then the body (with the model name
 /// swapped for the target's upstream name when one is configured), copied or in place.
-pub fn build(
-    up: &mut Outgoing,
-    req: &Request<'_>,
-    facts: &RequestFacts<'_>,
-    route: &Route,
-    target: &Target,
-    key_header: Option<&str>,
-) {
+pub fn build(up: &mut Outgoing, req: &Request<'_>, routed: &Routed<'_>, target: &Target) {
+    let facts = &routed.facts;
     up.clear();
     let out = &mut up.bytes;
     out.extend_from_slice(req.head.method.as_str().as_bytes());
@@ -145,7 +139,7 @@ pub fn build(
     let connection = ConnectionTokens::of(req);
     for s in req.spans {
         let name = s.name(req.buf);
-        if withheld(name, req, &connection, route, target, key_header) {
+        if withheld(name, req, &connection, routed, target) {
             continue;
         }
         write_header(out, name, s.value(req.buf));
