@@ -267,15 +267,19 @@ async fn serve_one(
         HeadRead::Closed => return false,
         HeadRead::Reject(e) => {
             let out = &mut bufs.out;
-            Box::pin(refuse_unread(&state, conn, io, out, &e, None)).await;
+            let unread = Unread { e: &e, called: None };
+            Box::pin(refuse_unread(&state, conn, io, out, unread)).await;
             return false;
         }
     };
     let (loc, consumed) = match read_body(io, rbuf, &mut bufs.body, &head, limits).await {
         Ok(v) => v,
         Err(Some(e)) => {
-            let called = Some((&head, &rbuf[..]));
-            Box::pin(refuse_unread(&state, conn, io, &mut bufs.out, &e, called)).await;
+            let unread = Unread {
+                e: &e,
+                called: Some((&head, &rbuf[..])),
+            };
+            Box::pin(refuse_unread(&state, conn, io, &mut bufs.out, unread)).await;
             return false;
         }
         Err(None) => return false,
@@ -338,19 +342,27 @@ async fn serve_one(
     true
 }
 
-/// A request that was not read whole (`e`: a malformed head, a body too large or too
-/// slow; `called`: the head, when it was read) is answered, counted and logged.
+/// A request that was not read whole, and why.
+#[derive(Clone, Copy)]
+struct Unread<'a> {
+    /// A malformed head, a body too large or too slow.
+    e: &'a GatewayError,
+    /// The head and its buffer, when the head was read.
+    called: Option<(&'a RequestHead, &'a [u8])>,
+}
+
+/// A request that was not read whole is answered, counted and logged.
 async fn refuse_unread(
     state: &WorkerState,
     conn: ConnTerms<'_>,
     io: &mut ClientIo,
     out: &mut Vec<u8>,
-    e: &GatewayError,
-    called: Option<(&RequestHead, &[u8])>,
+    unread: Unread<'_>,
 ) {
+    let Unread { e, called } = unread;
     state.record_gateway(e.status, e.code);
     let id = RequestId::generate();
-    reject(io, out, e, &id, called, conn.limits.write_timeout).await;
+    reject(io, out, unread, &id, conn.limits.write_timeout).await;
     record::rejected(state, conn.peer, called, &id, e);
 }
 
@@ -386,11 +398,11 @@ async fn dispatch(
 async fn reject(
     io: &mut ClientIo,
     out: &mut Vec<u8>,
-    e: &GatewayError,
+    unread: Unread<'_>,
     id: &RequestId,
-    head: Option<(&RequestHead, &[u8])>,
     write_timeout: std::time::Duration,
 ) {
+    let Unread { e, called: head } = unread;
     // The request was not read whole: the answer carries a fresh id.
     let to = Reply {
         surface: head.map_or(Surface::OpenAi, |(h, buf)| Surface::of_path(h.path(buf))),
