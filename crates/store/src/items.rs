@@ -14,7 +14,7 @@ use redis::{ConnectionLike, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
-use crate::keys::Keys;
+use crate::key_layout::Keys;
 
 /// The entry format this version writes and reads.
 const VERSION: &[u8] = b"1";

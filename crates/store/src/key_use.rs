@@ -13,7 +13,7 @@ use redis::ConnectionLike;
 
 use crate::batch;
 use crate::error::StoreError;
-use crate::keys::Keys;
+use crate::key_layout::Keys;
 
 /// A key's requests and tokens of a minute.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use redis::{ConnectionLike, Value};
 
 use crate::batch;
 use crate::error::StoreError;
-use crate::keys::Keys;
+use crate::key_layout::Keys;
 
 /// The field of a bucket that counts picks; no target may be named so.
 pub const PICKS_FIELD: &str = "#";

@@ -8,7 +8,7 @@
 //!   timeouts, key prefix.
 //! - `connect`: one connection per topology, timeouts applied.
 //! - `batch`: several commands in one round trip, on a server or a cluster.
-//! - `keys`: the key layout, every key `{<prefix>}:…` (one hash tag, one cluster slot).
+//! - `key_layout`: the key layout, every key `{<prefix>}:…` (one hash tag, one cluster slot).
 //! - [`error`]: [`StoreError`], and whether a connection must be replaced.
 //! - [`rotation`]: the shared smooth weighted round-robin, one script call per lease, and
 //!   [`swrr_reference`], the same rule in Rust.
@@ -23,8 +23,8 @@ mod batch;
 mod connect;
 pub mod error;
 pub mod items;
+mod key_layout;
 pub mod key_use;
-mod keys;
 pub mod ledger;
 mod load;
 pub mod rotation;

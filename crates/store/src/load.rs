@@ -16,7 +16,7 @@ use redis::{ConnectionLike, Script, Value};
 
 use crate::batch;
 use crate::error::StoreError;
-use crate::keys::Keys;
+use crate::key_layout::Keys;
 
 /// How long a replica that published once stays in `{p}:replicas` without its counts.
 const SET_TTL_MS: u64 = 24 * 60 * 60 * 1000;

@@ -27,7 +27,7 @@ use redis::{ConnectionLike, Script};
 
 use crate::batch;
 use crate::error::StoreError;
-use crate::keys::Keys;
+use crate::key_layout::Keys;
 
 /// How long a rotation outlives its last pick.
 const TTL_MS: u64 = 24 * 60 * 60 * 1000;

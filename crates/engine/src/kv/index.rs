@@ -41,7 +41,7 @@
 //!
 //! # Read structure: one lock-free map shared by all workers
 //!
-//! The writer ([`KvIndex`], owned by the `rolter-kv-index` thread of `kv::plane`) publishes
+//! The writer ([`KvIndex`], owned by the `rolter-kv-index` thread of `kv::index_thread`) publishes
 //! into a `papaya` concurrent hash map from `(gateway key, 64-target word)` to a 64-bit
 //! holder mask; the workers read it through [`KvIndexReader`] (an `Arc`, cheap to clone,
 //! `Send + Sync`). Reads take no lock and never write shared memory other than the epoch
@@ -88,9 +88,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::block_keys::{chain, seed, BUF, ROOT};
+pub use super::block_keys::{request_keys, KeySpace, MAX_BLOCK_SIZE};
 use super::events::{BlockRemoved, BlockStored, EventBatch, KvEvent, Medium};
-use super::keys::{chain, seed, BUF, ROOT};
-pub use super::keys::{request_keys, KeySpace, MAX_BLOCK_SIZE};
 
 /// Target ids are `0..MAX_TARGETS`.
 pub const MAX_TARGETS: u32 = 4096;

@@ -267,7 +267,10 @@ async fn serve_one(
         HeadRead::Closed => return false,
         HeadRead::Reject(e) => {
             let out = &mut bufs.out;
-            let unread = Unread { e: &e, called: None };
+            let unread = Unread {
+                e: &e,
+                called: None,
+            };
             Box::pin(refuse_unread(&state, conn, io, out, unread)).await;
             return false;
         }

@@ -16,7 +16,7 @@ use rolter_engine::kv::reports::KvReports;
 /// The running engine-state threads.
 pub struct EngineThreads {
     #[cfg(feature = "kv-events")]
-    kv: Option<rolter_engine::kv::plane::KvPlane>,
+    kv: Option<rolter_engine::kv::index_thread::KvPlane>,
 }
 
 impl EngineThreads {
@@ -64,7 +64,7 @@ mod kv {
     use rolter_config::Config;
     use rolter_core::KvView;
     use rolter_engine::kv::index::{KvIndex, KvIndexConfig};
-    use rolter_engine::kv::plane::{KvPlane, KvPlaneOptions, KvRepair};
+    use rolter_engine::kv::index_thread::{KvPlane, KvPlaneOptions, KvRepair};
     use rolter_engine::kv::transport::{KvEventsEndpoint, KvTransport, KvTransportOptions};
     use rolter_engine::kv::view::EngineView;
 
