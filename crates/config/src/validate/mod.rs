@@ -2,9 +2,9 @@
 //! section, [`common`] for what they share, this module for the order.
 
 mod admin;
+mod api_keys;
 mod common;
 mod health;
-mod keys;
 mod kv;
 mod log;
 mod prices;
@@ -26,6 +26,7 @@ use routes::route;
 use server::server;
 use targets::{check_unique_names, target};
 
+pub use api_keys::{parse_hash, HASH_PREFIX};
 pub(crate) use common::{EnvLookup, Host, Resolver};
 pub use common::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FIRST_BYTE_TIMEOUT,
@@ -33,7 +34,6 @@ pub use common::{
     DEFAULT_POOL_MAX_IDLE, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STRATEGY,
     FORBIDDEN_TARGET_HEADERS, IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
 };
-pub use keys::{parse_hash, HASH_PREFIX};
 pub use server_tls::DEFAULT_HANDSHAKE_TIMEOUT;
 
 /// Validates everything in `raw`; returns the config only when no error was pushed.
@@ -123,7 +123,7 @@ pub(crate) fn validate(
     let kv_events = kv_events(raw.kv_events, errs);
     let log = log(raw.log, errs);
     let state = state::state(raw.state, host, errs);
-    let keys = keys::keys(raw.keys, raw.auth, &route_names, host, errs);
+    let keys = api_keys::keys(raw.keys, raw.auth, &route_names, host, errs);
     state::check_store_use(&routes, state.as_ref(), errs);
     if keys.as_ref().is_some_and(|k| k.share_limits) && state.as_ref().is_some_and(|s| s.is_none())
     {
