@@ -42,11 +42,7 @@ pub(super) fn keys(
             return None;
         }
         Some(p) => {
-            let p = Path::new(p);
-            let path = match host.config_dir {
-                Some(dir) if p.is_relative() => dir.join(p),
-                _ => p.to_path_buf(),
-            };
+            let path = config_path(host.config_dir, p);
             match keys_file(&path, route_names, errs) {
                 Some(more) => entries.extend(more),
                 None => ok = false,

@@ -134,10 +134,7 @@ pub(super) fn local_tokenizer(
     let Some(written) = tokens.local_path() else {
         return Some(None);
     };
-    let resolve = |w: &str| match config_dir {
-        Some(dir) if Path::new(w).is_relative() => dir.join(w),
-        _ => PathBuf::from(w),
-    };
+    let resolve = |w: &str| config_path(config_dir, w);
     let json = resolve(written);
     let cfg = match tokens.tokenizer_config.as_deref().filter(|s| !s.is_empty()) {
         Some(c) => Some(resolve(c)),

@@ -86,14 +86,7 @@ pub(super) fn server(
             );
             None
         }
-        Some(p) => {
-            let path = std::path::Path::new(p);
-            let path = match host.config_dir {
-                Some(dir) if path.is_relative() => dir.join(path),
-                _ => path.to_path_buf(),
-            };
-            Some(Some(path))
-        }
+        Some(p) => Some(Some(config_path(host.config_dir, p))),
     };
     let underscores_in_headers = match raw.underscores_in_headers.as_deref() {
         None | Some("drop") => Some(UnderscoreHeaders::Drop),

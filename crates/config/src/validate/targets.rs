@@ -421,10 +421,7 @@ pub(super) fn ca_file(
         );
         return None;
     }
-    let path = match host.config_dir {
-        Some(dir) if Path::new(written).is_relative() => dir.join(written),
-        _ => PathBuf::from(written),
-    };
+    let path = config_path(host.config_dir, written);
     let shown = path.display();
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
