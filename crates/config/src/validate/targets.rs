@@ -3,6 +3,29 @@
 use super::common::*;
 use super::kv::target_kv_events;
 
+/// The `[[targets]]` tables; an error when there are none (validation goes on without).
+pub(super) fn target_tables(raw: Option<Vec<RawTarget>>, errs: &mut Collector) -> Vec<RawTarget> {
+    match raw {
+        Some(t) if !t.is_empty() => t,
+        Some(_) => {
+            errs.push(
+                "targets",
+                "`targets` is empty; at least one target is required",
+                "add a [[targets]] table with `name` and `url`, e.g. name = \"vllm-0\", url = \"http://10.0.0.11:8000\"",
+            );
+            Vec::new()
+        }
+        None => {
+            errs.push(
+                "targets",
+                "no targets are configured; at least one target is required",
+                "add a [[targets]] table with `name` and `url`, e.g. name = \"vllm-0\", url = \"http://10.0.0.11:8000\"",
+            );
+            Vec::new()
+        }
+    }
+}
+
 /// One `[[targets]]` table at `at` (`targets[i]`); `None` when any key has an error.
 pub(super) fn target(
     raw: RawTarget,
