@@ -75,8 +75,8 @@ fn error_at<'a>(errs: &'a [ConfigError], key: &str) -> &'a ConfigError {
 
 const ONE_TARGET: &str = "[[targets]]\nname = \"a\"\nurl = \"http://10.0.0.1:8000\"\n";
 
+mod api_keys;
 mod examples;
-mod keys;
 mod prices;
 mod reload;
 mod routes;

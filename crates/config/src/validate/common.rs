@@ -1,6 +1,7 @@
 //! What every section's checks share: the outside world validation sees ([`Host`]), the
-//! defaults and limits named in messages, and the small value checks (counts, paths,
-//! durations, string lists) that report into the [`Collector`].
+//! defaults and limits named in messages, the small value checks (counts, paths,
+//! durations, string lists) that report into the [`Collector`], and where a file path
+//! written in the configuration points ([`config_path`]).
 //!
 //! A leaf of the validation modules: each section imports it, it imports none of them.
 
@@ -33,6 +34,16 @@ pub(crate) struct Host<'a> {
     /// Directory of the configuration file, for relative paths (`ca_file`); `None` when
     /// the text did not come from a file (relative paths then use the working directory).
     pub config_dir: Option<&'a Path>,
+}
+
+/// A path written in the configuration: relative ones are taken from the configuration
+/// file's directory (`config_dir`), or from the working directory when there is none.
+pub(super) fn config_path(config_dir: Option<&Path>, written: impl AsRef<Path>) -> PathBuf {
+    let written = written.as_ref();
+    match config_dir {
+        Some(dir) if written.is_relative() => dir.join(written),
+        _ => written.to_path_buf(),
+    }
 }
 
 /// Request paths the gateway proxies; `match.paths` entries must be among them.

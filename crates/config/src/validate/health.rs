@@ -2,12 +2,49 @@
 
 use super::common::*;
 
+/// `[health]`: the defaults when the section is absent, `None` when any key has an error.
 pub(super) fn health(raw: Option<RawHealth>, errs: &mut Collector) -> Option<HealthConfig> {
     let d = HealthConfig::default();
     let Some(raw) = raw else {
         return Some(d);
     };
-    let path = http_path(raw.path, "health.path", &d.path, errs);
+    let probes = probes(&raw, &d, errs);
+    let ejection = ejection(&raw, &d, errs);
+    let latency = latency(&raw, &d, errs);
+    let slow_start = slow_start(&raw, &d, errs);
+    let (probes, ejection, latency, slow_start) = (probes?, ejection?, latency?, slow_start?);
+    Some(HealthConfig {
+        latency_factor: latency.factor,
+        latency_for: latency.outlier_for,
+        latency_min_samples: latency.min_samples,
+        slow_start_window: slow_start.window,
+        slow_start_aggression: slow_start.aggression,
+        slow_start_min_weight: slow_start.min_weight,
+        active: raw.active.unwrap_or(true),
+        path: probes.path,
+        interval: probes.interval,
+        timeout: probes.timeout,
+        healthy_threshold: probes.healthy_threshold,
+        unhealthy_threshold: probes.unhealthy_threshold,
+        failures: ejection.failures,
+        ejection_time: ejection.time,
+        max_ejection_time: ejection.max_time,
+        max_ejected_percent: ejection.max_percent,
+    })
+}
+
+/// Active checks: what is probed, how often, and how many results in a row count.
+struct Probes {
+    path: String,
+    interval: Duration,
+    timeout: Duration,
+    healthy_threshold: u32,
+    unhealthy_threshold: u32,
+}
+
+/// `path`, `interval`, `timeout` (shorter than the interval) and the two thresholds.
+fn probes(raw: &RawHealth, d: &HealthConfig, errs: &mut Collector) -> Option<Probes> {
+    let path = http_path(raw.path.clone(), "health.path", &d.path, errs);
     let interval = nonzero_duration(raw.interval.as_ref(), "health.interval", d.interval, errs);
     let timeout = duration(
         raw.timeout.as_ref(),
@@ -39,6 +76,26 @@ pub(super) fn health(raw: Option<RawHealth>, errs: &mut Collector) -> Option<Hea
         "the number of failing probes that take a target out",
         errs,
     );
+    Some(Probes {
+        path: path?,
+        interval: interval?,
+        timeout: timeout?,
+        healthy_threshold: healthy_threshold?,
+        unhealthy_threshold: unhealthy_threshold?,
+    })
+}
+
+/// Passive ejection: failed requests in a row take a target out for a while.
+struct Ejection {
+    failures: u32,
+    time: Duration,
+    max_time: Duration,
+    max_percent: u32,
+}
+
+/// `failures`, `ejection_time`, `max_ejection_time` (at least `ejection_time`) and
+/// `max_ejected_percent`.
+fn ejection(raw: &RawHealth, d: &HealthConfig, errs: &mut Collector) -> Option<Ejection> {
     let failures = count(
         raw.failures,
         "health.failures",
@@ -86,6 +143,23 @@ pub(super) fn health(raw: Option<RawHealth>, errs: &mut Collector) -> Option<Hea
         "the largest share of a route's targets ejected at once, in percent",
         errs,
     );
+    Some(Ejection {
+        failures: failures?,
+        time: ejection_time?,
+        max_time: max_ejection_time?,
+        max_percent: max_ejected_percent?,
+    })
+}
+
+/// Latency outlier ejection: how much slower than its peers, for how long, on how many samples.
+struct Latency {
+    factor: f64,
+    outlier_for: Duration,
+    min_samples: u32,
+}
+
+/// `latency_factor` (0 or above 1), `latency_for` and `latency_min_samples`.
+fn latency(raw: &RawHealth, d: &HealthConfig, errs: &mut Collector) -> Option<Latency> {
     let latency_factor = match raw.latency_factor {
         None => Some(d.latency_factor),
         Some(f) if f == 0.0 || (f.is_finite() && f > 1.0) => Some(f),
@@ -112,6 +186,23 @@ pub(super) fn health(raw: Option<RawHealth>, errs: &mut Collector) -> Option<Hea
         "the samples a target and its peers need before latency counts",
         errs,
     );
+    Some(Latency {
+        factor: latency_factor?,
+        outlier_for: latency_for?,
+        min_samples: latency_min_samples?,
+    })
+}
+
+/// Slow start: the ramp a joining target's share follows.
+struct SlowStart {
+    window: Duration,
+    aggression: f64,
+    min_weight: f64,
+}
+
+/// `slow_start_window`, `slow_start_aggression` (above 0) and `slow_start_min_weight`
+/// (above 0, at most 1).
+fn slow_start(raw: &RawHealth, d: &HealthConfig, errs: &mut Collector) -> Option<SlowStart> {
     let slow_start_window = duration(
         raw.slow_start_window.as_ref(),
         "health.slow_start_window",
@@ -145,23 +236,10 @@ pub(super) fn health(raw: Option<RawHealth>, errs: &mut Collector) -> Option<Hea
             None
         }
     };
-    Some(HealthConfig {
-        latency_factor: latency_factor?,
-        latency_for: latency_for?,
-        latency_min_samples: latency_min_samples?,
-        slow_start_window: slow_start_window?,
-        slow_start_aggression: slow_start_aggression?,
-        slow_start_min_weight: slow_start_min_weight?,
-        active: raw.active.unwrap_or(true),
-        path: path?,
-        interval: interval?,
-        timeout: timeout?,
-        healthy_threshold: healthy_threshold?,
-        unhealthy_threshold: unhealthy_threshold?,
-        failures: failures?,
-        ejection_time: ejection_time?,
-        max_ejection_time: max_ejection_time?,
-        max_ejected_percent: max_ejected_percent?,
+    Some(SlowStart {
+        window: slow_start_window?,
+        aggression: slow_start_aggression?,
+        min_weight: slow_start_min_weight?,
     })
 }
 

@@ -2,9 +2,9 @@
 //! section, [`common`] for what they share, this module for the order.
 
 mod admin;
+mod api_keys;
 mod common;
 mod health;
-mod keys;
 mod kv;
 mod log;
 mod prices;
@@ -22,10 +22,11 @@ use kv::kv_events;
 use log::log;
 use prices::catalog;
 pub(crate) use prices::check_prices;
-use routes::route;
+use routes::routes;
 use server::server;
-use targets::{check_unique_names, target};
+use targets::{check_unique_names, target, target_tables};
 
+pub use api_keys::{parse_hash, HASH_PREFIX};
 pub(crate) use common::{EnvLookup, Host, Resolver};
 pub use common::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FIRST_BYTE_TIMEOUT,
@@ -33,7 +34,6 @@ pub use common::{
     DEFAULT_POOL_MAX_IDLE, DEFAULT_RETRIES, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STRATEGY,
     FORBIDDEN_TARGET_HEADERS, IMPLICIT_ROUTE_NAME, MAX_RETRIES, PROXIED_PATHS,
 };
-pub use keys::{parse_hash, HASH_PREFIX};
 pub use server_tls::DEFAULT_HANDSHAKE_TIMEOUT;
 
 /// Validates everything in `raw`; returns the config only when no error was pushed.
@@ -44,27 +44,7 @@ pub(crate) fn validate(
     errs: &mut Collector,
 ) -> Option<Config> {
     let server = server(raw.server.unwrap_or_default(), host, errs);
-
-    let raw_targets = match raw.targets {
-        Some(t) if !t.is_empty() => t,
-        Some(_) => {
-            errs.push(
-                "targets",
-                "`targets` is empty; at least one target is required",
-                "add a [[targets]] table with `name` and `url`, e.g. name = \"vllm-0\", url = \"http://10.0.0.11:8000\"",
-            );
-            Vec::new()
-        }
-        None => {
-            errs.push(
-                "targets",
-                "no targets are configured; at least one target is required",
-                "add a [[targets]] table with `name` and `url`, e.g. name = \"vllm-0\", url = \"http://10.0.0.11:8000\"",
-            );
-            Vec::new()
-        }
-    };
-    let count = raw_targets.len();
+    let raw_targets = target_tables(raw.targets, errs);
     // Route names as written, for the keys' `routes` references.
     let route_names: Vec<Option<String>> = match &raw.routes {
         None => vec![Some(IMPLICIT_ROUTE_NAME.to_string())],
@@ -78,40 +58,7 @@ pub(crate) fn validate(
         .map(|(i, t)| target(t, &format!("targets[{i}]"), host, errs))
         .collect();
     check_unique_names(&names, "targets", "target", errs);
-
-    // One entry per [[routes]] table (None where it is invalid), so indices match the file.
-    let routes: Vec<Option<Route>> = match raw.routes {
-        None => vec![Some(Route {
-            name: IMPLICIT_ROUTE_NAME.to_string(),
-            matcher: RouteMatch::default(),
-            targets: (0..count).collect(),
-            strategy: StrategySpec::with_defaults(DEFAULT_STRATEGY)
-                .expect("the default strategy is registered"),
-            forward_client_auth: false,
-            retries: DEFAULT_RETRIES,
-            retry: RetryPolicy::default(),
-            queue: None,
-            #[cfg(feature = "local-tokenizer")]
-            tokenizer: None,
-            cache_controller: None,
-        })],
-        Some(r) if r.is_empty() => {
-            errs.push(
-                "routes",
-                "`routes` is an empty array, so no request could ever be routed",
-                "remove `routes` to get the implicit \"default\" route over all targets, or add a [[routes]] table",
-            );
-            Vec::new()
-        }
-        Some(r) => {
-            let route_names: Vec<Option<String>> = r.iter().map(|r| r.name.clone()).collect();
-            check_unique_names(&route_names, "routes", "route", errs);
-            r.into_iter()
-                .enumerate()
-                .map(|(i, r)| route(r, &format!("routes[{i}]"), &names, &targets, host, errs))
-                .collect()
-        }
-    };
+    let routes = routes(raw.routes, &names, &targets, host, errs);
 
     let health = health(raw.health, errs);
     let scrape = scrape(raw.metrics_scrape, errs);
@@ -123,16 +70,9 @@ pub(crate) fn validate(
     let kv_events = kv_events(raw.kv_events, errs);
     let log = log(raw.log, errs);
     let state = state::state(raw.state, host, errs);
-    let keys = keys::keys(raw.keys, raw.auth, &route_names, host, errs);
+    let keys = api_keys::keys(raw.keys, raw.auth, &route_names, host, errs);
     state::check_store_use(&routes, state.as_ref(), errs);
-    if keys.as_ref().is_some_and(|k| k.share_limits) && state.as_ref().is_some_and(|s| s.is_none())
-    {
-        errs.push(
-            "auth.share_limits",
-            "share_limits adds up the keys' per-minute counts over every replica through the shared-state store, and no [state] is configured",
-            "add a [state] section (backend = \"redis\", url = \"redis://…\"), or remove share_limits for limits per gateway",
-        );
-    }
+    api_keys::check_shared_limits(keys.as_ref(), state.as_ref(), errs);
     let adaptive = AdaptiveConfig {
         enabled: raw
             .adaptive

@@ -1,10 +1,63 @@
-//! `[[routes]]`: targets, match rules, retries and the strategy with what it needs.
+//! `[[routes]]`: targets, match rules, retries and the strategy with what it needs; the
+//! implicit "default" route when the file has no `routes`.
 
 use super::common::*;
 use super::retry::retry_policy;
-use super::targets::{check_header_name, check_header_value, check_name, raw_close, target_url};
+use super::targets::{
+    check_header_name, check_header_value, check_name, check_unique_names, raw_close, target_url,
+};
 #[cfg(feature = "local-tokenizer")]
 use std::sync::Arc;
+
+/// One entry per `[[routes]]` table (`None` where it is invalid), so indices match the
+/// file; without `routes`, the implicit route over every target. `names` and `targets`
+/// hold one entry per `[[targets]]` table.
+pub(super) fn routes(
+    raw: Option<Vec<RawRoute>>,
+    names: &[Option<String>],
+    targets: &[Option<Target>],
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Vec<Option<Route>> {
+    match raw {
+        None => vec![Some(implicit_route(targets.len()))],
+        Some(r) if r.is_empty() => {
+            errs.push(
+                "routes",
+                "`routes` is an empty array, so no request could ever be routed",
+                "remove `routes` to get the implicit \"default\" route over all targets, or add a [[routes]] table",
+            );
+            Vec::new()
+        }
+        Some(r) => {
+            let route_names: Vec<Option<String>> = r.iter().map(|r| r.name.clone()).collect();
+            check_unique_names(&route_names, "routes", "route", errs);
+            r.into_iter()
+                .enumerate()
+                .map(|(i, r)| route(r, &format!("routes[{i}]"), names, targets, host, errs))
+                .collect()
+        }
+    }
+}
+
+/// The route used when the file has no `routes`: named [`IMPLICIT_ROUTE_NAME`], over all
+/// `count` targets, with the default strategy and retries.
+fn implicit_route(count: usize) -> Route {
+    Route {
+        name: IMPLICIT_ROUTE_NAME.to_string(),
+        matcher: RouteMatch::default(),
+        targets: (0..count).collect(),
+        strategy: StrategySpec::with_defaults(DEFAULT_STRATEGY)
+            .expect("the default strategy is registered"),
+        forward_client_auth: false,
+        retries: DEFAULT_RETRIES,
+        retry: RetryPolicy::default(),
+        queue: None,
+        #[cfg(feature = "local-tokenizer")]
+        tokenizer: None,
+        cache_controller: None,
+    }
+}
 
 pub(super) fn route(
     raw: RawRoute,
@@ -134,10 +187,7 @@ pub(super) fn local_tokenizer(
     let Some(written) = tokens.local_path() else {
         return Some(None);
     };
-    let resolve = |w: &str| match config_dir {
-        Some(dir) if Path::new(w).is_relative() => dir.join(w),
-        _ => PathBuf::from(w),
-    };
+    let resolve = |w: &str| config_path(config_dir, w);
     let json = resolve(written);
     let cfg = match tokens.tokenizer_config.as_deref().filter(|s| !s.is_empty()) {
         Some(c) => Some(resolve(c)),

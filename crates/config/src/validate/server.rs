@@ -3,6 +3,7 @@
 use super::common::*;
 use super::server_tls::server_tls;
 
+/// `[server]`, its `[server.limits]` and `[server.tls]`; `None` when any key has an error.
 pub(super) fn server(
     raw: RawServer,
     host: &Host<'_>,
@@ -16,41 +17,8 @@ pub(super) fn server(
         ),
         Some(s) => listen_addr(s, host, errs),
     };
-    let workers = match raw.workers {
-        None | Some(0) => Some(host.cores.max(1)),
-        Some(n) if n < 0 => {
-            errs.push(
-                "server.workers",
-                format!("workers is {n}, a negative number"),
-                "set workers = 0 for one worker per core, or a positive count",
-            );
-            None
-        }
-        Some(n) if n > 4096 => {
-            errs.push(
-                "server.workers",
-                format!("workers is {n}, more than the limit of 4096"),
-                "set workers = 0 for one worker per core, or a count of at most 4096",
-            );
-            None
-        }
-        Some(n) => Some(n as usize),
-    };
-    let driver = match raw.driver.as_deref() {
-        None | Some("auto") => Some(DriverChoice::Auto),
-        Some("io_uring") => Some(DriverChoice::IoUring),
-        Some("epoll") => Some(DriverChoice::Epoll),
-        Some(other) => {
-            let valid = ["auto", "io_uring", "epoll"];
-            let best = closest(other, &valid).unwrap_or("auto");
-            errs.push(
-                "server.driver",
-                format!("unknown driver `{other}`"),
-                format!("use one of auto, io_uring, epoll (did you mean `{best}`?)"),
-            );
-            None
-        }
-    };
+    let workers = workers(raw.workers, host, errs);
+    let driver = driver(raw.driver.as_deref(), errs);
     let shutdown_grace = duration(
         raw.shutdown_grace.as_ref(),
         "server.shutdown_grace",
@@ -59,55 +27,11 @@ pub(super) fn server(
         errs,
     );
     let dns_refresh = dns_refresh(raw.dns_refresh.as_ref(), errs);
-    let max_connections = match raw.max_connections {
-        None => Some(DEFAULT_MAX_CONNECTIONS),
-        Some(n) if n <= 0 => {
-            errs.push(
-                "server.max_connections",
-                format!("max_connections is {n}; it must be greater than 0"),
-                format!(
-                    "remove the key for the default of {DEFAULT_MAX_CONNECTIONS}, or set the \
-                     most client connections the gateway keeps open at once"
-                ),
-            );
-            None
-        }
-        Some(n) => Some(n as usize),
-    };
+    let max_connections = max_connections(raw.max_connections, errs);
     let limits = limits(raw.limits.unwrap_or_default(), errs);
-    let control_socket = match raw.control_socket.as_deref() {
-        None => Some(None),
-        Some("") => {
-            errs.push(
-                "server.control_socket",
-                "control_socket is empty",
-                "remove the key for the default place, or give the path of a UNIX socket, \
-                 e.g. control_socket = \"/run/rolter/rolter.sock\"",
-            );
-            None
-        }
-        Some(p) => {
-            let path = std::path::Path::new(p);
-            let path = match host.config_dir {
-                Some(dir) if path.is_relative() => dir.join(path),
-                _ => path.to_path_buf(),
-            };
-            Some(Some(path))
-        }
-    };
-    let underscores_in_headers = match raw.underscores_in_headers.as_deref() {
-        None | Some("drop") => Some(UnderscoreHeaders::Drop),
-        Some("reject") => Some(UnderscoreHeaders::Reject),
-        Some("forward") => Some(UnderscoreHeaders::Forward),
-        Some(other) => {
-            errs.push(
-                "server.underscores_in_headers",
-                format!("`{other}` is not a choice for header names with an underscore"),
-                "use \"drop\" (the default: ignored, not forwarded), \"reject\" (400) or \"forward\"",
-            );
-            None
-        }
-    };
+    let control_socket = control_socket(raw.control_socket.as_deref(), host, errs);
+    let underscores_in_headers =
+        underscores_in_headers(raw.underscores_in_headers.as_deref(), errs);
     let busy_poll = busy_poll(raw.busy_poll.as_ref(), errs);
     let tls = match raw.tls {
         None => Some(None),
@@ -127,6 +51,107 @@ pub(super) fn server(
         tls: tls?,
         busy_poll: busy_poll?,
     })
+}
+
+/// `server.workers`: 0 (or absent) for one per core, else 1 to 4096.
+fn workers(v: Option<i64>, host: &Host<'_>, errs: &mut Collector) -> Option<usize> {
+    match v {
+        None | Some(0) => Some(host.cores.max(1)),
+        Some(n) if n < 0 => {
+            errs.push(
+                "server.workers",
+                format!("workers is {n}, a negative number"),
+                "set workers = 0 for one worker per core, or a positive count",
+            );
+            None
+        }
+        Some(n) if n > 4096 => {
+            errs.push(
+                "server.workers",
+                format!("workers is {n}, more than the limit of 4096"),
+                "set workers = 0 for one worker per core, or a count of at most 4096",
+            );
+            None
+        }
+        Some(n) => Some(n as usize),
+    }
+}
+
+/// `server.driver`: `auto` (the default), `io_uring` or `epoll`.
+fn driver(v: Option<&str>, errs: &mut Collector) -> Option<DriverChoice> {
+    match v {
+        None | Some("auto") => Some(DriverChoice::Auto),
+        Some("io_uring") => Some(DriverChoice::IoUring),
+        Some("epoll") => Some(DriverChoice::Epoll),
+        Some(other) => {
+            let valid = ["auto", "io_uring", "epoll"];
+            let best = closest(other, &valid).unwrap_or("auto");
+            errs.push(
+                "server.driver",
+                format!("unknown driver `{other}`"),
+                format!("use one of auto, io_uring, epoll (did you mean `{best}`?)"),
+            );
+            None
+        }
+    }
+}
+
+/// `server.max_connections`: greater than 0, [`DEFAULT_MAX_CONNECTIONS`] when absent.
+fn max_connections(v: Option<i64>, errs: &mut Collector) -> Option<usize> {
+    match v {
+        None => Some(DEFAULT_MAX_CONNECTIONS),
+        Some(n) if n <= 0 => {
+            errs.push(
+                "server.max_connections",
+                format!("max_connections is {n}; it must be greater than 0"),
+                format!(
+                    "remove the key for the default of {DEFAULT_MAX_CONNECTIONS}, or set the \
+                     most client connections the gateway keeps open at once"
+                ),
+            );
+            None
+        }
+        Some(n) => Some(n as usize),
+    }
+}
+
+/// `server.control_socket`: a non-empty path, relative ones taken from the configuration's
+/// directory; `Some(None)` when absent (the default place).
+fn control_socket(
+    v: Option<&str>,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<Option<PathBuf>> {
+    match v {
+        None => Some(None),
+        Some("") => {
+            errs.push(
+                "server.control_socket",
+                "control_socket is empty",
+                "remove the key for the default place, or give the path of a UNIX socket, \
+                 e.g. control_socket = \"/run/rolter/rolter.sock\"",
+            );
+            None
+        }
+        Some(p) => Some(Some(config_path(host.config_dir, p))),
+    }
+}
+
+/// `server.underscores_in_headers`: `drop` (the default), `reject` or `forward`.
+fn underscores_in_headers(v: Option<&str>, errs: &mut Collector) -> Option<UnderscoreHeaders> {
+    match v {
+        None | Some("drop") => Some(UnderscoreHeaders::Drop),
+        Some("reject") => Some(UnderscoreHeaders::Reject),
+        Some("forward") => Some(UnderscoreHeaders::Forward),
+        Some(other) => {
+            errs.push(
+                "server.underscores_in_headers",
+                format!("`{other}` is not a choice for header names with an underscore"),
+                "use \"drop\" (the default: ignored, not forwarded), \"reject\" (400) or \"forward\"",
+            );
+            None
+        }
+    }
 }
 
 /// `server.busy_poll`: zero (off) up to [`MAX_BUSY_POLL`].

@@ -187,10 +187,7 @@ fn required_path(
             );
             None
         }
-        Some(p) => Some(match host.config_dir {
-            Some(dir) if Path::new(p).is_relative() => dir.join(p),
-            _ => PathBuf::from(p),
-        }),
+        Some(p) => Some(config_path(host.config_dir, p)),
     }
 }
 

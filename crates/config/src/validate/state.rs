@@ -7,6 +7,7 @@ use crate::raw::RawState;
 
 const EXAMPLE: &str = "[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"";
 
+/// `[state]`: `Some(None)` when the section is absent, `None` when it has errors.
 pub(super) fn state(
     raw: Option<RawState>,
     host: &Host<'_>,
@@ -15,7 +16,57 @@ pub(super) fn state(
     let Some(raw) = raw else {
         return Some(None);
     };
-    let backend = match raw.backend.as_deref() {
+    let defaults = StateConfig::with_url("redis://127.0.0.1:6379");
+    let servers = state_servers(&raw, errs);
+    let credentials = state_credentials(&raw, &defaults, host, errs);
+    let tls_ca_file = state_tls_ca_file(raw.tls_ca_file.as_deref(), host, errs);
+    let timeouts = state_timeouts(&raw, &defaults, errs);
+    let sync = state_sync(&raw, &defaults, errs);
+    let (servers, credentials, timeouts, sync) = (servers?, credentials?, timeouts?, sync?);
+    Some(Some(StateConfig {
+        backend: servers.backend,
+        urls: servers.urls,
+        topology: servers.topology,
+        username: credentials.username,
+        password: credentials.password,
+        username_env: credentials.username_env,
+        password_env: credentials.password_env,
+        tls_ca_file: tls_ca_file?,
+        connect_timeout: timeouts.connect,
+        command_timeout: timeouts.command,
+        pick_timeout: timeouts.pick,
+        key_prefix: sync.key_prefix,
+        replica: sync.replica,
+        sync_interval: sync.sync_interval,
+        retry_interval: sync.retry_interval,
+        max_items_per_second: sync.max_items_per_second,
+        stream_maxlen: sync.stream_maxlen,
+        share_load: raw.share_load.unwrap_or(defaults.share_load),
+    }))
+}
+
+/// Which store the gateway talks to and how it is laid out.
+struct StateServers {
+    backend: StateBackend,
+    urls: Vec<String>,
+    topology: StateTopology,
+}
+
+/// `backend`, `url` or `urls`, and `sentinel_master` or `cluster`.
+fn state_servers(raw: &RawState, errs: &mut Collector) -> Option<StateServers> {
+    let backend = state_backend(raw.backend.as_deref(), errs);
+    let urls = state_urls(raw.url.clone(), raw.urls.clone(), errs);
+    let topology = state_topology(raw.sentinel_master.clone(), raw.cluster, errs);
+    Some(StateServers {
+        backend: backend?,
+        urls: urls?,
+        topology: topology?,
+    })
+}
+
+/// `backend`: `"redis"`, or `"valkey"`, which speaks the same protocol.
+fn state_backend(written: Option<&str>, errs: &mut Collector) -> Option<StateBackend> {
+    match written {
         Some("redis") => Some(StateBackend::Redis),
         Some("valkey") => Some(StateBackend::Redis),
         None => {
@@ -34,15 +85,23 @@ pub(super) fn state(
             );
             None
         }
-    };
-    let urls = match (raw.url, raw.urls) {
+    }
+}
+
+/// `url` or `urls` (exactly one of them, not empty), each address checked.
+fn state_urls(
+    url: Option<String>,
+    urls: Option<Vec<String>>,
+    errs: &mut Collector,
+) -> Option<Vec<String>> {
+    let list = match (url, urls) {
         (Some(_), Some(_)) => {
             errs.push(
                 "state.urls",
                 "both `url` and `urls` are set",
                 "keep one: url = \"redis://host:6379\" for one server, urls = [...] for sentinels or cluster nodes",
             );
-            None
+            return None;
         }
         (None, None) => {
             errs.push(
@@ -50,49 +109,62 @@ pub(super) fn state(
                 "[state] names no server",
                 "add url = \"redis://127.0.0.1:6379\" (rediss:// for TLS), or urls = [...] for sentinels or cluster nodes",
             );
-            None
+            return None;
         }
-        (Some(u), None) => Some(vec![u]),
+        (Some(u), None) => vec![u],
         (None, Some(list)) if list.is_empty() => {
             errs.push(
                 "state.urls",
                 "`urls` is empty",
                 "list at least one address, e.g. urls = [\"redis://10.0.0.1:6379\"]",
             );
-            None
+            return None;
         }
-        (None, Some(list)) => Some(list),
+        (None, Some(list)) => list,
     };
-    let urls = urls.and_then(|list| {
-        let mut ok = true;
-        for (i, u) in list.iter().enumerate() {
-            let key = if list.len() == 1 {
-                "state.url".to_string()
-            } else {
-                format!("state.urls[{i}]")
-            };
-            let scheme_ok = ["redis://", "rediss://", "valkey://", "valkeys://"]
-                .iter()
-                .any(|s| u.starts_with(s) && u.len() > s.len());
-            if !scheme_ok {
-                errs.push(
-                    key,
-                    format!("`{u}` is not a redis:// or rediss:// address"),
-                    "write it as redis://host:port (or rediss://host:port for TLS), e.g. \"redis://127.0.0.1:6379\"",
-                );
-                ok = false;
-            } else if u.contains('@') {
-                errs.push(
-                    key,
-                    "the address carries credentials",
-                    "remove user and password from the address and put them in the environment variables named by username_env and password_env (default ROLTER_STATE_USERNAME, ROLTER_STATE_PASSWORD)",
-                );
-                ok = false;
-            }
-        }
-        ok.then_some(list)
-    });
-    let topology = match (raw.sentinel_master, raw.cluster.unwrap_or(false)) {
+    let mut ok = true;
+    for (i, u) in list.iter().enumerate() {
+        let key = if list.len() == 1 {
+            "state.url".to_string()
+        } else {
+            format!("state.urls[{i}]")
+        };
+        ok &= check_state_url(u, key, errs);
+    }
+    ok.then_some(list)
+}
+
+/// One store address: a redis:// or rediss:// (or valkey) URL without credentials.
+fn check_state_url(u: &str, key: String, errs: &mut Collector) -> bool {
+    let scheme_ok = ["redis://", "rediss://", "valkey://", "valkeys://"]
+        .iter()
+        .any(|s| u.starts_with(s) && u.len() > s.len());
+    if !scheme_ok {
+        errs.push(
+            key,
+            format!("`{u}` is not a redis:// or rediss:// address"),
+            "write it as redis://host:port (or rediss://host:port for TLS), e.g. \"redis://127.0.0.1:6379\"",
+        );
+        return false;
+    }
+    if u.contains('@') {
+        errs.push(
+            key,
+            "the address carries credentials",
+            "remove user and password from the address and put them in the environment variables named by username_env and password_env (default ROLTER_STATE_USERNAME, ROLTER_STATE_PASSWORD)",
+        );
+        return false;
+    }
+    true
+}
+
+/// `sentinel_master` or `cluster = true` (not both); neither: one standalone server.
+fn state_topology(
+    sentinel_master: Option<String>,
+    cluster: Option<bool>,
+    errs: &mut Collector,
+) -> Option<StateTopology> {
+    match (sentinel_master, cluster.unwrap_or(false)) {
         (Some(_), true) => {
             errs.push(
                 "state.cluster",
@@ -112,76 +184,152 @@ pub(super) fn state(
         (Some(m), false) => Some(StateTopology::Sentinel { master: m }),
         (None, true) => Some(StateTopology::Cluster),
         (None, false) => Some(StateTopology::Standalone),
-    };
-    let defaults = StateConfig::with_url("redis://127.0.0.1:6379");
-    let username_env = raw.username_env.clone().unwrap_or(defaults.username_env);
-    let password_env = raw.password_env.clone().unwrap_or(defaults.password_env);
-    let from_env = |var: &str, explicit: bool, key: &str, errs: &mut Collector| match (host.env)(
-        var,
-    ) {
-        Some(v) if !v.is_empty() => Some(Some(v)),
-        _ if explicit => {
-            errs.push(
-                    key,
-                    format!("the environment variable {var} is not set"),
-                    format!("set {var} in the gateway's environment (for systemd: Environment= or EnvironmentFile= in the unit), or remove {}", key.rsplit('.').next().unwrap_or(key)),
-                );
-            None
-        }
-        _ => Some(None),
-    };
-    let username = from_env(
+    }
+}
+
+/// The ACL user and password, and the names of the variables they come from.
+struct StateCredentials {
+    username: Option<String>,
+    password: Option<String>,
+    username_env: String,
+    password_env: String,
+}
+
+/// `username_env` and `password_env`: the variables are read now, from the environment.
+fn state_credentials(
+    raw: &RawState,
+    defaults: &StateConfig,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<StateCredentials> {
+    let username_env = raw
+        .username_env
+        .clone()
+        .unwrap_or_else(|| defaults.username_env.clone());
+    let password_env = raw
+        .password_env
+        .clone()
+        .unwrap_or_else(|| defaults.password_env.clone());
+    let username = credential(
         &username_env,
         raw.username_env.is_some(),
         "state.username_env",
+        host,
         errs,
     );
-    let password = from_env(
+    let password = credential(
         &password_env,
         raw.password_env.is_some(),
         "state.password_env",
+        host,
         errs,
     );
-    let tls_ca_file = match raw.tls_ca_file {
-        None => Some(None),
-        Some(p) => {
-            let path = match host.config_dir {
-                Some(dir) if Path::new(&p).is_relative() => dir.join(&p),
-                _ => PathBuf::from(&p),
-            };
-            if path.is_file() {
-                Some(Some(path))
-            } else {
-                errs.push(
-                    "state.tls_ca_file",
-                    format!("no file at {}", path.display()),
-                    "name a PEM file holding the CA certificate of the store's TLS certificate",
-                );
-                None
-            }
+    Some(StateCredentials {
+        username: username?,
+        password: password?,
+        username_env,
+        password_env,
+    })
+}
+
+/// The value of the environment variable `var`, if set and not empty; unset is an error at
+/// `key` only when the file named the variable (`explicit`).
+fn credential(
+    var: &str,
+    explicit: bool,
+    key: &str,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<Option<String>> {
+    match (host.env)(var) {
+        Some(v) if !v.is_empty() => Some(Some(v)),
+        _ if explicit => {
+            errs.push(
+                key,
+                format!("the environment variable {var} is not set"),
+                format!("set {var} in the gateway's environment (for systemd: Environment= or EnvironmentFile= in the unit), or remove {}", key.rsplit('.').next().unwrap_or(key)),
+            );
+            None
         }
+        _ => Some(None),
+    }
+}
+
+/// `tls_ca_file`: an existing file, relative paths taken from the configuration's directory.
+fn state_tls_ca_file(
+    written: Option<&str>,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<Option<PathBuf>> {
+    let Some(p) = written else {
+        return Some(None);
     };
-    let connect_timeout = duration(
+    let path = config_path(host.config_dir, p);
+    if path.is_file() {
+        return Some(Some(path));
+    }
+    errs.push(
+        "state.tls_ca_file",
+        format!("no file at {}", path.display()),
+        "name a PEM file holding the CA certificate of the store's TLS certificate",
+    );
+    None
+}
+
+/// How long connecting, a command and a pick's wait for the store may take.
+struct StateTimeouts {
+    connect: Duration,
+    command: Duration,
+    pick: Duration,
+}
+
+/// `connect_timeout`, `command_timeout` and `pick_timeout`.
+fn state_timeouts(
+    raw: &RawState,
+    defaults: &StateConfig,
+    errs: &mut Collector,
+) -> Option<StateTimeouts> {
+    let connect = duration(
         raw.connect_timeout.as_ref(),
         "state.connect_timeout",
         defaults.connect_timeout,
         false,
         errs,
     );
-    let command_timeout = duration(
+    let command = duration(
         raw.command_timeout.as_ref(),
         "state.command_timeout",
         defaults.command_timeout,
         false,
         errs,
     );
-    let pick_timeout = duration(
+    let pick = duration(
         raw.pick_timeout.as_ref(),
         "state.pick_timeout",
         defaults.pick_timeout,
         false,
         errs,
     );
+    Some(StateTimeouts {
+        connect: connect?,
+        command: command?,
+        pick: pick?,
+    })
+}
+
+/// How this replica shares its state: the pace, the keys' names and the limits.
+struct StateSync {
+    sync_interval: Duration,
+    retry_interval: Duration,
+    key_prefix: String,
+    replica: Option<String>,
+    max_items_per_second: u32,
+    stream_maxlen: u32,
+}
+
+/// `sync_interval`, `retry_interval`, `key_prefix`, `replica`, `max_items_per_second` and
+/// `stream_maxlen`.
+fn state_sync(raw: &RawState, defaults: &StateConfig, errs: &mut Collector) -> Option<StateSync> {
     let sync_interval = nonzero_duration(
         raw.sync_interval.as_ref(),
         "state.sync_interval",
@@ -194,35 +342,8 @@ pub(super) fn state(
         defaults.retry_interval,
         errs,
     );
-    let key_prefix = match raw.key_prefix {
-        None => Some(defaults.key_prefix),
-        Some(p)
-            if !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_graphic() && c != '{' && c != '}') =>
-        {
-            Some(p)
-        }
-        Some(p) => {
-            errs.push(
-                "state.key_prefix",
-                format!("key_prefix {p:?} is empty or holds spaces or braces"),
-                "use letters, digits and punctuation other than { and }, e.g. key_prefix = \"rolter-prod\"",
-            );
-            None
-        }
-    };
-    let replica = match raw.replica {
-        Some(r) if r.is_empty() || r.chars().any(|c| c.is_whitespace() || c.is_control()) => {
-            errs.push(
-                "state.replica",
-                format!("replica name {r:?} is empty or holds whitespace"),
-                "remove it (the default is the host name and the listening port) or write a name such as \"gw-1\"",
-            );
-            None
-        }
-        other => Some(other),
-    };
+    let key_prefix = key_prefix(raw.key_prefix.as_deref(), &defaults.key_prefix, errs);
+    let replica = replica(raw.replica.as_deref(), errs);
     let max_items_per_second = count(
         raw.max_items_per_second,
         "state.max_items_per_second",
@@ -239,26 +360,51 @@ pub(super) fn state(
         "entries the items stream keeps",
         errs,
     );
-    Some(Some(StateConfig {
-        backend: backend?,
-        urls: urls?,
-        topology: topology?,
-        username: username?,
-        password: password?,
-        username_env,
-        password_env,
-        tls_ca_file: tls_ca_file?,
-        connect_timeout: connect_timeout?,
-        command_timeout: command_timeout?,
-        pick_timeout: pick_timeout?,
-        key_prefix: key_prefix?,
-        replica: replica?,
+    Some(StateSync {
         sync_interval: sync_interval?,
         retry_interval: retry_interval?,
+        key_prefix: key_prefix?,
+        replica: replica?,
         max_items_per_second: max_items_per_second?,
         stream_maxlen: stream_maxlen?,
-        share_load: raw.share_load.unwrap_or(defaults.share_load),
-    }))
+    })
+}
+
+/// `key_prefix`: printable ASCII, not empty, without spaces or braces.
+fn key_prefix(written: Option<&str>, default: &str, errs: &mut Collector) -> Option<String> {
+    match written {
+        None => Some(default.to_string()),
+        Some(p)
+            if !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_graphic() && c != '{' && c != '}') =>
+        {
+            Some(p.to_string())
+        }
+        Some(p) => {
+            errs.push(
+                "state.key_prefix",
+                format!("key_prefix {p:?} is empty or holds spaces or braces"),
+                "use letters, digits and punctuation other than { and }, e.g. key_prefix = \"rolter-prod\"",
+            );
+            None
+        }
+    }
+}
+
+/// `replica`: this replica's name in the store, not empty and without whitespace.
+fn replica(written: Option<&str>, errs: &mut Collector) -> Option<Option<String>> {
+    match written {
+        Some(r) if r.is_empty() || r.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            errs.push(
+                "state.replica",
+                format!("replica name {r:?} is empty or holds whitespace"),
+                "remove it (the default is the host name and the listening port) or write a name such as \"gw-1\"",
+            );
+            None
+        }
+        other => Some(other.map(str::to_string)),
+    }
 }
 
 /// Every route whose strategy keeps state in the store needs a `[state]`.

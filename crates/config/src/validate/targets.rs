@@ -3,161 +3,58 @@
 use super::common::*;
 use super::kv::target_kv_events;
 
+/// The `[[targets]]` tables; an error when there are none (validation goes on without).
+pub(super) fn target_tables(raw: Option<Vec<RawTarget>>, errs: &mut Collector) -> Vec<RawTarget> {
+    match raw {
+        Some(t) if !t.is_empty() => t,
+        Some(_) => {
+            errs.push(
+                "targets",
+                "`targets` is empty; at least one target is required",
+                "add a [[targets]] table with `name` and `url`, e.g. name = \"vllm-0\", url = \"http://10.0.0.11:8000\"",
+            );
+            Vec::new()
+        }
+        None => {
+            errs.push(
+                "targets",
+                "no targets are configured; at least one target is required",
+                "add a [[targets]] table with `name` and `url`, e.g. name = \"vllm-0\", url = \"http://10.0.0.11:8000\"",
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// One `[[targets]]` table at `at` (`targets[i]`); `None` when any key has an error.
 pub(super) fn target(
     raw: RawTarget,
     at: &str,
     host: &Host<'_>,
     errs: &mut Collector,
 ) -> Option<Target> {
-    let name = match raw.name {
-        None => {
-            errs.push(
-                join(at, "name"),
-                "target has no `name`",
-                "add name = \"...\" (letters, digits, '.', '_' or '-'), unique among targets",
-            );
-            None
-        }
-        Some(n) => {
-            if check_name(&n, &join(at, "name"), "target", errs) {
-                Some(n)
-            } else {
-                None
-            }
-        }
-    };
-
-    let url = match raw.url {
-        None => {
-            errs.push(
-                join(at, "url"),
-                "target has no `url`",
-                "add url = \"http://host:port\" (or https://host/base-path)",
-            );
-            None
-        }
-        Some(u) => target_url(&u, &join(at, "url"), host, errs),
-    };
-
+    let name = target_name(raw.name, at, errs);
+    let url = required_url(raw.url, at, host, errs);
     let ca = match raw.ca_file {
         None => Some(None),
         Some(f) => ca_file(&f, url.as_ref(), &join(at, "ca_file"), host, errs).map(Some),
     };
-
-    let weight = match raw.weight {
-        None => Some(1.0),
-        Some(w) if w.is_nan() || w.is_infinite() => {
-            errs.push(
-                join(at, "weight"),
-                format!("weight is {w}"),
-                "use a finite weight such as 1.0 (or 0 to drain the target)",
-            );
-            None
-        }
-        Some(w) if w < 0.0 => {
-            errs.push(
-                join(at, "weight"),
-                format!("weight is {w}; it must not be negative"),
-                "use a positive weight such as 1.0, or 0 to drain the target (it then gets no traffic)",
-            );
-            None
-        }
-        // 0 drains the target: it stays configured, probed and scraped, and gets no picks.
-        Some(w) => Some(w),
-    };
-
+    let weight = weight(raw.weight, at, errs);
     let models = string_list(raw.models, &join(at, "models"), "model name", errs);
-
-    let max_concurrent = match raw.max_concurrent {
-        None => Some(None),
-        Some(n) if n <= 0 => {
-            errs.push(
-                join(at, "max_concurrent"),
-                format!("max_concurrent is {n}; it must be greater than 0"),
-                "set a positive limit such as 64, or remove the key for no limit",
-            );
-            None
-        }
-        Some(n) => match u32::try_from(n) {
-            Ok(v) => Some(Some(v)),
-            Err(_) => {
-                errs.push(
-                    join(at, "max_concurrent"),
-                    format!("max_concurrent is {n}, too large"),
-                    format!("use at most {}, or remove the key for no limit", u32::MAX),
-                );
-                None
-            }
-        },
-    };
-
-    let tier = match raw.tier {
-        None => Some(0),
-        Some(n) => match u32::try_from(n) {
-            Ok(v) => Some(v),
-            Err(_) => {
-                errs.push(
-                    join(at, "tier"),
-                    format!("tier is {n}; it must be between 0 and {}", u32::MAX),
-                    "use 0 for primary targets and 1, 2, … for failover tiers",
-                );
-                None
-            }
-        },
-    };
-
-    let price = match raw.price {
-        None => Some(None),
-        Some(p) => price(
-            p,
-            &join(at, "price"),
-            "price = { input = 0.15, output = 0.60 }",
-            errs,
-        )
-        .map(Some),
-    };
-
-    let health_path = match raw.health_path {
-        None => Some(None),
-        // An empty path turns active checks off for this target.
-        Some(p) if p.is_empty() => Some(Some(p)),
-        Some(p) => check_path(&p, &join(at, "health_path"), "/health", errs).then_some(Some(p)),
-    };
+    let max_concurrent = max_concurrent(raw.max_concurrent, at, errs);
+    let tier = tier(raw.tier, at, errs);
+    let price = target_price(raw.price, at, errs);
+    let health_path = health_path(raw.health_path, at, errs);
     let kv_events = target_kv_events(raw.kv_events, &join(at, "kv_events"), errs);
-    let lmcache_instance = match raw.lmcache_instance {
-        Some(id) if id.is_empty() => {
-            errs.push(
-                join(at, "lmcache_instance"),
-                "lmcache_instance is empty",
-                "write the instance id the engine registers with the LMCache controller (its LMCACHE_LMCACHE_INSTANCE_ID), or remove the key to use the target's name",
-            );
-            None
-        }
-        Some(id) => Some(Some(id)),
-        None => Some(None),
-    };
-    let metrics_path = match raw.metrics_path {
-        None => Some(None),
-        Some(p) if p.is_empty() => {
-            errs.push(
-                join(at, "metrics_path"),
-                "metrics_path is empty",
-                "write a path such as \"/metrics\", remove the key to use [metrics_scrape].path, or set scrape = false to not scrape this target",
-            );
-            None
-        }
-        Some(p) => check_path(&p, &join(at, "metrics_path"), "/metrics", errs).then_some(Some(p)),
-    };
-
+    let lmcache_instance = lmcache_instance(raw.lmcache_instance, at, errs);
+    let metrics_path = metrics_path(raw.metrics_path, at, errs);
     let headers = target_headers(raw.headers, &join(at, "headers"), host, errs);
-
     let upstream_models = upstream_models(
         raw.upstream_models,
         models.as_deref(),
         &join(at, "upstream_models"),
         errs,
     );
-
     let timeouts = timeouts(
         raw.timeouts.unwrap_or_default(),
         &join(at, "timeouts"),
@@ -198,6 +95,170 @@ pub(super) fn target(
         kv_events: kv_events?,
         lmcache_instance: lmcache_instance?,
     })
+}
+
+/// A target's `name`: required, and a valid target name ([`check_name`]).
+fn target_name(v: Option<String>, at: &str, errs: &mut Collector) -> Option<String> {
+    match v {
+        None => {
+            errs.push(
+                join(at, "name"),
+                "target has no `name`",
+                "add name = \"...\" (letters, digits, '.', '_' or '-'), unique among targets",
+            );
+            None
+        }
+        Some(n) => {
+            if check_name(&n, &join(at, "name"), "target", errs) {
+                Some(n)
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// A target's `url`: required, and an upstream base URL ([`target_url`]).
+fn required_url(
+    v: Option<String>,
+    at: &str,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<ParsedUrl> {
+    let Some(u) = v else {
+        errs.push(
+            join(at, "url"),
+            "target has no `url`",
+            "add url = \"http://host:port\" (or https://host/base-path)",
+        );
+        return None;
+    };
+    target_url(&u, &join(at, "url"), host, errs)
+}
+
+/// A target's `weight`: finite and not negative, 1.0 when absent (0 drains the target).
+fn weight(v: Option<f64>, at: &str, errs: &mut Collector) -> Option<f64> {
+    match v {
+        None => Some(1.0),
+        Some(w) if w.is_nan() || w.is_infinite() => {
+            errs.push(
+                join(at, "weight"),
+                format!("weight is {w}"),
+                "use a finite weight such as 1.0 (or 0 to drain the target)",
+            );
+            None
+        }
+        Some(w) if w < 0.0 => {
+            errs.push(
+                join(at, "weight"),
+                format!("weight is {w}; it must not be negative"),
+                "use a positive weight such as 1.0, or 0 to drain the target (it then gets no traffic)",
+            );
+            None
+        }
+        // 0 drains the target: it stays configured, probed and scraped, and gets no picks.
+        Some(w) => Some(w),
+    }
+}
+
+/// A target's `max_concurrent`: from 1 to `u32::MAX`; `Some(None)` (no limit) when absent.
+fn max_concurrent(v: Option<i64>, at: &str, errs: &mut Collector) -> Option<Option<u32>> {
+    match v {
+        None => Some(None),
+        Some(n) if n <= 0 => {
+            errs.push(
+                join(at, "max_concurrent"),
+                format!("max_concurrent is {n}; it must be greater than 0"),
+                "set a positive limit such as 64, or remove the key for no limit",
+            );
+            None
+        }
+        Some(n) => match u32::try_from(n) {
+            Ok(v) => Some(Some(v)),
+            Err(_) => {
+                errs.push(
+                    join(at, "max_concurrent"),
+                    format!("max_concurrent is {n}, too large"),
+                    format!("use at most {}, or remove the key for no limit", u32::MAX),
+                );
+                None
+            }
+        },
+    }
+}
+
+/// A target's failover `tier`: from 0 (primary, the default) to `u32::MAX`.
+fn tier(v: Option<i64>, at: &str, errs: &mut Collector) -> Option<u32> {
+    match v {
+        None => Some(0),
+        Some(n) => match u32::try_from(n) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                errs.push(
+                    join(at, "tier"),
+                    format!("tier is {n}; it must be between 0 and {}", u32::MAX),
+                    "use 0 for primary targets and 1, 2, … for failover tiers",
+                );
+                None
+            }
+        },
+    }
+}
+
+/// A target's `price` table ([`price`]); `Some(None)` when absent.
+fn target_price(v: Option<RawPrice>, at: &str, errs: &mut Collector) -> Option<Option<Price>> {
+    let Some(p) = v else {
+        return Some(None);
+    };
+    price(
+        p,
+        &join(at, "price"),
+        "price = { input = 0.15, output = 0.60 }",
+        errs,
+    )
+    .map(Some)
+}
+
+/// A target's `health_path`: a request path, or empty to turn active checks off for it.
+fn health_path(v: Option<String>, at: &str, errs: &mut Collector) -> Option<Option<String>> {
+    match v {
+        None => Some(None),
+        // An empty path turns active checks off for this target.
+        Some(p) if p.is_empty() => Some(Some(p)),
+        Some(p) => check_path(&p, &join(at, "health_path"), "/health", errs).then_some(Some(p)),
+    }
+}
+
+/// A target's `lmcache_instance`: not empty; `Some(None)` when absent (the target's name).
+fn lmcache_instance(v: Option<String>, at: &str, errs: &mut Collector) -> Option<Option<String>> {
+    match v {
+        Some(id) if id.is_empty() => {
+            errs.push(
+                join(at, "lmcache_instance"),
+                "lmcache_instance is empty",
+                "write the instance id the engine registers with the LMCache controller (its LMCACHE_LMCACHE_INSTANCE_ID), or remove the key to use the target's name",
+            );
+            None
+        }
+        Some(id) => Some(Some(id)),
+        None => Some(None),
+    }
+}
+
+/// A target's `metrics_path`: a non-empty request path; `Some(None)` when absent.
+fn metrics_path(v: Option<String>, at: &str, errs: &mut Collector) -> Option<Option<String>> {
+    match v {
+        None => Some(None),
+        Some(p) if p.is_empty() => {
+            errs.push(
+                join(at, "metrics_path"),
+                "metrics_path is empty",
+                "write a path such as \"/metrics\", remove the key to use [metrics_scrape].path, or set scrape = false to not scrape this target",
+            );
+            None
+        }
+        Some(p) => check_path(&p, &join(at, "metrics_path"), "/metrics", errs).then_some(Some(p)),
+    }
 }
 
 /// A name of a target or route: non-empty, `[A-Za-z0-9._-]+` for targets.
@@ -246,82 +307,24 @@ pub(super) struct ParsedUrl {
     pub(super) base_path: String,
 }
 
+/// Written in the fixes for a target's `url`.
+const URL_EXAMPLE: &str = "e.g. \"http://10.0.0.11:8000\" or \"https://api.openai.com/v1\"";
+
+/// A target's `url` at `key`: an absolute http:// or https:// URL with a host, and an
+/// optional port and base path; a host name is resolved now.
 pub(super) fn target_url(
     written: &str,
     key: &str,
     host: &Host<'_>,
     errs: &mut Collector,
 ) -> Option<ParsedUrl> {
-    const EXAMPLE: &str = "e.g. \"http://10.0.0.11:8000\" or \"https://api.openai.com/v1\"";
-    if written.is_empty() {
-        errs.push(
-            key,
-            "url is empty",
-            format!("write the upstream base URL, {EXAMPLE}"),
-        );
-        return None;
-    }
-    if !written.contains("://") {
-        errs.push(
-            key,
-            format!("`{written}` has no scheme (http:// or https://)"),
-            format!("write it as \"http://{written}\" (or https:// for TLS)"),
-        );
-        return None;
-    }
-    let u = match url::Url::parse(written) {
-        Ok(u) => u,
-        Err(e) => {
-            errs.push(
-                key,
-                format!("`{written}` is not a valid URL: {e}"),
-                format!("write an absolute http:// or https:// URL, {EXAMPLE}"),
-            );
-            return None;
-        }
-    };
-    let tls = match u.scheme() {
-        "http" => false,
-        "https" => true,
-        other => {
-            errs.push(
-                key,
-                format!("unsupported URL scheme `{other}` in `{written}`"),
-                format!("use http:// or https://, {EXAMPLE}"),
-            );
-            return None;
-        }
-    };
-    let mut ok = true;
-    if !u.username().is_empty() || u.password().is_some() {
-        errs.push(
-            key,
-            format!("`{written}` contains user credentials"),
-            "remove `user:password@` from the URL and put credentials in `headers`, e.g. headers = { \"Authorization\" = \"Bearer ${API_KEY}\" }",
-        );
-        ok = false;
-    }
-    if u.query().is_some() {
-        errs.push(
-            key,
-            format!("`{written}` has a query string"),
-            "remove the `?…` part; the URL may only have a host, an optional port and an optional base path",
-        );
-        ok = false;
-    }
-    if u.fragment().is_some() {
-        errs.push(
-            key,
-            format!("`{written}` has a fragment"),
-            "remove the `#…` part; the URL may only have a host, an optional port and an optional base path",
-        );
-        ok = false;
-    }
+    let (u, tls) = parse_target_url(written, key, errs)?;
+    let ok = check_url_extras(&u, written, key, errs);
     let Some(url_host) = u.host() else {
         errs.push(
             key,
             format!("`{written}` has no host"),
-            format!("write a URL with a host, {EXAMPLE}"),
+            format!("write a URL with a host, {URL_EXAMPLE}"),
         );
         return None;
     };
@@ -349,29 +352,7 @@ pub(super) fn target_url(
         None => host_str.clone(),
     };
     let base_path = u.path().trim_end_matches('/').to_string();
-    let addr = match url_host {
-        url::Host::Ipv4(ip) => SocketAddr::new(IpAddr::V4(ip), port),
-        url::Host::Ipv6(ip) => SocketAddr::new(IpAddr::V6(ip), port),
-        url::Host::Domain(d) => match (host.resolve)(d, port) {
-            Ok(addrs) if !addrs.is_empty() => addrs[0],
-            Ok(_) => {
-                errs.push(
-                    key,
-                    format!("host `{d}` resolved to no address"),
-                    format!("check the host name `{d}` and DNS, or use an IP address"),
-                );
-                return None;
-            }
-            Err(e) => {
-                errs.push(
-                    key,
-                    format!("cannot resolve host `{d}`: {e}"),
-                    format!("check the host name `{d}` and that DNS works on this machine, or use an IP address"),
-                );
-                return None;
-            }
-        },
-    };
+    let addr = upstream_addr(&url_host, port, key, host, errs)?;
     let dns_name = match url_host {
         url::Host::Domain(d) => Some(d.to_string()),
         _ => None,
@@ -385,6 +366,117 @@ pub(super) fn target_url(
         host_header,
         base_path,
     })
+}
+
+/// Parses a target's URL: not empty, with a scheme, valid, and http:// or https://
+/// (the `bool` is true for https://).
+fn parse_target_url(written: &str, key: &str, errs: &mut Collector) -> Option<(url::Url, bool)> {
+    if written.is_empty() {
+        errs.push(
+            key,
+            "url is empty",
+            format!("write the upstream base URL, {URL_EXAMPLE}"),
+        );
+        return None;
+    }
+    if !written.contains("://") {
+        errs.push(
+            key,
+            format!("`{written}` has no scheme (http:// or https://)"),
+            format!("write it as \"http://{written}\" (or https:// for TLS)"),
+        );
+        return None;
+    }
+    let u = match url::Url::parse(written) {
+        Ok(u) => u,
+        Err(e) => {
+            errs.push(
+                key,
+                format!("`{written}` is not a valid URL: {e}"),
+                format!("write an absolute http:// or https:// URL, {URL_EXAMPLE}"),
+            );
+            return None;
+        }
+    };
+    let tls = match u.scheme() {
+        "http" => false,
+        "https" => true,
+        other => {
+            errs.push(
+                key,
+                format!("unsupported URL scheme `{other}` in `{written}`"),
+                format!("use http:// or https://, {URL_EXAMPLE}"),
+            );
+            return None;
+        }
+    };
+    Some((u, tls))
+}
+
+/// Reports each part a target's URL may not have (credentials, a query, a fragment);
+/// true when it has none.
+fn check_url_extras(u: &url::Url, written: &str, key: &str, errs: &mut Collector) -> bool {
+    let mut ok = true;
+    if !u.username().is_empty() || u.password().is_some() {
+        errs.push(
+            key,
+            format!("`{written}` contains user credentials"),
+            "remove `user:password@` from the URL and put credentials in `headers`, e.g. headers = { \"Authorization\" = \"Bearer ${API_KEY}\" }",
+        );
+        ok = false;
+    }
+    if u.query().is_some() {
+        errs.push(
+            key,
+            format!("`{written}` has a query string"),
+            "remove the `?…` part; the URL may only have a host, an optional port and an optional base path",
+        );
+        ok = false;
+    }
+    if u.fragment().is_some() {
+        errs.push(
+            key,
+            format!("`{written}` has a fragment"),
+            "remove the `#…` part; the URL may only have a host, an optional port and an optional base path",
+        );
+        ok = false;
+    }
+    ok
+}
+
+/// The upstream's socket address: an IP literal as written, a host name resolved now (its
+/// first address).
+fn upstream_addr(
+    url_host: &url::Host<&str>,
+    port: u16,
+    key: &str,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<SocketAddr> {
+    let d = match url_host {
+        url::Host::Ipv4(ip) => return Some(SocketAddr::new(IpAddr::V4(*ip), port)),
+        url::Host::Ipv6(ip) => return Some(SocketAddr::new(IpAddr::V6(*ip), port)),
+        url::Host::Domain(d) => *d,
+    };
+    match (host.resolve)(d, port) {
+        Ok(addrs) if !addrs.is_empty() => Some(addrs[0]),
+        Ok(_) => {
+            errs.push(
+                key,
+                format!("host `{d}` resolved to no address"),
+                format!("check the host name `{d}` and DNS, or use an IP address"),
+            );
+            None
+        }
+        Err(e) => {
+            errs.push(
+                key,
+                format!("cannot resolve host `{d}`: {e}"),
+                format!("check the host name `{d}` and that DNS works on this machine, or use an IP address"),
+            );
+            None
+        }
+    }
 }
 
 /// A target's `ca_file`: only for https:// URLs; a readable PEM file holding at least one
@@ -421,10 +513,7 @@ pub(super) fn ca_file(
         );
         return None;
     }
-    let path = match host.config_dir {
-        Some(dir) if Path::new(written).is_relative() => dir.join(written),
-        _ => PathBuf::from(written),
-    };
+    let path = config_path(host.config_dir, written);
     let shown = path.display();
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,

@@ -1,8 +1,9 @@
 //! `[[keys]]` and `[auth] keys_file`: the client API keys, each a name, the SHA-256 of the
 //! key (never the key), the routes and models it may use and its per-minute limits.
 //!
-//! Owns the keys' checks and reading the keys file (the same `[[keys]]` tables, nothing
-//! else). It must not see a key itself: only hashes are written or read.
+//! Owns the keys' checks (with `share_limits` needing a `[state]`) and reading the keys
+//! file (the same `[[keys]]` tables, nothing else). It must not see a key itself: only
+//! hashes are written or read.
 
 use super::common::*;
 use crate::raw::{RawAuth, RawKey};
@@ -42,11 +43,7 @@ pub(super) fn keys(
             return None;
         }
         Some(p) => {
-            let p = Path::new(p);
-            let path = match host.config_dir {
-                Some(dir) if p.is_relative() => dir.join(p),
-                _ => p.to_path_buf(),
-            };
+            let path = config_path(host.config_dir, p);
             match keys_file(&path, route_names, errs) {
                 Some(more) => entries.extend(more),
                 None => ok = false,
@@ -277,4 +274,20 @@ pub fn parse_hash(s: &str) -> Option<[u8; 32]> {
         out[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
     }
     Some(out)
+}
+
+/// `auth.share_limits` adds the keys' counts up through the shared-state store, so it
+/// needs a `[state]`. Either side invalid (`None`) has been reported already.
+pub(super) fn check_shared_limits(
+    keys: Option<&ApiKeys>,
+    state: Option<&Option<StateConfig>>,
+    errs: &mut Collector,
+) {
+    if keys.is_some_and(|k| k.share_limits) && state.is_some_and(|s| s.is_none()) {
+        errs.push(
+            "auth.share_limits",
+            "share_limits adds up the keys' per-minute counts over every replica through the shared-state store, and no [state] is configured",
+            "add a [state] section (backend = \"redis\", url = \"redis://…\"), or remove share_limits for limits per gateway",
+        );
+    }
 }
