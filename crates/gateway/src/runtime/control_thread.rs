@@ -90,141 +90,201 @@ pub fn spawn(ctx: ControlContext) -> io::Result<JoinHandle<()>> {
         })
 }
 
+/// The body of the control thread, run inside its runtime.
 async fn run(ctx: ControlContext) {
-    let ControlContext {
-        config,
-        tls,
-        mut links,
-        switches,
-        flags,
-        admin,
-        workers,
-        kv_reports,
-        strategies,
-        adopts,
-        reloads,
-        keys,
-        access,
-        fleet,
-        poll_stats,
-        ..
-    } = ctx;
-    let plane = Rc::new(RefCell::new(Plane::new(
-        config.clone(),
-        switches.clone(),
-        &strategies,
-        workers,
-        links.drops.clone(),
-    )));
-    plane.borrow_mut().kv_reports = kv_reports;
-    plane.borrow_mut().keys = Some(keys);
-    plane.borrow_mut().reloads = Some(reloads.clone());
-    plane.borrow_mut().access = access;
-    plane.borrow_mut().poll_stats = Some(poll_stats);
-    let fleet = fleet.map(|f| Rc::new(RefCell::new(f)));
-    plane.borrow_mut().fleet = fleet.clone();
-
-    if let Some(listener) = admin {
-        match monoio::net::TcpListener::from_std(listener) {
-            Ok(l) => {
-                monoio::spawn(admin::serve(
-                    l,
-                    plane.clone(),
-                    switches.clone(),
-                    flags.clone(),
-                    reloads.clone(),
-                ));
-            }
-            Err(e) => tracing::error!("cannot register the admin listener: {e}"),
-        }
-    }
-
-    let mut running = Running::new(flags.clone());
-    spawn_loops(&config, &tls, &plane, &running);
-    // Inboxes of replaced configurations whose routes and targets sit at the same indices
-    // as the current plane's, so their records fold into it.
-    let mut folding: Vec<Receiver<ToControl>> = Vec::new();
-    // Inboxes whose records cannot fold into the current plane (a reload moved routes or
-    // targets), each group with the plane of its own indices: its access-log lines name the
-    // old routes and targets right.
-    let mut kept: Vec<(Vec<Receiver<ToControl>>, Plane)> = Vec::new();
-
+    let mut control = Control::start(ctx);
     let mut watchdog = notify::Watchdog::from_env();
     loop {
         monoio::time::sleep(CONTROL_TICK).await;
-        if let Ok(a) = adopts.try_recv() {
-            let old_config = plane.borrow().config.clone();
-            let old_wanted = lora_wanted(&plane.borrow());
-            let mut next = Plane::new(
-                a.config.clone(),
-                switches.clone(),
-                &a.strategies,
-                workers,
-                a.links.drops.clone(),
-            );
-            next.kv_reports = a.kv_reports;
-            next.keys = Some(a.keys);
-            next.reloads = Some(reloads.clone());
-            next.access = plane.borrow().access.clone();
-            next.poll_stats = plane.borrow().poll_stats.clone();
-            next.fleet = fleet.clone();
-            if let Some(f) = &fleet {
-                f.borrow_mut().adopt(&a.config);
-            }
-            let fold = next.same_indices(&old_config);
-            let mut old = std::mem::replace(&mut *plane.borrow_mut(), next);
-            plane.borrow_mut().inherit(&mut old);
-            let old_links = std::mem::replace(&mut links, a.links);
-            folding.push(old_links.inbox);
-            if !fold {
-                // Every inbox that folded into the replaced plane still does.
-                kept.push((std::mem::take(&mut folding), old));
-            }
-            // Probe loops hold their target's index and settings: a new set runs unless
-            // the targets and every probe setting are what they were.
-            let same_probes = rolter_config::reload::same_targets(&old_config, &a.config)
-                && rolter_config::reload::same(&old_config.health, &a.config.health)
-                && rolter_config::reload::same(&old_config.scrape, &a.config.scrape)
-                && lora_wanted(&plane.borrow()) == old_wanted;
-            if !same_probes {
-                running = running.replace();
-                spawn_loops(&a.config, &a.tls, &plane, &running);
-            }
-            let _ = a.done.send(());
+        if let Ok(a) = control.adopts.try_recv() {
+            control.adopt(a);
         }
         let now = Instant::now();
         if let Some(w) = watchdog.as_mut() {
             w.tick(now);
         }
-        {
-            let mut p = plane.borrow_mut();
-            drain_retired(&mut p, &mut folding, &mut kept, now);
-            p.drain(&links.inbox, now);
-            p.log_mesh_drops(now);
-            if let Some(signals) = p.publishable(now) {
-                links.broadcast(Kind::Targets, || ToWorker::Targets(signals.clone()));
-            }
-            if let Some(table) = p.lora.publishable(now) {
-                links.broadcast(Kind::Lora, || ToWorker::Lora(table.clone()));
-            }
-            if let Some(addrs) = p.dns.tick(now) {
-                links.broadcast(Kind::Targets, || ToWorker::Addrs(addrs.clone()));
-            }
-            if let Some(f) = &fleet {
-                let keys = p.keys.clone();
-                f.borrow_mut()
-                    .tick(now, |t| p.in_flight(t), keys.as_deref(), &links);
-            }
-        }
-        if flags.stopped() {
+        control.tick(now);
+        if control.flags.stopped() {
             break;
         }
     }
     // What the workers sent last (their final records, the last access-log entries).
-    let now = Instant::now();
-    let mut p = plane.borrow_mut();
-    drain_retired(&mut p, &mut folding, &mut kept, now);
-    p.drain(&links.inbox, now);
+    control.drain(Instant::now());
+}
+
+/// The control thread's running state: the current plane and mesh, and the inboxes of
+/// replaced configurations still reporting.
+struct Control {
+    plane: Rc<RefCell<Plane>>,
+    links: ControlLinks,
+    switches: Arc<Switches>,
+    flags: Arc<Lifecycle>,
+    workers: usize,
+    adopts: Receiver<Adopt>,
+    reloads: Arc<crate::reload::ReloadStats>,
+    fleet: Option<Rc<RefCell<crate::fleet::news::FleetControl>>>,
+    /// The current probe loops.
+    running: Running,
+    /// Inboxes of replaced configurations whose routes and targets sit at the same indices
+    /// as the current plane's, so their records fold into it.
+    folding: Vec<Receiver<ToControl>>,
+    /// Inboxes whose records cannot fold into the current plane (a reload moved routes or
+    /// targets), each group with the plane of its own indices: its access-log lines name the
+    /// old routes and targets right.
+    kept: Vec<(Vec<Receiver<ToControl>>, Plane)>,
+}
+
+impl Control {
+    /// Builds the first plane, serves the admin API and starts the probe loops.
+    fn start(ctx: ControlContext) -> Control {
+        let ControlContext {
+            config,
+            tls,
+            links,
+            switches,
+            flags,
+            admin,
+            workers,
+            kv_reports,
+            strategies,
+            adopts,
+            reloads,
+            keys,
+            access,
+            fleet,
+            poll_stats,
+            ..
+        } = ctx;
+        let plane = Rc::new(RefCell::new(Plane::new(
+            config.clone(),
+            switches.clone(),
+            &strategies,
+            workers,
+            links.drops.clone(),
+        )));
+        plane.borrow_mut().kv_reports = kv_reports;
+        plane.borrow_mut().keys = Some(keys);
+        plane.borrow_mut().reloads = Some(reloads.clone());
+        plane.borrow_mut().access = access;
+        plane.borrow_mut().poll_stats = Some(poll_stats);
+        let fleet = fleet.map(|f| Rc::new(RefCell::new(f)));
+        plane.borrow_mut().fleet = fleet.clone();
+        if let Some(listener) = admin {
+            serve_admin(listener, &plane, &switches, &flags, &reloads);
+        }
+        let running = Running::new(flags.clone());
+        spawn_loops(&config, &tls, &plane, &running);
+        Control {
+            plane,
+            links,
+            switches,
+            flags,
+            workers,
+            adopts,
+            reloads,
+            fleet,
+            running,
+            folding: Vec::new(),
+            kept: Vec::new(),
+        }
+    }
+
+    /// Switches to a reloaded configuration's plane and mesh; the replaced plane's inbox
+    /// folds on, and the probe loops restart when what they probe changed.
+    fn adopt(&mut self, a: Adopt) {
+        let old_config = self.plane.borrow().config.clone();
+        let old_wanted = lora_wanted(&self.plane.borrow());
+        let mut next = Plane::new(
+            a.config.clone(),
+            self.switches.clone(),
+            &a.strategies,
+            self.workers,
+            a.links.drops.clone(),
+        );
+        next.kv_reports = a.kv_reports;
+        next.keys = Some(a.keys);
+        next.reloads = Some(self.reloads.clone());
+        next.access = self.plane.borrow().access.clone();
+        next.poll_stats = self.plane.borrow().poll_stats.clone();
+        next.fleet = self.fleet.clone();
+        if let Some(f) = &self.fleet {
+            f.borrow_mut().adopt(&a.config);
+        }
+        let fold = next.same_indices(&old_config);
+        let mut old = std::mem::replace(&mut *self.plane.borrow_mut(), next);
+        self.plane.borrow_mut().inherit(&mut old);
+        let old_links = std::mem::replace(&mut self.links, a.links);
+        self.folding.push(old_links.inbox);
+        if !fold {
+            // Every inbox that folded into the replaced plane still does.
+            self.kept.push((std::mem::take(&mut self.folding), old));
+        }
+        // Probe loops hold their target's index and settings: a new set runs unless
+        // the targets and every probe setting are what they were.
+        let same_probes = rolter_config::reload::same_targets(&old_config, &a.config)
+            && rolter_config::reload::same(&old_config.health, &a.config.health)
+            && rolter_config::reload::same(&old_config.scrape, &a.config.scrape)
+            && lora_wanted(&self.plane.borrow()) == old_wanted;
+        if !same_probes {
+            self.running = self.running.replace();
+            spawn_loops(&a.config, &a.tls, &self.plane, &self.running);
+        }
+        let _ = a.done.send(());
+    }
+
+    /// One control tick: folds the workers' records in and publishes what changed (target
+    /// signals, LoRA residency, resolved addresses) to every worker, and ticks the fleet
+    /// plane.
+    fn tick(&mut self, now: Instant) {
+        let mut p = self.plane.borrow_mut();
+        drain_retired(&mut p, &mut self.folding, &mut self.kept, now);
+        p.drain(&self.links.inbox, now);
+        p.log_mesh_drops(now);
+        let links = &self.links;
+        if let Some(signals) = p.publishable(now) {
+            links.broadcast(Kind::Targets, || ToWorker::Targets(signals.clone()));
+        }
+        if let Some(table) = p.lora.publishable(now) {
+            links.broadcast(Kind::Lora, || ToWorker::Lora(table.clone()));
+        }
+        if let Some(addrs) = p.dns.tick(now) {
+            links.broadcast(Kind::Targets, || ToWorker::Addrs(addrs.clone()));
+        }
+        if let Some(f) = &self.fleet {
+            let keys = p.keys.clone();
+            f.borrow_mut()
+                .tick(now, |t| p.in_flight(t), keys.as_deref(), links);
+        }
+    }
+
+    /// Folds in what every inbox still holds.
+    fn drain(&mut self, now: Instant) {
+        let mut p = self.plane.borrow_mut();
+        drain_retired(&mut p, &mut self.folding, &mut self.kept, now);
+        p.drain(&self.links.inbox, now);
+    }
+}
+
+/// Serves the admin API on `listener` (logged when it cannot be registered).
+fn serve_admin(
+    listener: StdListener,
+    plane: &Rc<RefCell<Plane>>,
+    switches: &Arc<Switches>,
+    flags: &Arc<Lifecycle>,
+    reloads: &Arc<crate::reload::ReloadStats>,
+) {
+    match monoio::net::TcpListener::from_std(listener) {
+        Ok(l) => {
+            monoio::spawn(admin::serve(
+                l,
+                plane.clone(),
+                switches.clone(),
+                flags.clone(),
+                reloads.clone(),
+            ));
+        }
+        Err(e) => tracing::error!("cannot register the admin listener: {e}"),
+    }
 }
 
 /// Folds what replaced configurations' requests still report, and forgets an inbox once

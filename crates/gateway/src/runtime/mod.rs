@@ -10,9 +10,9 @@ pub mod control_socket;
 pub mod control_thread;
 pub mod driver;
 pub mod engine_threads;
-pub mod gateway;
+pub mod handle;
 pub mod listener;
 pub mod supervisor;
 pub mod worker;
 
-pub use gateway::Gateway;
+pub use handle::Gateway;

@@ -25,7 +25,7 @@ use super::worker::Handoff;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::TargetCaps;
 use crate::mesh::keys::KeyBook;
-use crate::mesh::mesh;
+use crate::mesh::{mesh, ControlLinks, WorkerLinks};
 use crate::reload::{ReloadError, ReloadReport, ReloadStats};
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
@@ -85,6 +85,8 @@ impl Supervisor {
         }
     }
 
+    /// Applies `new` when it needs no restart: builds what it runs with, hands it to the
+    /// control thread and then to every worker, and makes it the running configuration.
     fn apply(&mut self, new: Config) -> Result<ReloadReport, ReloadError> {
         let restart = restart_needed(&self.config, &new);
         if !restart.is_empty() {
@@ -92,6 +94,17 @@ impl Supervisor {
                 restart.iter().map(ToString::to_string).collect(),
             ));
         }
+        let next = self.prepare(new)?;
+        let (worker_links, control_links) = mesh(self.handoffs.len());
+        self.hand_to_control(&next, control_links)?;
+        // The control thread runs the new plane: from here the reload is committed.
+        self.hand_to_workers(&next, worker_links);
+        Ok(self.commit(next))
+    }
+
+    /// Builds what `new` runs with, keeping what unchanged targets, keys and engine-state
+    /// settings had.
+    fn prepare(&self, new: Config) -> Result<Prepared, ReloadError> {
         let tls = Arc::new(
             UpstreamTls::build(&new.targets).map_err(|e| ReloadError::Failed(e.to_string()))?,
         );
@@ -99,16 +112,12 @@ impl Supervisor {
         // the index settings changed (the KV index starts empty then).
         let keep_engine =
             same_targets(&self.config, &new) && same(&self.config.kv_events, &new.kv_events);
-        let (started, kv_view) = if keep_engine {
+        let (engine, kv_view) = if keep_engine {
             (None, self.kv_view.clone())
         } else {
             let (e, v) = EngineThreads::start(&new)
                 .map_err(|e| ReloadError::Failed(format!("engine-state threads: {e}")))?;
             (Some(e), v)
-        };
-        let kv_reports = match &started {
-            Some(e) => e.kv_reports(),
-            None => self.engine.as_ref().and_then(EngineThreads::kv_reports),
         };
         let routes_kept = unchanged_routes(&self.config, &new)
             .iter()
@@ -127,33 +136,53 @@ impl Supervisor {
             self.switches.clone(),
             kv_view.clone(),
         ));
-        let (worker_links, control_links) = mesh(self.handoffs.len());
+        Ok(Prepared {
+            config,
+            tls,
+            caps,
+            keys,
+            strategies,
+            engine,
+            kv_view,
+            routes_kept,
+            targets_kept,
+        })
+    }
 
+    /// Hands the new configuration to the control thread and waits until its plane runs
+    /// (the control thread takes it on its next tick: its loop never blocks).
+    fn hand_to_control(&self, next: &Prepared, links: ControlLinks) -> Result<(), ReloadError> {
+        let kv_reports = match &next.engine {
+            Some(e) => e.kv_reports(),
+            None => self.engine.as_ref().and_then(EngineThreads::kv_reports),
+        };
         let (adopted_tx, adopted) = bounded(1);
         let adopt = Adopt {
-            config: config.clone(),
-            tls: tls.clone(),
-            links: control_links,
-            strategies: strategies.clone(),
-            keys: keys.clone(),
+            config: next.config.clone(),
+            tls: next.tls.clone(),
+            links,
+            strategies: next.strategies.clone(),
+            keys: next.keys.clone(),
             kv_reports,
             done: adopted_tx,
         };
         let gone = || ReloadError::Failed("the gateway is stopping".into());
         self.adopt.send(adopt).map_err(|_| gone())?;
-        // From here the reload is committed: the control thread takes it on its next tick
-        // (its loop never blocks), or it is stopping.
-        adopted.recv().map_err(|_| gone())?;
+        adopted.recv().map_err(|_| gone())
+    }
 
+    /// Hands the new configuration to every worker still running and waits (up to
+    /// [`SWITCH_TIMEOUT`]) until each serves new requests with it.
+    fn hand_to_workers(&self, next: &Prepared, links: Vec<WorkerLinks>) {
         let (switched_tx, switched) = unbounded();
         let mut sent = 0;
-        for (tx, links) in self.handoffs.iter().zip(worker_links) {
+        for (tx, links) in self.handoffs.iter().zip(links) {
             let handoff = Handoff {
-                config: config.clone(),
-                tls: tls.clone(),
-                caps: caps.clone(),
-                keys: keys.clone(),
-                strategies: strategies.clone(),
+                config: next.config.clone(),
+                tls: next.tls.clone(),
+                caps: next.caps.clone(),
+                keys: next.keys.clone(),
+                strategies: next.strategies.clone(),
                 links,
                 done: switched_tx.clone(),
             };
@@ -177,22 +206,42 @@ impl Supervisor {
                  their next tick"
             );
         }
-        if let Some(e) = started {
+    }
+
+    /// Makes the new configuration the running one (stopping replaced engine-state
+    /// threads), and reports it.
+    fn commit(&mut self, next: Prepared) -> ReloadReport {
+        if let Some(e) = next.engine {
             if let Some(old) = self.engine.replace(e) {
                 old.stop();
             }
-            self.kv_view = kv_view;
+            self.kv_view = next.kv_view;
         }
+        let config = next.config;
         let report = ReloadReport {
             digest: config.digest.clone(),
             targets: config.targets.len(),
             routes: config.routes.len(),
-            routes_kept,
-            targets_kept,
+            routes_kept: next.routes_kept,
+            targets_kept: next.targets_kept,
         };
         self.config = config;
-        self.caps = caps;
-        self.keys = keys;
-        Ok(report)
+        self.caps = next.caps;
+        self.keys = next.keys;
+        report
     }
+}
+
+/// What a reloaded configuration runs with, built before anything is handed over.
+struct Prepared {
+    config: Arc<Config>,
+    tls: Arc<UpstreamTls>,
+    caps: Arc<TargetCaps>,
+    keys: Arc<KeyBook>,
+    strategies: Arc<StrategyFactory>,
+    /// New engine-state threads, when the targets or their settings changed.
+    engine: Option<EngineThreads>,
+    kv_view: Option<KvView>,
+    routes_kept: usize,
+    targets_kept: usize,
 }

@@ -46,9 +46,9 @@ const QUIET_AFTER: u32 = 50;
 /// The tick of a quiet core: every tick is then also a housekeeping one.
 const QUIET_TICK: Duration = Duration::from_millis(100);
 
-/// What one worker starts with.
-pub struct WorkerSetup {
-    pub id: usize,
+/// What every worker starts with: the process-wide state, one clone per worker.
+#[derive(Clone)]
+pub struct WorkerShared {
     pub config: Arc<Config>,
     pub tls: Arc<UpstreamTls>,
     /// Each target's admission counter, shared by every worker.
@@ -59,17 +59,23 @@ pub struct WorkerSetup {
     pub connections: Arc<ConnectionCap>,
     /// Time spent busy polling, summed over every worker.
     pub poll_stats: Arc<PollStats>,
-    pub listener: StdListener,
     pub lifecycle: Arc<Lifecycle>,
     /// Builds this core's instance of every route's strategy.
     pub strategies: Arc<StrategyFactory>,
-    pub links: WorkerLinks,
     /// How many workers the gateway runs.
     pub workers: usize,
-    /// Reloaded configurations, taken on the tick.
-    pub handoffs: Receiver<Handoff>,
     /// The state thread, when `[state]` is configured.
     pub store: Option<crate::fleet::StoreLink>,
+}
+
+/// What one worker starts with.
+pub struct WorkerSetup {
+    pub id: usize,
+    pub shared: WorkerShared,
+    pub listener: StdListener,
+    pub links: WorkerLinks,
+    /// Reloaded configurations, taken on the tick.
+    pub handoffs: Receiver<Handoff>,
 }
 
 /// A reloaded configuration for one worker: everything its new state is built from, and
@@ -116,155 +122,278 @@ async fn quiet_tick(core: &WorkerCore, lifecycle: &Lifecycle, id: usize) {
 
 /// The body of a worker thread, run inside its runtime.
 pub async fn run(setup: WorkerSetup) {
-    let WorkerSetup {
-        id,
-        config,
-        tls,
-        caps,
-        keys,
-        connections,
-        poll_stats,
-        listener,
-        lifecycle,
-        strategies,
-        links,
-        workers,
-        handoffs,
-        store,
-    } = setup;
-    let core = Rc::new(WorkerCore::new(id, store, connections));
-    let parts = StateParts {
-        config,
-        tls,
-        caps,
-        keys,
-        strategies: &strategies,
-        links,
+    let Some(mut worker) = Worker::start(setup) else {
+        return;
     };
-    let first = WorkerState::new(core.clone(), parts, workers, None);
-    let worker = Rc::new(Generations::new(first));
-    let listener = match TcpListener::from_std(listener) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(worker = id, "cannot register listener: {e}");
-            return;
-        }
-    };
-    // An accept is never abandoned mid-flight (an io_uring accept completing into a dropped
-    // future would leak the connection): to stop accepting, the pending accept is cancelled
-    // and awaited, and a connection it completed with is still served. The socket itself is
-    // left alone (a binary upgrade hands the same socket to the new process).
-    let canceller = Canceller::new();
-    let cancel = canceller.handle();
-    let accept_worker = worker.clone();
-    let accept_lifecycle = lifecycle.clone();
-    let mut accept = Some(monoio::spawn(async move {
+    worker.tick_loop().await;
+    // Stopped without a drain tick (a grace shorter than one): the accept still ends
+    // before the runtime does, so no accept is left in flight.
+    worker.accept.stop().await;
+    worker.generations.signal_tick();
+    worker.generations.current().upstream.pool.clear();
+}
+
+/// A running worker: its state, its accept loop and the pace of its tick.
+struct Worker {
+    id: usize,
+    core: Rc<WorkerCore>,
+    /// The current configuration's state and the replaced ones still serving requests.
+    generations: Rc<Generations>,
+    lifecycle: Arc<Lifecycle>,
+    handoffs: Receiver<Handoff>,
+    workers: usize,
+    accept: AcceptLoop,
+    pace: Pace,
+    /// When this worker first saw the drain.
+    drain_started: Option<std::time::Instant>,
+}
+
+impl Worker {
+    /// Builds the first state, registers the listener and starts accepting and busy
+    /// polling; `None` (logged) when the listener cannot be registered.
+    fn start(setup: WorkerSetup) -> Option<Worker> {
+        let WorkerSetup {
+            id,
+            shared,
+            listener,
+            links,
+            handoffs,
+        } = setup;
+        let core = Rc::new(WorkerCore::new(id, shared.store, shared.connections));
+        let parts = StateParts {
+            config: shared.config,
+            tls: shared.tls,
+            caps: shared.caps,
+            keys: shared.keys,
+            strategies: &shared.strategies,
+            links,
+        };
+        let first = WorkerState::new(core.clone(), parts, shared.workers, None);
+        let generations = Rc::new(Generations::new(first));
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(worker = id, "cannot register listener: {e}");
+                return None;
+            }
+        };
+        let accept = AcceptLoop::spawn(id, listener, &generations, &shared.lifecycle);
+        let poller = generations.clone();
+        busy_poll::start(core.clone(), shared.poll_stats, move || {
+            poller.current().config.server.busy_poll
+        });
+        Some(Worker {
+            id,
+            pace: Pace::new(&core),
+            core,
+            generations,
+            lifecycle: shared.lifecycle,
+            handoffs,
+            workers: shared.workers,
+            accept,
+            drain_started: None,
+        })
+    }
+
+    /// Ticks until the gateway stops, or the drain has nothing left to wait for.
+    async fn tick_loop(&mut self) {
         loop {
-            if accept_lifecycle.draining() {
+            self.pace.wait(&self.core, &self.lifecycle, self.id).await;
+            self.take_handoff();
+            self.signal_tick();
+            if !self
+                .pace
+                .housekeeping_due(&self.core, &self.generations, &self.lifecycle)
+            {
+                continue;
+            }
+            self.generations
+                .current()
+                .upstream
+                .pool
+                .evict_expired(std::time::Instant::now());
+            if self.lifecycle.stopped() {
                 break;
             }
-            match listener.cancelable_accept(cancel.clone()).await {
-                Ok((stream, peer)) => {
-                    monoio::spawn(conn::serve(accept_worker.clone(), stream, peer));
-                }
-                Err(e) => {
-                    if accept_lifecycle.draining() {
-                        break;
-                    }
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(worker = id, "accept failed: {e}");
-                    monoio::time::sleep(Duration::from_millis(10)).await;
-                }
+            if self.lifecycle.draining() && self.drain_tick().await {
+                break;
             }
         }
-    }));
-    let poller_worker = worker.clone();
-    busy_poll::start(core.clone(), poll_stats, move || {
-        poller_worker.current().config.server.busy_poll
-    });
-    let mut canceller = Some(canceller);
-    let mut drain_started: Option<std::time::Instant> = None;
-    let mut ticks = 0u32;
-    let mut quiet_for = 0u32;
-    let mut notes = core.activity.count();
-    loop {
-        if quiet_for >= QUIET_AFTER {
-            quiet_tick(&core, &lifecycle, id).await;
-        } else {
-            monoio::time::sleep(SIGNAL_TICK).await;
-        }
-        if let Ok(h) = handoffs.try_recv() {
-            let parts = StateParts {
-                config: h.config,
-                tls: h.tls,
-                caps: h.caps,
-                keys: h.keys,
-                strategies: &h.strategies,
-                links: h.links,
-            };
-            let next = WorkerState::new(core.clone(), parts, workers, Some(&worker.current()));
-            worker.switch(next);
-            let _ = h.done.send(id);
-        }
-        worker.signal_tick();
+    }
+
+    /// Switches to a reloaded configuration, when one is waiting.
+    fn take_handoff(&self) {
+        let Ok(h) = self.handoffs.try_recv() else {
+            return;
+        };
+        let parts = StateParts {
+            config: h.config,
+            tls: h.tls,
+            caps: h.caps,
+            keys: h.keys,
+            strategies: &h.strategies,
+            links: h.links,
+        };
+        let next = WorkerState::new(
+            self.core.clone(),
+            parts,
+            self.workers,
+            Some(&self.generations.current()),
+        );
+        self.generations.switch(next);
+        let _ = h.done.send(self.id);
+    }
+
+    /// The signal tick's work: messages in and out, timers that passed, queued requests.
+    fn signal_tick(&self) {
+        self.generations.signal_tick();
         // Keep-alive timeouts and idle reads' park delays that have passed.
         idle_timer::sweep(std::time::Instant::now());
         // Places freed on other cores: this core's queued requests try again.
-        core.waiters.wake_all();
-        let seen = core.activity.count();
-        let idle = seen == notes
-            && core.active_requests.get() == 0
-            && worker.retired() == 0
-            && !lifecycle.draining();
-        notes = seen;
-        quiet_for = if idle { quiet_for.saturating_add(1) } else { 0 };
-        ticks += 1;
-        if quiet_for > QUIET_AFTER {
-            ticks = HOUSEKEEPING_EVERY;
+        self.core.waiters.wake_all();
+    }
+
+    /// One housekeeping tick of the drain: stops accepting, sets when streams are cut, and
+    /// says whether the worker is done (no request in flight, idle connections closed or
+    /// lingered long enough).
+    async fn drain_tick(&mut self) -> bool {
+        // The accept ends now; a connection it completed with is being served and counts
+        // for the drain from here on.
+        self.accept.stop().await;
+        let core = &self.core;
+        core.draining.set(true);
+        if core.cut_at.get().is_none() {
+            let cut = self
+                .lifecycle
+                .deadline()
+                .map(|d| d.checked_sub(CUT_BEFORE_STOP).unwrap_or(d));
+            core.cut_at.set(cut);
         }
-        if ticks < HOUSEKEEPING_EVERY && !lifecycle.stopped() {
-            continue;
-        }
-        ticks = 0;
-        worker
-            .current()
-            .upstream
-            .pool
-            .evict_expired(std::time::Instant::now());
-        if lifecycle.stopped() {
-            break;
-        }
-        if lifecycle.draining() {
-            if let Some(c) = canceller.take() {
-                c.cancel();
-                // The accept ends now; a connection it completed with is being served and
-                // counts for the drain from here on.
-                if let Some(task) = accept.take() {
-                    task.await;
+        let since = *self
+            .drain_started
+            .get_or_insert_with(std::time::Instant::now);
+        let idle_done = core.connections.get() == 0 || since.elapsed() >= DRAIN_IDLE_LINGER;
+        core.active_requests.get() == 0 && idle_done
+    }
+}
+
+/// The accept loop, and how to end it.
+///
+/// An accept is never abandoned mid-flight (an io_uring accept completing into a dropped
+/// future would leak the connection): to stop accepting, the pending accept is cancelled
+/// and awaited, and a connection it completed with is still served. The socket itself is
+/// left alone (a binary upgrade hands the same socket to the new process).
+struct AcceptLoop {
+    canceller: Option<Canceller>,
+    task: Option<monoio::task::JoinHandle<()>>,
+}
+
+impl AcceptLoop {
+    /// Starts accepting on `listener`, each connection served on its own task, until the
+    /// drain.
+    fn spawn(
+        id: usize,
+        listener: TcpListener,
+        generations: &Rc<Generations>,
+        lifecycle: &Arc<Lifecycle>,
+    ) -> AcceptLoop {
+        let canceller = Canceller::new();
+        let cancel = canceller.handle();
+        let generations = generations.clone();
+        let lifecycle = lifecycle.clone();
+        let task = monoio::spawn(async move {
+            loop {
+                if lifecycle.draining() {
+                    break;
+                }
+                match listener.cancelable_accept(cancel.clone()).await {
+                    Ok((stream, peer)) => {
+                        monoio::spawn(conn::serve(generations.clone(), stream, peer));
+                    }
+                    Err(e) => {
+                        if lifecycle.draining() {
+                            break;
+                        }
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!(worker = id, "accept failed: {e}");
+                        monoio::time::sleep(Duration::from_millis(10)).await;
+                    }
                 }
             }
-            core.draining.set(true);
-            if core.cut_at.get().is_none() {
-                let cut = lifecycle
-                    .deadline()
-                    .map(|d| d.checked_sub(CUT_BEFORE_STOP).unwrap_or(d));
-                core.cut_at.set(cut);
-            }
-            let since = *drain_started.get_or_insert_with(std::time::Instant::now);
-            let idle_done = core.connections.get() == 0 || since.elapsed() >= DRAIN_IDLE_LINGER;
-            if core.active_requests.get() == 0 && idle_done {
-                break;
-            }
+        });
+        AcceptLoop {
+            canceller: Some(canceller),
+            task: Some(task),
         }
     }
-    // Stopped without a drain tick (a grace shorter than one): the accept still ends
-    // before the runtime does, so no accept is left in flight.
-    if let Some(c) = canceller.take() {
-        c.cancel();
+
+    /// Cancels the pending accept and waits for the loop to end; a no-op once it has.
+    async fn stop(&mut self) {
+        if let Some(c) = self.canceller.take() {
+            c.cancel();
+        }
+        if let Some(task) = self.task.take() {
+            task.await;
+        }
     }
-    if let Some(task) = accept.take() {
-        task.await;
+}
+
+/// The pace of a worker's tick: a housekeeping tick every [`HOUSEKEEPING_EVERY`], and the
+/// slower [`QUIET_TICK`] once the core has been quiet for [`QUIET_AFTER`] ticks.
+struct Pace {
+    /// Signal ticks since the last housekeeping one.
+    ticks: u32,
+    /// Signal ticks the core has been quiet for.
+    quiet_for: u32,
+    /// The core's activity count at the last tick.
+    notes: u64,
+}
+
+impl Pace {
+    fn new(core: &WorkerCore) -> Pace {
+        Pace {
+            ticks: 0,
+            quiet_for: 0,
+            notes: core.activity.count(),
+        }
     }
-    worker.signal_tick();
-    worker.current().upstream.pool.clear();
+
+    /// Waits for the next tick: the signal tick, or a quiet core's.
+    async fn wait(&self, core: &WorkerCore, lifecycle: &Lifecycle, id: usize) {
+        if self.quiet_for >= QUIET_AFTER {
+            quiet_tick(core, lifecycle, id).await;
+        } else {
+            monoio::time::sleep(SIGNAL_TICK).await;
+        }
+    }
+
+    /// Counts this tick (quiet or not) and says whether it is a housekeeping one: every
+    /// [`HOUSEKEEPING_EVERY`] ticks, every quiet tick, and every tick once stopped.
+    fn housekeeping_due(
+        &mut self,
+        core: &WorkerCore,
+        generations: &Generations,
+        lifecycle: &Lifecycle,
+    ) -> bool {
+        let seen = core.activity.count();
+        let idle = seen == self.notes
+            && core.active_requests.get() == 0
+            && generations.retired() == 0
+            && !lifecycle.draining();
+        self.notes = seen;
+        self.quiet_for = if idle {
+            self.quiet_for.saturating_add(1)
+        } else {
+            0
+        };
+        self.ticks += 1;
+        if self.quiet_for > QUIET_AFTER {
+            self.ticks = HOUSEKEEPING_EVERY;
+        }
+        if self.ticks < HOUSEKEEPING_EVERY && !lifecycle.stopped() {
+            return false;
+        }
+        self.ticks = 0;
+        true
+    }
 }
