@@ -325,7 +325,7 @@ async fn serve_one(
             time: std::time::SystemTime::now(),
             surface: Surface::of_path(head.path(buf)),
         };
-        dispatch(&state, io, &req, &mut bufs, limits).await
+        dispatch(&state, io, &req, &mut bufs).await
     };
     bufs.body = decoded;
     if fate == Fate::Close || close {
@@ -386,14 +386,13 @@ async fn dispatch(
     io: &mut ClientIo,
     req: &Request<'_>,
     bufs: &mut IoBufs,
-    limits: &Limits,
 ) -> Fate {
     if local::is_forwarded(state, req) {
         // Not boxed on its own: the request it serves is (see `serve`).
         return forward(state, io, req, bufs).await;
     }
     // Boxed for the same reason (the gateway's own endpoints are not the hot path).
-    Box::pin(local::answer(state, io, req, bufs, limits)).await
+    Box::pin(local::answer(state, io, req, bufs)).await
 }
 
 /// Answers a rejected request and closes (RFC 9112 §6.1: close after a framing error): in

@@ -12,7 +12,6 @@ use http::Method;
 use rolter_codec::api::is_proxied_path;
 use rolter_codec::h1::write::{write_head, write_head_and_body};
 use rolter_codec::GatewayError;
-use rolter_config::Limits;
 
 use super::auth;
 use super::client::{respond, write_out, ClientIo, Fate};
@@ -56,8 +55,8 @@ pub async fn answer(
     io: &mut ClientIo,
     req: &Request<'_>,
     bufs: &mut IoBufs,
-    limits: &Limits,
 ) -> Fate {
+    let limits = &state.config.server.limits;
     let path = req.head.path(req.buf);
     // With `[[keys]]`, the model list is for callers with a key too (`/health` stays open).
     let listing = path == "/v1/models" || path.starts_with(MODEL_PREFIX);
