@@ -21,7 +21,7 @@ use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 
-use crate::control::plane::Plane;
+use crate::control::thread_state::Plane;
 use crate::lifecycle::Lifecycle;
 use crate::reload::ReloadStats;
 use rolter_codec::error::GatewayError;

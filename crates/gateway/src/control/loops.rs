@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use rolter_config::Config;
 use rolter_engine::scrape;
 
-use super::plane::Plane;
 use super::probe::{self, ProbeError};
+use super::thread_state::Plane;
 use crate::lifecycle::Lifecycle;
 use crate::upstream::tls::UpstreamTls;
 

@@ -24,7 +24,7 @@ use super::worker::{self, WorkerSetup};
 use crate::access_log::AccessLog;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
-use crate::mesh::keys::KeyBook;
+use crate::mesh::key_limits::KeyBook;
 use crate::mesh::mesh;
 use crate::mesh::polling::PollStats;
 use crate::notify;

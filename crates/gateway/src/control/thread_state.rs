@@ -70,7 +70,7 @@ pub struct Plane {
     /// Reload counts and the running configuration's digest, for `/metrics`.
     pub reloads: Option<Arc<crate::reload::ReloadStats>>,
     /// The client API keys' counts, for `/metrics` (`None` in tests that build a bare plane).
-    pub keys: Option<Arc<crate::mesh::keys::KeyBook>>,
+    pub keys: Option<Arc<crate::mesh::key_limits::KeyBook>>,
     /// The workers' busy-polling time (`rolter_busy_poll_seconds_total`).
     pub poll_stats: Option<Arc<crate::mesh::polling::PollStats>>,
     /// What the mesh's senders dropped (every worker's, then the control thread's).
@@ -880,7 +880,7 @@ impl Plane {
             f.borrow().stats.render(out);
         }
         if let Some(k) = &self.keys {
-            crate::metrics::keys::render(k, out);
+            crate::metrics::key_series::render(k, out);
         }
         let names: Vec<String> = self.config.targets.iter().map(|t| t.name.clone()).collect();
         crate::metrics::dns::render(&names, &self.dns.counts(), out);
