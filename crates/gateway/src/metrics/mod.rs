@@ -40,8 +40,13 @@ pub use series::{GatewayMetrics, DURATION_BUCKETS, TTFT_BUCKETS};
 
 /// Appends the configuration's series (digest, reload counts) to `out`.
 pub fn render_reloads(stats: &crate::reload::ReloadStats, out: &mut String) {
-    let written =
-        prometheus_client::encoding::prometheus_text::encode(out, &reloads::registry(stats));
+    append(out, &reloads::registry(stats));
+}
+
+/// Appends `registry`'s series to `out` in the Prometheus text format.
+pub(crate) fn append(out: &mut String, registry: &prometheus_client::registry::Registry) {
+    // Writing into a String cannot fail; an error could only come from an encoder bug.
+    let written = prometheus_client::encoding::prometheus_text::encode(out, registry);
     debug_assert!(written.is_ok(), "metrics encoding failed");
 }
 
