@@ -49,7 +49,7 @@ impl LoraFeed {
         let period = config.scrape.interval;
         LoraFeed {
             book: LoraBook::new(
-                &rolter::gateway::control::plane::engine_fleet(&config),
+                &rolter::gateway::control::thread_state::engine_fleet(&config),
                 &[route[0].needs()],
             ),
             view: LoraView::default(),

@@ -21,7 +21,7 @@ use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 
-use crate::control::plane::Plane;
+use crate::control::thread_state::Plane;
 use crate::lifecycle::Lifecycle;
 use crate::reload::ReloadStats;
 use rolter_codec::error::GatewayError;
@@ -33,6 +33,15 @@ const MAX_REQUEST: usize = 16 * 1024;
 /// Time allowed to send a whole admin request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What every admin request may read or change, shared by the connections.
+#[derive(Clone)]
+struct Admin {
+    plane: Rc<RefCell<Plane>>,
+    switches: Arc<Switches>,
+    flags: Arc<Lifecycle>,
+    reloads: Arc<ReloadStats>,
+}
+
 /// Accepts admin connections until the gateway stops.
 pub async fn serve(
     listener: TcpListener,
@@ -41,16 +50,16 @@ pub async fn serve(
     flags: Arc<Lifecycle>,
     reloads: Arc<ReloadStats>,
 ) {
+    let admin = Admin {
+        plane,
+        switches,
+        flags,
+        reloads,
+    };
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                monoio::spawn(handle(
-                    stream,
-                    plane.clone(),
-                    switches.clone(),
-                    flags.clone(),
-                    reloads.clone(),
-                ));
+                monoio::spawn(handle(stream, admin.clone()));
             }
             Err(e) => {
                 tracing::warn!("admin accept failed: {e}");
@@ -69,23 +78,17 @@ struct AdminRequest {
     body: Vec<u8>,
 }
 
-async fn handle(
-    mut stream: TcpStream,
-    plane: Rc<RefCell<Plane>>,
-    switches: Arc<Switches>,
-    flags: Arc<Lifecycle>,
-    reloads: Arc<ReloadStats>,
-) {
+async fn handle(mut stream: TcpStream, admin: Admin) {
     let mut out = Vec::with_capacity(1024);
     match monoio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
         Ok(Ok(req)) if req.path == "/admin/reload" => {
-            if authorized_or_401(&req, &plane, &mut out) {
-                reload(&req, &reloads, &mut out).await;
+            if authorized_or_401(&req, &admin.plane, &mut out) {
+                reload(&req, &admin.reloads, &mut out).await;
             }
         }
         Ok(Ok(req)) => {
-            if authorized_or_401(&req, &plane, &mut out) {
-                respond(&req, &plane, &switches, &flags, &reloads, &mut out);
+            if authorized_or_401(&req, &admin.plane, &mut out) {
+                respond(&req, &admin, &mut out);
             }
         }
         Ok(Err(e)) => e.write_response(&mut out, true),
@@ -284,128 +287,140 @@ async fn reload(req: &AdminRequest, reloads: &Arc<ReloadStats>, out: &mut Vec<u8
     write_head_and_body(out, status, "application/json", &[], &body, true);
 }
 
-fn respond(
-    req: &AdminRequest,
-    plane: &Rc<RefCell<Plane>>,
-    switches: &Switches,
-    flags: &Lifecycle,
-    reloads: &ReloadStats,
-    out: &mut Vec<u8>,
-) {
-    let json = |out: &mut Vec<u8>, status: u16, v: &serde_json::Value| {
-        let body = serde_json::to_vec_pretty(v).unwrap_or_default();
-        write_head_and_body(out, status, "application/json", &[], &body, true);
-    };
-    let method = req.method.as_str();
-    let allowed = |out: &mut Vec<u8>, allow: &str| {
-        let e = GatewayError::client(
-            405,
-            "method_not_allowed",
-            format!("use {allow} on {}", req.path),
-        )
-        .body();
-        write_head_and_body(out, 405, "application/json", &[("allow", allow)], &e, true);
-    };
+/// Answers every admin endpoint but `/admin/reload`: a dispatch on path and method.
+fn respond(req: &AdminRequest, admin: &Admin, out: &mut Vec<u8>) {
     let now = Instant::now();
-    match req.path.as_str() {
-        "/metrics" if method == "GET" => {
-            let mut text = String::with_capacity(16 * 1024);
-            plane.borrow().render_metrics(now, &mut text);
-            write_head_and_body(
-                out,
-                200,
-                "text/plain; version=0.0.4; charset=utf-8",
-                &[],
-                text.as_bytes(),
-                true,
-            );
-        }
-        "/admin/targets" if method == "GET" => json(out, 200, &plane.borrow().targets_json(now)),
-        "/admin/adaptive" if method == "GET" => json(
+    let plane = &admin.plane;
+    match (req.path.as_str(), req.method.as_str()) {
+        ("/metrics", "GET") => metrics(&plane.borrow(), now, out),
+        ("/admin/targets", "GET") => write_json(out, 200, &plane.borrow().targets_json(now)),
+        ("/admin/adaptive", "GET") => write_json(
             out,
             200,
-            &serde_json::json!({ "enabled": switches.adaptive() }),
+            &serde_json::json!({ "enabled": admin.switches.adaptive() }),
         ),
-        "/admin/adaptive" if method == "POST" => match adaptive_setting(req) {
-            Ok(on) => {
-                let was = switches.adaptive();
-                switches.set_adaptive(on);
-                if was != on {
-                    tracing::warn!(enabled = on, "adaptive routing switched by the admin API");
-                }
-                json(
-                    out,
-                    200,
-                    &serde_json::json!({ "enabled": on, "previous": was }),
-                )
-            }
-            Err(e) => e.write_response(out, true),
-        },
-        "/admin/config" if method == "GET" => {
-            let running = reloads.running();
-            let counts: serde_json::Map<String, serde_json::Value> = reloads
-                .counts()
-                .iter()
-                .map(|(k, v)| (k.to_string(), (*v).into()))
-                .collect();
-            let p = plane.borrow();
-            json(
-                out,
-                200,
-                &serde_json::json!({
-                    "file": running.source,
-                    "sha256": running.digest,
-                    "targets": p.config.targets.iter().map(|t| &t.name).collect::<Vec<_>>(),
-                    "routes": p.config.routes.iter().map(|r| serde_json::json!({
-                        "name": r.name,
-                        "strategy": r.strategy.name(),
-                    })).collect::<Vec<_>>(),
-                    "last_successful_load_unix": reloads.last_success(),
-                    "reloads": counts,
-                    "last_reload_error": running.last_error,
-                    "auth": auth_summary(&p.config),
-                }),
-            )
+        ("/admin/adaptive", "POST") => switch_adaptive(req, &admin.switches, out),
+        ("/admin/config", "GET") => {
+            write_json(out, 200, &config_json(&plane.borrow(), &admin.reloads))
         }
-        "/healthz" if method == "GET" => {
-            write_head_and_body(out, 200, "text/plain", &[], b"ok\n", true)
-        }
-        "/readyz" if method == "GET" => {
-            let draining = flags.draining();
-            let ready = plane.borrow().ready();
-            let (status, body): (u16, &[u8]) = match (draining, ready) {
-                (true, _) => (503, b"draining\n"),
-                (false, false) => (503, b"a route has no eligible target\n"),
-                (false, true) => (200, b"ready\n"),
-            };
-            write_head_and_body(out, status, "text/plain", &[], body, true)
-        }
-        "/admin/state" if method == "GET" => {
-            let p = plane.borrow();
-            let doc = match &p.fleet {
-                Some(f) => {
-                    let f = f.borrow();
-                    let mut doc = f.stats.json();
-                    doc["configured"] = true.into();
-                    doc["routes"] = f.routes_json();
-                    doc
-                }
-                None => serde_json::json!({
-                    "configured": false,
-                    "message": "no [state] section: every replica routes on its own state",
-                }),
-            };
-            json(out, 200, &doc)
-        }
-        "/metrics" | "/admin/targets" | "/admin/config" | "/admin/state" | "/healthz"
-        | "/readyz" => allowed(out, "GET"),
-        "/admin/adaptive" => allowed(out, "GET, POST"),
+        ("/healthz", "GET") => write_head_and_body(out, 200, "text/plain", &[], b"ok\n", true),
+        ("/readyz", "GET") => readiness(&plane.borrow(), &admin.flags, out),
+        ("/admin/state", "GET") => write_json(out, 200, &state_json(&plane.borrow())),
+        (
+            "/metrics" | "/admin/targets" | "/admin/config" | "/admin/state" | "/healthz"
+            | "/readyz",
+            _,
+        ) => method_not_allowed(req, "GET", out),
+        ("/admin/adaptive", _) => method_not_allowed(req, "GET, POST", out),
         _ => GatewayError::client(
             404,
             "not_found",
             format!("no admin endpoint at {}", req.path),
         )
         .write_response(out, true),
+    }
+}
+
+/// Writes an answer with `status` and `v` as its pretty-printed JSON body.
+fn write_json(out: &mut Vec<u8>, status: u16, v: &serde_json::Value) {
+    let body = serde_json::to_vec_pretty(v).unwrap_or_default();
+    write_head_and_body(out, status, "application/json", &[], &body, true);
+}
+
+/// Writes the 405 for a method `req.path` does not take, with the `allow`ed ones.
+fn method_not_allowed(req: &AdminRequest, allow: &str, out: &mut Vec<u8>) {
+    let e = GatewayError::client(
+        405,
+        "method_not_allowed",
+        format!("use {allow} on {}", req.path),
+    )
+    .body();
+    write_head_and_body(out, 405, "application/json", &[("allow", allow)], &e, true);
+}
+
+/// `GET /metrics`: the whole metric set in the Prometheus text format.
+fn metrics(plane: &Plane, now: Instant, out: &mut Vec<u8>) {
+    let mut text = String::with_capacity(16 * 1024);
+    plane.render_metrics(now, &mut text);
+    write_head_and_body(
+        out,
+        200,
+        "text/plain; version=0.0.4; charset=utf-8",
+        &[],
+        text.as_bytes(),
+        true,
+    );
+}
+
+/// `POST /admin/adaptive`: sets the kill switch and answers with the new and old setting.
+fn switch_adaptive(req: &AdminRequest, switches: &Switches, out: &mut Vec<u8>) {
+    match adaptive_setting(req) {
+        Ok(on) => {
+            let was = switches.adaptive();
+            switches.set_adaptive(on);
+            if was != on {
+                tracing::warn!(enabled = on, "adaptive routing switched by the admin API");
+            }
+            write_json(
+                out,
+                200,
+                &serde_json::json!({ "enabled": on, "previous": was }),
+            )
+        }
+        Err(e) => e.write_response(out, true),
+    }
+}
+
+/// `GET /admin/config`'s document: the running file, its targets and routes, the reload
+/// counts and the keys' summary.
+fn config_json(plane: &Plane, reloads: &ReloadStats) -> serde_json::Value {
+    let running = reloads.running();
+    let counts: serde_json::Map<String, serde_json::Value> = reloads
+        .counts()
+        .iter()
+        .map(|(k, v)| (k.to_string(), (*v).into()))
+        .collect();
+    serde_json::json!({
+        "file": running.source,
+        "sha256": running.digest,
+        "targets": plane.config.targets.iter().map(|t| &t.name).collect::<Vec<_>>(),
+        "routes": plane.config.routes.iter().map(|r| serde_json::json!({
+            "name": r.name,
+            "strategy": r.strategy.name(),
+        })).collect::<Vec<_>>(),
+        "last_successful_load_unix": reloads.last_success(),
+        "reloads": counts,
+        "last_reload_error": running.last_error,
+        "auth": auth_summary(&plane.config),
+    })
+}
+
+/// `GET /readyz`: 200 when every route has an eligible target and the gateway is not
+/// draining, else 503 saying which.
+fn readiness(plane: &Plane, flags: &Lifecycle, out: &mut Vec<u8>) {
+    let (status, body): (u16, &[u8]) = match (flags.draining(), plane.ready()) {
+        (true, _) => (503, b"draining\n"),
+        (false, false) => (503, b"a route has no eligible target\n"),
+        (false, true) => (200, b"ready\n"),
+    };
+    write_head_and_body(out, status, "text/plain", &[], body, true)
+}
+
+/// `GET /admin/state`'s document: the shared state store's status and what each route
+/// keeps there, or that no `[state]` is configured.
+fn state_json(plane: &Plane) -> serde_json::Value {
+    match &plane.fleet {
+        Some(f) => {
+            let f = f.borrow();
+            let mut doc = f.stats.json();
+            doc["configured"] = true.into();
+            doc["routes"] = f.routes_json();
+            doc
+        }
+        None => serde_json::json!({
+            "configured": false,
+            "message": "no [state] section: every replica routes on its own state",
+        }),
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use rolter_config::Config;
 use rolter_engine::scrape;
 
-use super::plane::Plane;
 use super::probe::{self, ProbeError};
+use super::thread_state::Plane;
 use crate::lifecycle::Lifecycle;
 use crate::upstream::tls::UpstreamTls;
 
@@ -86,9 +86,7 @@ impl TargetLoop {
 
     /// As [`TargetLoop::get`], the body of a 2xx answer.
     async fn get_body(&self, path: &str, timeout: Duration) -> Result<Vec<u8>, String> {
-        let params = self.tls.get(self.t).map(|x| x.params());
-        let addr = self.plane.borrow().dns.addr(self.t);
-        probe::get_body(&self.config.targets[self.t], addr, params, path, timeout).await
+        probe::ok_body(self.get(path, timeout).await)
     }
 }
 

@@ -45,45 +45,32 @@ pub async fn get(
     path: &str,
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>), ProbeError> {
-    match monoio::time::timeout(timeout, get_inner(target, addr, tls, path, timeout)).await {
+    let exchange = async {
+        let mut conn = connect(addr, timeout, tls)
+            .await
+            .map_err(|e| ProbeError::Connect(e.to_string()))?;
+        let mut req = Vec::with_capacity(256);
+        side_request::build_request(&mut req, target, "GET", path, None, false);
+        let (_, r) = side_request::exchange(&mut conn, req, MAX_PROBE_BODY).await;
+        match r {
+            Ok(resp) => Ok((resp.status, resp.body)),
+            Err(SideError::Io(e)) => Err(ProbeError::Io(e)),
+            Err(SideError::Malformed) => Err(ProbeError::Malformed),
+            Err(SideError::TooLarge(_)) => Err(ProbeError::TooLarge),
+        }
+    };
+    match monoio::time::timeout(timeout, exchange).await {
         Ok(r) => r,
         Err(_) => Err(ProbeError::TimedOut),
     }
 }
 
-/// `get`, keeping the body of a 2xx answer; any other outcome becomes the text the admin
-/// API shows for it ("answered 503", "timed out", ...).
-pub async fn get_body(
-    target: &Target,
-    addr: SocketAddr,
-    tls: Option<TlsParams<'_>>,
-    path: &str,
-    timeout: Duration,
-) -> Result<Vec<u8>, String> {
-    match get(target, addr, tls, path, timeout).await {
+/// The body of a 2xx answer to [`get`]; any other outcome becomes the text the admin API
+/// shows for it ("answered 503", "timed out", ...).
+pub fn ok_body(answer: Result<(u16, Vec<u8>), ProbeError>) -> Result<Vec<u8>, String> {
+    match answer {
         Ok((status, body)) if (200..300).contains(&status) => Ok(body),
         Ok((status, _)) => Err(format!("answered {status}")),
         Err(e) => Err(e.to_string()),
-    }
-}
-
-async fn get_inner(
-    target: &Target,
-    addr: SocketAddr,
-    tls: Option<TlsParams<'_>>,
-    path: &str,
-    timeout: Duration,
-) -> Result<(u16, Vec<u8>), ProbeError> {
-    let mut conn = connect(addr, timeout, tls)
-        .await
-        .map_err(|e| ProbeError::Connect(e.to_string()))?;
-    let mut req = Vec::with_capacity(256);
-    side_request::build_request(&mut req, target, "GET", path, None, false);
-    let (_, r) = side_request::exchange(&mut conn, req, MAX_PROBE_BODY).await;
-    match r {
-        Ok(resp) => Ok((resp.status, resp.body)),
-        Err(SideError::Io(e)) => Err(ProbeError::Io(e)),
-        Err(SideError::Malformed) => Err(ProbeError::Malformed),
-        Err(SideError::TooLarge(_)) => Err(ProbeError::TooLarge),
     }
 }

@@ -19,7 +19,7 @@ use rolter_strategy::StoreUse;
 use super::link::StoreLink;
 use super::messages::{StoreNews, ToState};
 use super::stats::StoreStats;
-use crate::mesh::keys::{minute_now, KeyBook};
+use crate::mesh::key_limits::{minute_now, KeyBook};
 use crate::mesh::{ControlLinks, Kind, ToWorker};
 
 /// The control thread's end of the fleet plane.

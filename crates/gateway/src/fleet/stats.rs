@@ -168,6 +168,23 @@ impl StoreStats {
     /// The `rolter_state_*` series.
     pub fn render(&self, out: &mut String) {
         let mut r = Registry::default();
+        self.register_link(&mut r);
+        self.register_rotations(&mut r);
+        self.register_sharing(&mut r);
+        self.register_drops(&mut r);
+        let rtt = Gauge::<f64, AtomicU64>::default();
+        rtt.set(self.last_round_trip_micros.load(Relaxed) as f64 / 1e6);
+        r.register(
+            "rolter_state_round_trip_seconds",
+            "The last store round trip",
+            rtt,
+        );
+        crate::metrics::append(out, &r);
+    }
+
+    /// Registers the store connection's series: `rolter_state_up`, `_connects` and
+    /// `_disconnects`.
+    fn register_link(&self, r: &mut Registry) {
         let up = IntGauge::default();
         up.set(u64::from(self.is_up()));
         r.register(
@@ -175,44 +192,41 @@ impl StoreStats {
             "1 while the shared state store answers, 0 while the replica routes on local state",
             up,
         );
-        let connects = Family::<Result_, Counter>::default();
-        connects
-            .get_or_create(&Result_ { result: "ok" })
-            .inc_by(self.connects.load(Relaxed));
-        connects
-            .get_or_create(&Result_ { result: "failed" })
-            .inc_by(self.connect_failures.load(Relaxed));
-        r.register(
+        register_by_result(
+            r,
             "rolter_state_connects",
             "Connections to the shared state store by result",
-            connects,
+            [
+                ("ok", self.connects.load(Relaxed)),
+                ("failed", self.connect_failures.load(Relaxed)),
+            ],
         );
-        let lost = Counter::<u64>::default();
-        lost.inc_by(self.disconnects.load(Relaxed));
-        r.register(
+        register_count(
+            r,
             "rolter_state_disconnects",
             "Times the shared state store stopped answering",
-            lost,
+            self.disconnects.load(Relaxed),
         );
-        let rotations = Family::<Result_, Counter>::default();
-        for (result, n) in [
-            ("ok", self.rotations.load(Relaxed)),
-            ("store_error", self.rotation_failures.load(Relaxed)),
-            ("timeout", self.pick_timeouts.load(Relaxed)),
-        ] {
-            rotations.get_or_create(&Result_ { result }).inc_by(n);
-        }
-        r.register(
+    }
+
+    /// Registers the shared rotation's series: `rolter_state_rotations`,
+    /// `_rotation_positions` and `_rotation_wait_seconds`.
+    fn register_rotations(&self, r: &mut Registry) {
+        register_by_result(
+            r,
             "rolter_state_rotations",
             "Shared-rotation asks (atomic round_robin) by result; store_error and timeout picks used the local cursor",
-            rotations,
+            [
+                ("ok", self.rotations.load(Relaxed)),
+                ("store_error", self.rotation_failures.load(Relaxed)),
+                ("timeout", self.pick_timeouts.load(Relaxed)),
+            ],
         );
-        let positions = Counter::<u64>::default();
-        positions.inc_by(self.rotation_positions.load(Relaxed));
-        r.register(
+        register_count(
+            r,
             "rolter_state_rotation_positions",
             "Rotation positions taken from the store (asks times lease)",
-            positions,
+            self.rotation_positions.load(Relaxed),
         );
         let wait = Counter::<f64, AtomicU64>::default();
         wait.inc_by(self.rotation_micros.load(Relaxed) as f64 / 1e6);
@@ -221,6 +235,11 @@ impl StoreStats {
             "Store round trips of answered rotation asks, summed (divide by rolter_state_rotations_total{result=\"ok\"})",
             wait,
         );
+    }
+
+    /// Registers what is shared through the store: `rolter_state_items`,
+    /// `_ledger_assignments` and `_syncs`.
+    fn register_sharing(&self, r: &mut Registry) {
         let items = Family::<Direction, Counter>::default();
         for (direction, n) in [
             ("published", self.items_published.load(Relaxed)),
@@ -234,48 +253,38 @@ impl StoreStats {
             "Shared routing items (session pins, prefixes): published to the other replicas, received from them, dropped (rate limit or store away too long)",
             items,
         );
-        let assigned = Counter::<u64>::default();
-        assigned.inc_by(self.ledger_assignments.load(Relaxed));
-        r.register(
+        register_count(
+            r,
             "rolter_state_ledger_assignments",
             "fair_catchup assignments written to the store's books",
-            assigned,
+            self.ledger_assignments.load(Relaxed),
         );
-        let syncs = Family::<Result_, Counter>::default();
-        syncs
-            .get_or_create(&Result_ { result: "ok" })
-            .inc_by(self.syncs.load(Relaxed));
-        syncs
-            .get_or_create(&Result_ { result: "failed" })
-            .inc_by(self.sync_failures.load(Relaxed));
-        r.register(
+        register_by_result(
+            r,
             "rolter_state_syncs",
             "Periodic exchanges with the store (items, books, load) by result",
-            syncs,
+            [
+                ("ok", self.syncs.load(Relaxed)),
+                ("failed", self.sync_failures.load(Relaxed)),
+            ],
         );
-        let full = Counter::<u64>::default();
-        full.inc_by(self.queue_full.load(Relaxed));
-        r.register(
+    }
+
+    /// Registers the messages dropped on full queues: `rolter_state_queue_full` and
+    /// `_news_dropped`.
+    fn register_drops(&self, r: &mut Registry) {
+        register_count(
+            r,
             "rolter_state_queue_full",
             "Messages for the state thread dropped because its queue was full",
-            full,
+            self.queue_full.load(Relaxed),
         );
-        let news = Counter::<u64>::default();
-        news.inc_by(self.news_dropped.load(Relaxed));
-        r.register(
+        register_count(
+            r,
             "rolter_state_news_dropped",
             "What the store said about the other replicas, dropped because the control thread's queue was full",
-            news,
+            self.news_dropped.load(Relaxed),
         );
-        let rtt = Gauge::<f64, AtomicU64>::default();
-        rtt.set(self.last_round_trip_micros.load(Relaxed) as f64 / 1e6);
-        r.register(
-            "rolter_state_round_trip_seconds",
-            "The last store round trip",
-            rtt,
-        );
-        let written = prometheus_client::encoding::prometheus_text::encode(out, &r);
-        debug_assert!(written.is_ok(), "metrics encoding failed");
     }
 
     /// The `/admin/state` document (routes' uses are added by the caller).
@@ -313,4 +322,25 @@ impl StoreStats {
             "news_dropped": self.news_dropped.load(Relaxed),
         })
     }
+}
+
+/// Registers a counter `name` holding `n`.
+fn register_count(r: &mut Registry, name: &str, help: &str, n: u64) {
+    let counter = Counter::<u64>::default();
+    counter.inc_by(n);
+    r.register(name, help, counter);
+}
+
+/// Registers a counter family `name` with a series per `(result, n)`.
+fn register_by_result<const N: usize>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    counts: [(&'static str, u64); N],
+) {
+    let family = Family::<Result_, Counter>::default();
+    for (result, n) in counts {
+        family.get_or_create(&Result_ { result }).inc_by(n);
+    }
+    r.register(name, help, family);
 }

@@ -9,7 +9,7 @@
 //! - [`caps`]: the hard caps every core shares: each target's exact admission count
 //!   (`max_concurrent`) and the process's client connections (`server.max_connections`),
 //!   the only atomics the cores share on the request path.
-//! - [`keys`]: the client API keys' shared windows (`requests_per_minute`,
+//! - [`key_limits`]: the client API keys' shared windows (`requests_per_minute`,
 //!   `tokens_per_minute`, exact per gateway) and their counts for `/metrics`.
 //! - [`polling`]: the time the workers spent busy polling, for `/metrics`.
 //! - [`links`]: both ends of the bounded crossbeam channels, the heartbeat that re-sends a
@@ -19,7 +19,7 @@
 //! blocks, locks or does I/O.
 
 pub mod caps;
-pub mod keys;
+pub mod key_limits;
 pub mod links;
 pub mod load;
 pub mod messages;

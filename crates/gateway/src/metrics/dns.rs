@@ -5,7 +5,6 @@
 //! Owns the series name and its labels. It keeps no state between renders and must not be
 //! used from worker threads.
 
-use prometheus_client::encoding::prometheus_text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -58,7 +57,5 @@ pub fn render(target_names: &[String], counts: &[(usize, DnsCounts)], out: &mut 
         "Lookups of targets' host names (every server.dns_refresh and after attempts without a response), by result: unchanged, changed (new connections use the new address), failed (the last good address is kept)",
         family,
     );
-    // Writing into a String cannot fail; an error could only come from an encoder bug.
-    let written = encode(out, &r);
-    debug_assert!(written.is_ok(), "metrics encoding failed");
+    super::append(out, &r);
 }

@@ -12,10 +12,10 @@
 //! is built only the first time its series appears. The target gauges are not stored here;
 //! the control thread passes them to [`GatewayMetrics::render`] as [`TargetGauges`].
 //!
-//! - [`gateway`]: the counters and histograms, and rendering.
+//! - [`series`]: the counters and histograms, and rendering.
 //! - [`gauges`]: the per-target gauges given at render time.
 //! - [`kv_events`]: the KV-event plane's per-target series, from its reports at render time.
-//! - [`keys`]: the client API keys' requests by result and tokens, from the key book.
+//! - [`key_series`]: the client API keys' requests by result and tokens, from the key book.
 //! - [`reloads`]: the running configuration's digest and the reload counters.
 //! - [`dns`]: lookups of targets' host names, from the control thread's counts.
 //! - [`queue`]: the routes' queues (depth, wait, how waits ended).
@@ -24,24 +24,29 @@
 
 pub mod busy_poll;
 pub mod dns;
-pub mod gateway;
 pub mod gauges;
-pub mod keys;
+pub mod key_series;
 pub mod kv_events;
 pub mod process;
 pub mod queue;
 pub mod reloads;
+pub mod series;
 
 #[cfg(test)]
 mod tests;
 
-pub use gateway::{GatewayMetrics, DURATION_BUCKETS, TTFT_BUCKETS};
 pub use gauges::{ScrapeStatus, TargetGauges};
+pub use series::{GatewayMetrics, DURATION_BUCKETS, TTFT_BUCKETS};
 
 /// Appends the configuration's series (digest, reload counts) to `out`.
 pub fn render_reloads(stats: &crate::reload::ReloadStats, out: &mut String) {
-    let written =
-        prometheus_client::encoding::prometheus_text::encode(out, &reloads::registry(stats));
+    append(out, &reloads::registry(stats));
+}
+
+/// Appends `registry`'s series to `out` in the Prometheus text format.
+pub(crate) fn append(out: &mut String, registry: &prometheus_client::registry::Registry) {
+    // Writing into a String cannot fail; an error could only come from an encoder bug.
+    let written = prometheus_client::encoding::prometheus_text::encode(out, registry);
     debug_assert!(written.is_ok(), "metrics encoding failed");
 }
 

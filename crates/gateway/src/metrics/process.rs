@@ -10,7 +10,6 @@
 
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::prometheus_text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -217,9 +216,7 @@ pub fn render(stats: &ProcessStats, out: &mut String) {
         "Always 1; labelled with the gateway's version and compiled-in optional features",
         info,
     );
-    // Writing into a String cannot fail; an error could only come from an encoder bug.
-    let written = encode(out, &r);
-    debug_assert!(written.is_ok(), "metrics encoding failed");
+    super::append(out, &r);
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 //!
 //! Owns these series' names, labels and buckets. It must not be used from worker threads.
 
-use prometheus_client::encoding::prometheus_text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -117,7 +116,6 @@ impl QueueMetrics {
             "Requests that found every target of the route full, by how their wait ended: admitted, timeout (503 after queue_timeout), overflow (503 at once, the queue was full), client_gone, unavailable, dropped",
             self.results.clone(),
         );
-        let written = encode(out, &r);
-        debug_assert!(written.is_ok(), "metrics encoding failed");
+        super::append(out, &r);
     }
 }

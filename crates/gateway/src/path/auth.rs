@@ -3,7 +3,7 @@
 //! is hashed once (SHA-256), looked up in the map built at load and compared with the
 //! stored hash in constant time. Once routed, the key must be allowed the route and the
 //! model, and be within its per-minute limits (the shared windows of
-//! [`mesh::keys`](crate::mesh::keys)).
+//! [`mesh::key_limits`](crate::mesh::key_limits)).
 //!
 //! Owns the answers 401 (missing or unknown key), 403 (route or model not allowed) and 429
 //! (over a limit, with `Retry-After`). It must not keep, log or forward the key: only its
@@ -15,7 +15,7 @@ use subtle::ConstantTimeEq;
 
 use super::request::Request;
 use super::route::Routed;
-use crate::mesh::keys::{minute_now, KeyResult};
+use crate::mesh::key_limits::{minute_now, KeyResult};
 use crate::path::state::WorkerState;
 
 /// The key a request was identified by.

@@ -18,7 +18,7 @@ use rolter_strategy::Strategy;
 
 use crate::fleet::StoreLink;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
-use crate::mesh::keys::KeyBook;
+use crate::mesh::key_limits::KeyBook;
 use crate::mesh::load::LoadView;
 use crate::mesh::messages::AttemptNotes;
 use crate::mesh::{Record, WorkerLinks};

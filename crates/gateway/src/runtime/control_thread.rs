@@ -24,7 +24,7 @@ use super::driver::{self, ActiveDriver};
 use crate::access_log::AccessSink;
 use crate::admin;
 use crate::control::loops::{self, Running};
-use crate::control::plane::Plane;
+use crate::control::thread_state::Plane;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::{ControlLinks, Kind, ToControl, ToWorker};
 use crate::notify;
@@ -56,7 +56,7 @@ pub struct ControlContext {
     /// admin API.
     pub reloads: Arc<crate::reload::ReloadStats>,
     /// The client API keys' counts, for `/metrics`.
-    pub keys: Arc<crate::mesh::keys::KeyBook>,
+    pub keys: Arc<crate::mesh::key_limits::KeyBook>,
     /// The access-log writer's input (`None` when the access log is off).
     pub access: Option<AccessSink>,
     /// The workers' busy-polling time.
@@ -72,7 +72,7 @@ pub struct Adopt {
     pub tls: Arc<UpstreamTls>,
     pub links: ControlLinks,
     pub strategies: Arc<StrategyFactory>,
-    pub keys: Arc<crate::mesh::keys::KeyBook>,
+    pub keys: Arc<crate::mesh::key_limits::KeyBook>,
     pub kv_reports: Option<KvReports>,
     /// Told once the new plane runs.
     pub done: Sender<()>,

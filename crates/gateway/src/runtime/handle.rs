@@ -27,7 +27,7 @@ use crate::fleet::news::FleetControl;
 use crate::fleet::{StoreLink, StoreNews, StoreStats};
 use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
-use crate::mesh::keys::KeyBook;
+use crate::mesh::key_limits::KeyBook;
 use crate::mesh::mesh;
 use crate::mesh::polling::PollStats;
 use crate::mesh::WorkerLinks;

@@ -24,7 +24,7 @@ use super::engine_threads::EngineThreads;
 use super::worker::Handoff;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::TargetCaps;
-use crate::mesh::keys::KeyBook;
+use crate::mesh::key_limits::KeyBook;
 use crate::mesh::{mesh, ControlLinks, WorkerLinks};
 use crate::reload::{ReloadError, ReloadReport, ReloadStats};
 use crate::strategies::StrategyFactory;

@@ -18,7 +18,7 @@ use rolter_config::Config;
 use super::busy_poll;
 use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
-use crate::mesh::keys::KeyBook;
+use crate::mesh::key_limits::KeyBook;
 use crate::mesh::polling::PollStats;
 use crate::mesh::WorkerLinks;
 use crate::path::activity::Waiter;

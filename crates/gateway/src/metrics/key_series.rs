@@ -12,7 +12,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::mesh::keys::{KeyBook, KeyResult};
+use crate::mesh::key_limits::{KeyBook, KeyResult};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ByResult {
@@ -68,6 +68,5 @@ pub fn render(book: &KeyBook, out: &mut String) {
         "Tokens used by client API key, by kind (prompt, completion), as the responses' usage reported them",
         tokens,
     );
-    let written = prometheus_client::encoding::prometheus_text::encode(out, &r);
-    debug_assert!(written.is_ok(), "metrics encoding failed");
+    super::append(out, &r);
 }

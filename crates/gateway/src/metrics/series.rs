@@ -12,12 +12,11 @@ use std::borrow::Cow;
 use std::cell::Cell;
 use std::marker::PhantomData;
 
-use prometheus_client::encoding::prometheus_text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use super::gauges::{self, TargetGauges};
 use rolter_engine::kv::reports::KvTargetReport;
@@ -207,6 +206,279 @@ pub struct GatewayMetrics {
     _owner: PhantomData<Cell<()>>,
 }
 
+/// Registers `metric` under `name` and gives it back, for the metric set to keep a handle
+/// on the same series (counter names get their `_total` suffix from the encoder).
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// The families of upstream attempts: outcomes, timings and the tokens they used.
+struct AttemptFamilies {
+    requests: Family<RouteTargetCode, Counter>,
+    ttft: HistogramFamily<RouteTarget>,
+    duration: HistogramFamily<RouteTarget>,
+    tokens: Family<TargetKind, Counter>,
+}
+
+impl AttemptFamilies {
+    /// Registers `rolter_requests`, `rolter_ttft_seconds`, `rolter_request_duration_seconds`
+    /// and `rolter_tokens`, in that order.
+    fn register(registry: &mut Registry) -> Self {
+        AttemptFamilies {
+            requests: registered(
+                registry,
+                "rolter_requests",
+                "Upstream attempts by route, target and the status the client received (none: no response; interrupted: a response cut off after it started reaching the client, see rolter_stream_interrupted_total)",
+                Family::default(),
+            ),
+            ttft: registered(
+                registry,
+                "rolter_ttft_seconds",
+                "Time from sending an upstream request to the first body byte of its event stream (successful streams only)",
+                HistogramFamily::new_with_constructor(ttft_histogram),
+            ),
+            duration: registered(
+                registry,
+                "rolter_request_duration_seconds",
+                "Time from sending an upstream request to the end of its response",
+                HistogramFamily::new_with_constructor(duration_histogram),
+            ),
+            tokens: registered(
+                registry,
+                "rolter_tokens",
+                "Tokens the targets reported in responses' usage, by kind (prompt, completion); for a successful stream without usage, its content deltas are counted as completion tokens (an estimate)",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// The families of the strategies' picks and what they asked before picking.
+struct PickFamilies {
+    decisions: Family<Decision, Counter>,
+    fallbacks: Family<Fallback, Counter>,
+    cache_lookups: Family<CacheLookupLabel, Counter>,
+    adapter_loads: Family<AdapterLoadLabel, Counter>,
+}
+
+impl PickFamilies {
+    /// Registers `rolter_strategy_decisions`, `rolter_strategy_fallbacks`,
+    /// `rolter_cache_lookups` and `rolter_adapter_loads`, in that order.
+    fn register(registry: &mut Registry) -> Self {
+        PickFamilies {
+            decisions: registered(
+                registry,
+                "rolter_strategy_decisions",
+                "Targets chosen by each route's strategy",
+                Family::default(),
+            ),
+            fallbacks: registered(
+                registry,
+                "rolter_strategy_fallbacks",
+                "Picks a strategy made by its fallback path, by reason",
+                Family::default(),
+            ),
+            cache_lookups: registered(
+                registry,
+                "rolter_cache_lookups",
+                "Cache-controller lookups made before a pick, by result (answered, memo, timeout, error, paused, unknown_instance)",
+                Family::default(),
+            ),
+            adapter_loads: registered(
+                registry,
+                "rolter_adapter_loads",
+                "LoRA adapters the gateway loaded on a target before forwarding (lora_aware load_from), by result",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// The families of client TLS handshakes.
+struct TlsFamilies {
+    handshakes: Family<TlsVersionLabel, Counter>,
+    failures: Family<TlsReasonLabel, Counter>,
+    seconds: HistogramFamily<TlsVersionLabel>,
+}
+
+impl TlsFamilies {
+    /// Registers `rolter_tls_handshakes`, `rolter_tls_handshake_failures` and
+    /// `rolter_tls_handshake_duration_seconds`, in that order.
+    fn register(registry: &mut Registry) -> Self {
+        TlsFamilies {
+            handshakes: registered(
+                registry,
+                "rolter_tls_handshakes",
+                "Client TLS handshakes completed, by protocol version (1.2, 1.3)",
+                Family::default(),
+            ),
+            failures: registered(
+                registry,
+                "rolter_tls_handshake_failures",
+                "Client TLS handshakes that failed, by reason (timeout, closed, not_tls, incompatible, alert, error)",
+                Family::default(),
+            ),
+            seconds: registered(
+                registry,
+                "rolter_tls_handshake_duration_seconds",
+                "Time from an accepted client connection to its completed TLS handshake, by protocol version",
+                HistogramFamily::new_with_constructor(handshake_histogram),
+            ),
+        }
+    }
+}
+
+/// The families of what the gateway did to clients on its own: its own error responses,
+/// the responses it cut off, the access-log lines it dropped.
+struct OwnFamilies {
+    gateway_responses: Family<GatewayResponse, Counter>,
+    interrupted: Family<RouteTargetCause, Counter>,
+    access_log_dropped: Counter,
+}
+
+impl OwnFamilies {
+    /// Registers `rolter_gateway_responses`, `rolter_stream_interrupted` and
+    /// `rolter_access_log_dropped`, in that order.
+    fn register(registry: &mut Registry) -> Self {
+        OwnFamilies {
+            gateway_responses: registered(
+                registry,
+                "rolter_gateway_responses",
+                "Responses the gateway produced itself without reaching a target, by status and code",
+                Family::default(),
+            ),
+            interrupted: registered(
+                registry,
+                "rolter_stream_interrupted",
+                "Responses cut off after they started reaching the client, by cause (upstream_reset, upstream_timeout, client_gone, shutdown)",
+                Family::default(),
+            ),
+            access_log_dropped: registered(
+                registry,
+                "rolter_access_log_dropped",
+                "Access-log lines dropped because the writer's buffer was full (a slow disk or stdout)",
+                Counter::default(),
+            ),
+        }
+    }
+}
+
+/// The families of second tries: retries, the budget that refuses them, and hedges, with
+/// the per-route counters that exist from the start.
+struct RetryFamilies {
+    retries: Family<RouteReason, Counter>,
+    /// Per route: `rolter_retry_budget_exhausted_total`.
+    budget_exhausted: Vec<Counter>,
+    /// Per route: `rolter_hedges_sent_total` and `rolter_hedges_won_total`.
+    hedges_sent: Vec<Counter>,
+    hedges_won: Vec<Counter>,
+    hedges_skipped: Family<RouteReason, Counter>,
+}
+
+impl RetryFamilies {
+    /// Registers `rolter_retries`, `rolter_retry_budget_exhausted`, `rolter_hedges_sent`,
+    /// `rolter_hedges_won` and `rolter_hedges_skipped`, in that order, with a series per
+    /// route in the per-route families.
+    fn register(registry: &mut Registry, route_names: &[String]) -> Self {
+        let per_route = |family: Family<RouteLabel, Counter>| -> Vec<Counter> {
+            route_names
+                .iter()
+                .map(|r| family.get_or_create_owned(&RouteLabel { route: r.clone() }))
+                .collect()
+        };
+        RetryFamilies {
+            retries: registered(
+                registry,
+                "rolter_retries",
+                "Requests tried again on another target, by route and the retry_on reason (connect_failure, reset_before_response, 502, 503, 504, 429, first_byte_timeout)",
+                Family::default(),
+            ),
+            budget_exhausted: per_route(registered(
+                registry,
+                "rolter_retry_budget_exhausted",
+                "Retries not made because the route's retry budget (retry_budget, retry_budget_min) was spent on the core; the client got the last attempt's error",
+                Family::default(),
+            )),
+            hedges_sent: per_route(registered(
+                registry,
+                "rolter_hedges_sent",
+                "Hedges sent: second attempts raced against a first that had sent no response byte within the route's hedge_after",
+                Family::default(),
+            )),
+            hedges_won: per_route(registered(
+                registry,
+                "rolter_hedges_won",
+                "Hedges whose response head arrived first and was relayed (the first attempt was dropped, its engine let go)",
+                Family::default(),
+            )),
+            hedges_skipped: registered(
+                registry,
+                "rolter_hedges_skipped",
+                "Hedges due but not sent, by reason (budget: the route's retry budget was spent; no_target: no other candidate)",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// The per-target families that exist from the start at zero (besides `rolter_tokens`).
+struct TargetFamilies {
+    cooldowns: Family<TargetLabel, Counter>,
+    ejections: Family<TargetLabel, Counter>,
+    scrape_failures: Family<TargetLabel, Counter>,
+}
+
+impl TargetFamilies {
+    /// Registers `rolter_target_cooldowns`, `rolter_ejections` and `rolter_scrape_failures`,
+    /// in that order.
+    fn register(registry: &mut Registry) -> Self {
+        TargetFamilies {
+            cooldowns: registered(
+                registry,
+                "rolter_target_cooldowns",
+                "Times the target answered 429 (or 503 with Retry-After) and cooled: out of the candidates for the time it gave, capped by retry_after_max",
+                Family::default(),
+            ),
+            ejections: registered(
+                registry,
+                "rolter_ejections",
+                "Times passive health checking ejected the target",
+                Family::default(),
+            ),
+            scrape_failures: registered(
+                registry,
+                "rolter_scrape_failures",
+                "Failed scrapes of the target's metrics endpoint",
+                Family::default(),
+            ),
+        }
+    }
+
+    /// Each target's counters, created at zero: its tokens (from `tokens`) and these.
+    fn series(&self, tokens: &Family<TargetKind, Counter>, names: &[String]) -> Vec<TargetSeries> {
+        names
+            .iter()
+            .map(|name| {
+                let kind = |kind| TargetKind {
+                    target: name.clone(),
+                    kind,
+                };
+                let target = TargetLabel {
+                    target: name.clone(),
+                };
+                TargetSeries {
+                    prompt_tokens: tokens.get_or_create_owned(&kind("prompt")),
+                    completion_tokens: tokens.get_or_create_owned(&kind("completion")),
+                    ejections: self.ejections.get_or_create_owned(&target),
+                    scrape_failures: self.scrape_failures.get_or_create_owned(&target),
+                    cooldowns: self.cooldowns.get_or_create_owned(&target),
+                }
+            })
+            .collect()
+    }
+}
+
 impl GatewayMetrics {
     /// A metric set for the configured routes (names and strategy names, by route index) and
     /// targets (names, by target index).
@@ -220,206 +492,48 @@ impl GatewayMetrics {
             route_strategies.len(),
             "one strategy name per route"
         );
-        let requests = Family::<RouteTargetCode, Counter>::default();
-        let ttft = HistogramFamily::<RouteTarget>::new_with_constructor(ttft_histogram);
-        let duration = HistogramFamily::<RouteTarget>::new_with_constructor(duration_histogram);
-        let tokens = Family::<TargetKind, Counter>::default();
-        let decisions = Family::<Decision, Counter>::default();
-        let fallbacks = Family::<Fallback, Counter>::default();
-        let gateway_responses = Family::<GatewayResponse, Counter>::default();
-        let tls_handshakes = Family::<TlsVersionLabel, Counter>::default();
-        let tls_failures = Family::<TlsReasonLabel, Counter>::default();
-        let tls_handshake_seconds =
-            HistogramFamily::<TlsVersionLabel>::new_with_constructor(handshake_histogram);
-        let cache_lookups = Family::<CacheLookupLabel, Counter>::default();
-        let adapter_loads = Family::<AdapterLoadLabel, Counter>::default();
-        let ejections = Family::<TargetLabel, Counter>::default();
-        let scrape_failures = Family::<TargetLabel, Counter>::default();
-        let cooldowns = Family::<TargetLabel, Counter>::default();
-        let interrupted = Family::<RouteTargetCause, Counter>::default();
-        let access_log_dropped = Counter::default();
-        let retries = Family::<RouteReason, Counter>::default();
-        let exhausted = Family::<RouteLabel, Counter>::default();
-        let budget_exhausted = route_names
-            .iter()
-            .map(|r| exhausted.get_or_create_owned(&RouteLabel { route: r.clone() }))
-            .collect();
-        let per_route = |family: &Family<RouteLabel, Counter>| -> Vec<Counter> {
-            route_names
-                .iter()
-                .map(|r| family.get_or_create_owned(&RouteLabel { route: r.clone() }))
-                .collect()
-        };
-        let sent = Family::<RouteLabel, Counter>::default();
-        let won = Family::<RouteLabel, Counter>::default();
-        let hedges_sent = per_route(&sent);
-        let hedges_won = per_route(&won);
-        let hedges_skipped = Family::<RouteReason, Counter>::default();
-
-        let per_target = target_names
-            .iter()
-            .map(|name| {
-                let kind = |kind| TargetKind {
-                    target: name.clone(),
-                    kind,
-                };
-                let target = TargetLabel {
-                    target: name.clone(),
-                };
-                TargetSeries {
-                    prompt_tokens: tokens.get_or_create_owned(&kind("prompt")),
-                    completion_tokens: tokens.get_or_create_owned(&kind("completion")),
-                    ejections: ejections.get_or_create_owned(&target),
-                    scrape_failures: scrape_failures.get_or_create_owned(&target),
-                    cooldowns: cooldowns.get_or_create_owned(&target),
-                }
-            })
-            .collect();
-
+        // The registration order is the order of the families in `/metrics`.
         let mut registry = Registry::default();
-        // Counter names get their `_total` suffix from the encoder.
-        registry.register(
-            "rolter_requests",
-            "Upstream attempts by route, target and the status the client received (none: no response; interrupted: a response cut off after it started reaching the client, see rolter_stream_interrupted_total)",
-            requests.clone(),
-        );
-        registry.register(
-            "rolter_ttft_seconds",
-            "Time from sending an upstream request to the first body byte of its event stream (successful streams only)",
-            ttft.clone(),
-        );
-        registry.register(
-            "rolter_request_duration_seconds",
-            "Time from sending an upstream request to the end of its response",
-            duration.clone(),
-        );
-        registry.register(
-            "rolter_tokens",
-            "Tokens the targets reported in responses' usage, by kind (prompt, completion); for a successful stream without usage, its content deltas are counted as completion tokens (an estimate)",
-            tokens,
-        );
-        registry.register(
-            "rolter_strategy_decisions",
-            "Targets chosen by each route's strategy",
-            decisions.clone(),
-        );
-        registry.register(
-            "rolter_strategy_fallbacks",
-            "Picks a strategy made by its fallback path, by reason",
-            fallbacks.clone(),
-        );
-        registry.register(
-            "rolter_cache_lookups",
-            "Cache-controller lookups made before a pick, by result (answered, memo, timeout, error, paused, unknown_instance)",
-            cache_lookups.clone(),
-        );
-        registry.register(
-            "rolter_adapter_loads",
-            "LoRA adapters the gateway loaded on a target before forwarding (lora_aware load_from), by result",
-            adapter_loads.clone(),
-        );
-        registry.register(
-            "rolter_tls_handshakes",
-            "Client TLS handshakes completed, by protocol version (1.2, 1.3)",
-            tls_handshakes.clone(),
-        );
-        registry.register(
-            "rolter_tls_handshake_failures",
-            "Client TLS handshakes that failed, by reason (timeout, closed, not_tls, incompatible, alert, error)",
-            tls_failures.clone(),
-        );
-        registry.register(
-            "rolter_tls_handshake_duration_seconds",
-            "Time from an accepted client connection to its completed TLS handshake, by protocol version",
-            tls_handshake_seconds.clone(),
-        );
-        registry.register(
-            "rolter_gateway_responses",
-            "Responses the gateway produced itself without reaching a target, by status and code",
-            gateway_responses.clone(),
-        );
-        registry.register(
-            "rolter_stream_interrupted",
-            "Responses cut off after they started reaching the client, by cause (upstream_reset, upstream_timeout, client_gone, shutdown)",
-            interrupted.clone(),
-        );
-        registry.register(
-            "rolter_access_log_dropped",
-            "Access-log lines dropped because the writer's buffer was full (a slow disk or stdout)",
-            access_log_dropped.clone(),
-        );
-        registry.register(
-            "rolter_retries",
-            "Requests tried again on another target, by route and the retry_on reason (connect_failure, reset_before_response, 502, 503, 504, 429, first_byte_timeout)",
-            retries.clone(),
-        );
-        registry.register(
-            "rolter_retry_budget_exhausted",
-            "Retries not made because the route's retry budget (retry_budget, retry_budget_min) was spent on the core; the client got the last attempt's error",
-            exhausted,
-        );
-        registry.register(
-            "rolter_hedges_sent",
-            "Hedges sent: second attempts raced against a first that had sent no response byte within the route's hedge_after",
-            sent,
-        );
-        registry.register(
-            "rolter_hedges_won",
-            "Hedges whose response head arrived first and was relayed (the first attempt was dropped, its engine let go)",
-            won,
-        );
-        registry.register(
-            "rolter_hedges_skipped",
-            "Hedges due but not sent, by reason (budget: the route's retry budget was spent; no_target: no other candidate)",
-            hedges_skipped.clone(),
-        );
-        registry.register(
-            "rolter_target_cooldowns",
-            "Times the target answered 429 (or 503 with Retry-After) and cooled: out of the candidates for the time it gave, capped by retry_after_max",
-            cooldowns,
-        );
-        registry.register(
-            "rolter_ejections",
-            "Times passive health checking ejected the target",
-            ejections,
-        );
-        registry.register(
-            "rolter_scrape_failures",
-            "Failed scrapes of the target's metrics endpoint",
-            scrape_failures,
-        );
+        let attempts = AttemptFamilies::register(&mut registry);
+        let picks = PickFamilies::register(&mut registry);
+        let tls = TlsFamilies::register(&mut registry);
+        let own = OwnFamilies::register(&mut registry);
+        let second_tries = RetryFamilies::register(&mut registry, route_names);
+        let targets = TargetFamilies::register(&mut registry);
+        let per_target = targets.series(&attempts.tokens, target_names);
+        let routes = route_names.len();
 
         GatewayMetrics {
             registry,
             routes: route_names.to_vec(),
             strategies: route_strategies.to_vec(),
             targets: target_names.to_vec(),
-            requests,
-            ttft,
-            duration,
-            decisions,
-            fallbacks,
-            gateway_responses,
-            interrupted,
-            access_log_dropped,
-            pairs: (0..route_names.len() * target_names.len())
+            requests: attempts.requests,
+            ttft: attempts.ttft,
+            duration: attempts.duration,
+            decisions: picks.decisions,
+            fallbacks: picks.fallbacks,
+            gateway_responses: own.gateway_responses,
+            interrupted: own.interrupted,
+            access_log_dropped: own.access_log_dropped,
+            pairs: (0..routes * target_names.len())
                 .map(|_| PairSeries::default())
                 .collect(),
             per_target,
-            route_fallbacks: vec![Vec::new(); route_names.len()],
-            cache_lookups,
-            adapter_loads,
-            route_lookups: vec![Vec::new(); route_names.len()],
+            route_fallbacks: vec![Vec::new(); routes],
+            cache_lookups: picks.cache_lookups,
+            adapter_loads: picks.adapter_loads,
+            route_lookups: vec![Vec::new(); routes],
             responses: Vec::new(),
-            retries,
-            route_retries: vec![Vec::new(); route_names.len()],
-            budget_exhausted,
-            hedges_sent,
-            hedges_won,
-            hedges_skipped,
-            tls_handshakes,
-            tls_failures,
-            tls_handshake_seconds,
+            retries: second_tries.retries,
+            route_retries: vec![Vec::new(); routes],
+            budget_exhausted: second_tries.budget_exhausted,
+            hedges_sent: second_tries.hedges_sent,
+            hedges_won: second_tries.hedges_won,
+            hedges_skipped: second_tries.hedges_skipped,
+            tls_handshakes: tls.handshakes,
+            tls_failures: tls.failures,
+            tls_handshake_seconds: tls.seconds,
             _owner: PhantomData,
         }
     }
@@ -430,6 +544,14 @@ impl GatewayMetrics {
         let valid = route < self.routes.len() && target < self.targets.len();
         debug_assert!(valid, "route {route} / target {target} out of range");
         valid.then_some(route * self.targets.len() + target)
+    }
+
+    /// Whether `route` is a route of the configuration this set was built for (a debug
+    /// panic if not).
+    fn route_in_range(&self, route: usize) -> bool {
+        let valid = route < self.routes.len();
+        debug_assert!(valid, "route {route} out of range");
+        valid
     }
 
     /// One finished upstream attempt on `route` whose response, if any, was not cut off.
@@ -539,9 +661,7 @@ impl GatewayMetrics {
 
     /// `route`'s strategy picked by its fallback path, for `reason`.
     pub fn record_fallback(&mut self, route: usize, reason: &'static str) {
-        let valid = route < self.routes.len();
-        debug_assert!(valid, "route {route} out of range");
-        if !valid {
+        if !self.route_in_range(route) {
             return;
         }
         let (fallbacks, routes, strategies) = (&self.fallbacks, &self.routes, &self.strategies);
@@ -557,9 +677,7 @@ impl GatewayMetrics {
 
     /// A request on `route` was tried again for `reason`.
     pub fn record_retry(&mut self, route: usize, reason: &'static str) {
-        let valid = route < self.routes.len();
-        debug_assert!(valid, "route {route} out of range");
-        if !valid {
+        if !self.route_in_range(route) {
             return;
         }
         let (retries, routes) = (&self.retries, &self.routes);
@@ -607,9 +725,7 @@ impl GatewayMetrics {
     /// `route` asked its cache controller before a pick, with `result` (an answer naming
     /// an instance of no route target counts once more as `unknown_instance`).
     pub fn record_cache_lookup(&mut self, route: usize, result: &'static str) {
-        let valid = route < self.routes.len();
-        debug_assert!(valid, "route {route} out of range");
-        if !valid {
+        if !self.route_in_range(route) {
             return;
         }
         let (lookups, routes) = (&self.cache_lookups, &self.routes);
@@ -723,14 +839,12 @@ impl GatewayMetrics {
         kv: Option<&[KvTargetReport]>,
         out: &mut String,
     ) {
+        super::append(out, &self.registry);
         let live = gauges::registry(&self.targets, gauges, adaptive_enabled, mesh_dropped);
-        // Writing into a String cannot fail; an error could only come from an encoder bug.
-        let mut written = encode(out, &self.registry).and_then(|()| encode(out, &live));
+        super::append(out, &live);
         if let Some(reports) = kv {
-            let kv = super::kv_events::registry(&self.targets, reports);
-            written = written.and_then(|()| encode(out, &kv));
+            super::append(out, &super::kv_events::registry(&self.targets, reports));
         }
-        debug_assert!(written.is_ok(), "metrics encoding failed");
     }
 }
 

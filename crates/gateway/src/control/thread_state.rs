@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use rolter_config::reload::unchanged_targets;
 use rolter_config::{Config, HealthConfig};
-use rolter_core::{Needs, Switches, Verdict};
+use rolter_core::{Needs, Sample, Switches, Verdict};
 use rolter_engine::fleet::{Fleet, FleetRoute, FleetTarget, HealthSettings};
 use rolter_engine::health::{HealthBook, HealthEvent};
 use rolter_engine::kv::reports::KvReports;
@@ -20,9 +20,9 @@ use rolter_engine::scrape::EngineMetrics;
 use rolter_strategy::Strategy;
 
 use super::dns::{self, DnsBook};
-use crate::access_log::{line, AccessSink};
+use crate::access_log::{line, AccessSink, Entry};
 use crate::mesh::load::TargetSignal;
-use crate::mesh::messages::HedgeEvent;
+use crate::mesh::messages::{AttemptNotes, HedgeEvent};
 use crate::mesh::{Kind, MeshDrops, Record, ToControl};
 use crate::metrics::{GatewayMetrics, ScrapeStatus, TargetGauges};
 use crate::strategies::StrategyFactory;
@@ -70,7 +70,7 @@ pub struct Plane {
     /// Reload counts and the running configuration's digest, for `/metrics`.
     pub reloads: Option<Arc<crate::reload::ReloadStats>>,
     /// The client API keys' counts, for `/metrics` (`None` in tests that build a bare plane).
-    pub keys: Option<Arc<crate::mesh::keys::KeyBook>>,
+    pub keys: Option<Arc<crate::mesh::key_limits::KeyBook>>,
     /// The workers' busy-polling time (`rolter_busy_poll_seconds_total`).
     pub poll_stats: Option<Arc<crate::mesh::polling::PollStats>>,
     /// What the mesh's senders dropped (every worker's, then the control thread's).
@@ -358,6 +358,7 @@ impl Plane {
         self.events = events;
     }
 
+    /// Folds one record from a worker into the metrics, the books and the logs.
     fn fold(&mut self, r: &Record, now: Instant) {
         match *r {
             Record::Attempt {
@@ -365,42 +366,7 @@ impl Plane {
                 ref sample,
                 verdict,
                 notes,
-            } => {
-                self.metrics.record_outcome(
-                    route as usize,
-                    sample,
-                    notes.cut.map(|c| c.label()),
-                    notes.estimated_completion,
-                );
-                if verdict == Verdict::TargetFailed {
-                    self.log_failure(route, sample.target, sample.status, notes, now);
-                }
-                self.metrics.record_decision(route as usize, sample.target);
-                for m in &mut self.mirrors {
-                    m.observe(sample);
-                }
-                if verdict == Verdict::Success {
-                    if let (Some(ttft), Some(slot)) =
-                        (sample.ttft, self.ttft.get_mut(sample.target))
-                    {
-                        let ms = ttft.as_secs_f64() * 1000.0;
-                        slot.0 = Some(match slot.0 {
-                            Some(old) => old + TTFT_ALPHA * (ms - old),
-                            None => ms,
-                        });
-                        slot.1 += 1;
-                    }
-                }
-                self.health.on_sample(sample);
-                if let Some(e) = self.health.on_attempt(sample.target, verdict, now) {
-                    self.log_event(e);
-                }
-                // No response at all (connect refused or timed out, a reset): the name may
-                // point elsewhere by now.
-                if verdict == Verdict::TargetFailed && sample.status == 0 {
-                    self.dns.connect_failed(sample.target, now);
-                }
-            }
+            } => self.fold_attempt(route, sample, verdict, notes, now),
             Record::Fallback { route, reason } => {
                 self.metrics.record_fallback(route as usize, reason);
                 self.log_fallback(route, reason, now);
@@ -409,39 +375,12 @@ impl Plane {
                 route,
                 result,
                 unknown_instances,
-            } => {
-                self.metrics.record_cache_lookup(route as usize, result);
-                if matches!(result, "timeout" | "error") {
-                    self.log_lookup_problem(route, result, now);
-                }
-                if unknown_instances > 0 {
-                    self.metrics
-                        .record_cache_lookup(route as usize, UNKNOWN_INSTANCE);
-                    self.log_lookup_problem(route, UNKNOWN_INSTANCE, now);
-                }
-            }
+            } => self.fold_cache_lookup(route, result, unknown_instances, now),
             Record::AdapterLoad {
                 target,
                 adapter,
                 loaded,
-            } => {
-                self.metrics.record_adapter_load(target as usize, loaded);
-                if loaded {
-                    self.lora.loaded_by_gateway(target as usize, adapter, now);
-                }
-                if !loaded {
-                    if let Some((first, since)) =
-                        log_due(&mut self.lookup_problems, (target, "adapter_load"), now)
-                    {
-                        tracing::warn!(
-                            target = %self.config.targets[target as usize].name,
-                            failures = since,
-                            first,
-                            "loading a LoRA adapter on the target failed; the request was forwarded anyway (counted in rolter_adapter_loads_total)"
-                        );
-                    }
-                }
-            }
+            } => self.fold_adapter_load(target, adapter, loaded, now),
             Record::Gateway { status, code } => self.metrics.record_gateway_response(status, code),
             Record::TlsHandshake { result, seconds } => {
                 self.metrics.record_tls_handshake(result, seconds)
@@ -452,46 +391,148 @@ impl Plane {
                 HedgeEvent::Won => self.metrics.record_hedge(route as usize, true),
                 HedgeEvent::Skipped(why) => self.metrics.record_hedge_skipped(route as usize, why),
             },
-            Record::Cooldown { target, until } => {
-                let t = target as usize;
-                self.metrics.record_cooldown(t);
-                if let Some(c) = self.cooling.get_mut(t) {
-                    if c.is_none_or(|u| u < until) {
-                        *c = Some(until);
-                    }
-                }
-            }
-            Record::RetryBudgetExhausted { route } => {
-                self.metrics.record_budget_exhausted(route as usize);
-                if let Some((first, since)) =
-                    log_due(&mut self.lookup_problems, (route, "retry_budget"), now)
-                {
-                    let r = &self.config.routes[route as usize];
-                    tracing::warn!(
-                        route = %r.name,
-                        refused = since,
-                        first,
-                        retry_budget = r.retry.budget,
-                        retry_budget_min = r.retry.budget_min,
-                        "the route's retry budget is spent: failed requests get their error without a retry (counted in rolter_retry_budget_exhausted_total)"
-                    );
-                }
-            }
+            Record::Cooldown { target, until } => self.fold_cooldown(target as usize, until),
+            Record::RetryBudgetExhausted { route } => self.fold_budget_exhausted(route, now),
             Record::Queued { route } => self.queues.queued(route),
             Record::Queue {
                 route,
                 result,
                 waited,
             } => self.queues.left(route, result, waited),
-            Record::Request(ref entry) => {
-                if self.access.is_some() {
-                    line::write(entry, &self.config, &mut self.access_lines);
-                    self.access_count += 1;
-                    if self.access_lines.len() >= ACCESS_BATCH_BYTES {
-                        self.flush_access();
-                    }
-                }
+            Record::Request(ref entry) => self.fold_access_line(entry),
+        }
+    }
+
+    /// One finished upstream attempt: its metrics, the strategy mirrors, the TTFT average,
+    /// the health book, and a re-resolution when the target gave no response at all.
+    fn fold_attempt(
+        &mut self,
+        route: u16,
+        sample: &Sample,
+        verdict: Verdict,
+        notes: AttemptNotes,
+        now: Instant,
+    ) {
+        self.metrics.record_outcome(
+            route as usize,
+            sample,
+            notes.cut.map(|c| c.label()),
+            notes.estimated_completion,
+        );
+        if verdict == Verdict::TargetFailed {
+            self.log_failure(route, sample.target, sample.status, notes, now);
+        }
+        self.metrics.record_decision(route as usize, sample.target);
+        for m in &mut self.mirrors {
+            m.observe(sample);
+        }
+        if verdict == Verdict::Success {
+            if let Some(ttft) = sample.ttft {
+                self.learn_ttft(sample.target, ttft);
             }
+        }
+        self.health.on_sample(sample);
+        if let Some(e) = self.health.on_attempt(sample.target, verdict, now) {
+            self.log_event(e);
+        }
+        // No response at all (connect refused or timed out, a reset): the name may
+        // point elsewhere by now.
+        if verdict == Verdict::TargetFailed && sample.status == 0 {
+            self.dns.connect_failed(sample.target, now);
+        }
+    }
+
+    /// Moves `target`'s operator-facing TTFT average toward a successful attempt's `ttft`.
+    fn learn_ttft(&mut self, target: usize, ttft: Duration) {
+        let Some(slot) = self.ttft.get_mut(target) else {
+            return;
+        };
+        let ms = ttft.as_secs_f64() * 1000.0;
+        slot.0 = Some(match slot.0 {
+            Some(old) => old + TTFT_ALPHA * (ms - old),
+            None => ms,
+        });
+        slot.1 += 1;
+    }
+
+    /// A cache-controller lookup: counted by result, once more as `unknown_instance` when
+    /// the answer named instances of no route target, and logged when it went wrong.
+    fn fold_cache_lookup(
+        &mut self,
+        route: u16,
+        result: &'static str,
+        unknown_instances: u32,
+        now: Instant,
+    ) {
+        self.metrics.record_cache_lookup(route as usize, result);
+        if matches!(result, "timeout" | "error") {
+            self.log_lookup_problem(route, result, now);
+        }
+        if unknown_instances > 0 {
+            self.metrics
+                .record_cache_lookup(route as usize, UNKNOWN_INSTANCE);
+            self.log_lookup_problem(route, UNKNOWN_INSTANCE, now);
+        }
+    }
+
+    /// A LoRA adapter load the gateway made: counted, noted in the LoRA book when it
+    /// loaded, logged (rate-limited) when it failed.
+    fn fold_adapter_load(&mut self, target: u16, adapter: u64, loaded: bool, now: Instant) {
+        self.metrics.record_adapter_load(target as usize, loaded);
+        if loaded {
+            self.lora.loaded_by_gateway(target as usize, adapter, now);
+            return;
+        }
+        if let Some((first, since)) =
+            log_due(&mut self.lookup_problems, (target, "adapter_load"), now)
+        {
+            tracing::warn!(
+                target = %self.config.targets[target as usize].name,
+                failures = since,
+                first,
+                "loading a LoRA adapter on the target failed; the request was forwarded anyway (counted in rolter_adapter_loads_total)"
+            );
+        }
+    }
+
+    /// A target asked to be left alone until `until`: counted, and its cooling extended.
+    fn fold_cooldown(&mut self, target: usize, until: Instant) {
+        self.metrics.record_cooldown(target);
+        if let Some(c) = self.cooling.get_mut(target) {
+            if c.is_none_or(|u| u < until) {
+                *c = Some(until);
+            }
+        }
+    }
+
+    /// A retry refused by the route's budget: counted, and logged (rate-limited).
+    fn fold_budget_exhausted(&mut self, route: u16, now: Instant) {
+        self.metrics.record_budget_exhausted(route as usize);
+        let Some((first, since)) = log_due(&mut self.lookup_problems, (route, "retry_budget"), now)
+        else {
+            return;
+        };
+        let r = &self.config.routes[route as usize];
+        tracing::warn!(
+            route = %r.name,
+            refused = since,
+            first,
+            retry_budget = r.retry.budget,
+            retry_budget_min = r.retry.budget_min,
+            "the route's retry budget is spent: failed requests get their error without a retry (counted in rolter_retry_budget_exhausted_total)"
+        );
+    }
+
+    /// A finished request's access-log line, added to this tick's batch (handed over early
+    /// once the batch is full).
+    fn fold_access_line(&mut self, entry: &Entry) {
+        if self.access.is_none() {
+            return;
+        }
+        line::write(entry, &self.config, &mut self.access_lines);
+        self.access_count += 1;
+        if self.access_lines.len() >= ACCESS_BATCH_BYTES {
+            self.flush_access();
         }
     }
 
@@ -502,7 +543,7 @@ impl Plane {
         route: u16,
         target: usize,
         status: u16,
-        notes: crate::mesh::messages::AttemptNotes,
+        notes: AttemptNotes,
         now: Instant,
     ) {
         let cause = match (notes.cut, notes.error) {
@@ -880,7 +921,7 @@ impl Plane {
             f.borrow().stats.render(out);
         }
         if let Some(k) = &self.keys {
-            crate::metrics::keys::render(k, out);
+            crate::metrics::key_series::render(k, out);
         }
         let names: Vec<String> = self.config.targets.iter().map(|t| t.name.clone()).collect();
         crate::metrics::dns::render(&names, &self.dns.counts(), out);
