@@ -4,7 +4,7 @@
 # bindings, redis-server, and Prometheus's promtool where the distribution ships it), the
 # OpenAI and Anthropic Python SDKs, Hugging Face's tokenizers and jinja2 with pip, the
 # pinned Rust toolchain with rustup — saying what it installs, then runs formatting, lints,
-# the module-import check and the whole test suite: the default build, then the lean build
+# the module-import and function-length checks and the whole test suite: the default build, then the lean build
 # (`--no-default-features`: no ZMQ, no local tokenizer, no demo), whose dependency tree is
 # checked to hold none of them.
 #
@@ -101,6 +101,10 @@ log "the import-circle check's own tests (tests/check_imports_test.py)"
 python3 tests/check_imports_test.py
 log "no import circle between modules (tests/check_imports.py)"
 python3 tests/check_imports.py crates/*/src src loadtest/*/src
+log "the function-length check's own tests (tests/check_fn_length_test.py)"
+python3 tests/check_fn_length_test.py
+log "no production function in crates/ over 100 lines (tests/check_fn_length.py)"
+python3 tests/check_fn_length.py crates
 log "cargo test"
 cargo test --workspace
 
