@@ -4,9 +4,9 @@
 # bindings, redis-server, and Prometheus's promtool where the distribution ships it), the
 # OpenAI and Anthropic Python SDKs, Hugging Face's tokenizers and jinja2 with pip, the
 # pinned Rust toolchain with rustup — saying what it installs, then runs formatting, lints,
-# the module-import and function-length checks and the whole test suite: the default build, then the lean build
-# (`--no-default-features`: no ZMQ, no local tokenizer, no demo), whose dependency tree is
-# checked to hold none of them.
+# the module-import and function-length checks and the whole test suite: the default build,
+# then the lean build (`--no-default-features`: no ZMQ, no local tokenizer, no demo), whose
+# dependency tree is checked to hold none of them.
 #
 #   ./tests/run.sh
 set -euo pipefail
