@@ -27,8 +27,10 @@ pub trait Strategy: Named {
         Needs::NONE
     }
 
-    /// Chooses one of `candidates` (never empty when called), or `None` when none is
-    /// acceptable (the gateway answers 503).
+    /// Chooses one of `candidates`, or `None` when none is acceptable (the gateway answers
+    /// 503). Never called with no candidate: the gateway answers 503 before it asks, and a
+    /// wrapper hands its inner strategy a non-empty part of its own candidates; so no
+    /// strategy checks for an empty list.
     fn pick(
         &mut self,
         req: &PickRequest<'_>,

@@ -11,4 +11,4 @@ pub mod sessions;
 pub mod wrap;
 
 pub use balance::{BalanceGuard, IMBALANCE};
-pub use choose::{choose_least_loaded, choose_uniform};
+pub use choose::{choose_least_loaded, choose_least_loaded_among, choose_uniform};

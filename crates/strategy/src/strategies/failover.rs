@@ -183,7 +183,6 @@ mod tests {
             let p = f.pick(&req(), &recovered, now).unwrap();
             assert_eq!(recovered[p.index].target, 1);
         }
-        assert_eq!(f.pick(&req(), &[], now), None);
     }
 
     #[test]

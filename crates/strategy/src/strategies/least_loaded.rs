@@ -80,11 +80,7 @@ impl Strategy for LeastLoaded {
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
-        let min = candidates.iter().map(|c| c.load).min()?;
-        let chosen = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
-            candidates[i].load == min
-        })?;
-        Some(Pick::at(chosen))
+        crate::shared::choose::choose_least_loaded(&mut self.rng, candidates).map(Pick::at)
     }
 }
 
@@ -137,10 +133,5 @@ mod tests {
         let c = cands(&[(1.0, 300), (1.0, 500), (1.0, 200)]);
         let mut s = LeastLoaded::new(4);
         assert_eq!(s.pick(&req(), &c, Instant::now()).unwrap().index, 2);
-    }
-
-    #[test]
-    fn no_candidate_is_none() {
-        assert_eq!(LeastLoaded::new(1).pick(&req(), &[], Instant::now()), None);
     }
 }

@@ -32,7 +32,7 @@ use crate::requirements::Requirements;
 use crate::requirements::{CacheLookupOptions, TokenizerOptions};
 use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
-use crate::shared::choose::{choose_least_loaded, choose_uniform};
+use crate::shared::choose::{choose_least_loaded, choose_least_loaded_among};
 use crate::strategies::precise_cache_aware::NO_TOKEN_IDS;
 use crate::strategy::Strategy;
 use crate::traits::Trait;
@@ -262,13 +262,7 @@ impl Strategy for LmcacheAware {
         let best = self.scores.iter().copied().fold(f64::MIN, f64::max);
         let scores = &self.scores;
         let top = |i: usize| scores[i] >= best - 1e-12;
-        let low = (0..candidates.len())
-            .filter(|&i| top(i))
-            .map(|i| candidates[i].load)
-            .min()?;
-        let chosen = choose_uniform(&mut self.rng, candidates.len(), |i| {
-            top(i) && candidates[i].load == low
-        })?;
+        let chosen = choose_least_loaded_among(&mut self.rng, candidates, top)?;
         Some(Pick {
             index: chosen,
             score: Some(best),

@@ -538,9 +538,6 @@ impl Strategy for Pipeline {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick> {
-        if candidates.is_empty() {
-            return None;
-        }
         let fallback = self.filter(candidates);
         if self.sessions.enabled() && req.session.is_explicit() {
             if let Some(t) = self.sessions.get(req.session.hash(), now) {

@@ -65,10 +65,8 @@ impl Strategy for PowerOfTwo {
         _now: Instant,
     ) -> Option<Pick> {
         let n = candidates.len();
-        match n {
-            0 => return None,
-            1 => return Some(Pick::at(0)),
-            _ => {}
+        if n == 1 {
+            return Some(Pick::at(0));
         }
         let a = self.rng.usize(..n);
         // A second index, distinct from the first, uniformly.
@@ -121,10 +119,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_and_one_candidate() {
+    fn one_candidate() {
         let mut s = PowerOfTwo::new(1);
         let now = Instant::now();
-        assert_eq!(s.pick(&req(), &[], now), None);
         assert_eq!(s.pick(&req(), &cands(&[(1.0, 100)]), now).unwrap().index, 0);
     }
 }

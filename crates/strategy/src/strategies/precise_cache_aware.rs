@@ -39,7 +39,7 @@ use crate::requirements::Requirements;
 use crate::requirements::TokenizerOptions;
 use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
-use crate::shared::choose::{choose_least_loaded, choose_uniform};
+use crate::shared::choose::{choose_least_loaded, choose_least_loaded_among};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
 use crate::values::OptionError;
@@ -205,15 +205,7 @@ impl Strategy for PreciseCacheAware {
         };
         let chosen = if best > self.min_blocks {
             let scores = &self.scores;
-            let low = candidates
-                .iter()
-                .zip(scores)
-                .filter(|&(_, &s)| s == best)
-                .map(|(c, _)| c.load)
-                .min()?;
-            choose_uniform(&mut self.rng, candidates.len(), |i| {
-                scores[i] == best && candidates[i].load == low
-            })?
+            choose_least_loaded_among(&mut self.rng, candidates, |i| scores[i] == best)?
         } else {
             self.least_loaded(candidates)?
         };

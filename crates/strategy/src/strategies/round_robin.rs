@@ -166,10 +166,8 @@ impl Strategy for RoundRobin {
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
-        match candidates.len() {
-            0 => return None,
-            1 => return Some(Pick::at(0)),
-            _ => {}
+        if candidates.len() == 1 {
+            return Some(Pick::at(0));
         }
         if self.atomic {
             let shared = req
@@ -317,10 +315,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_shrinking_candidate_sets() {
+    fn one_and_shrinking_candidate_sets() {
         let now = Instant::now();
         let mut rr = RoundRobin::new(3);
-        assert_eq!(rr.pick(&req(), &[], now), None);
         let all = cands(&[1.0, 1.0, 1.0]);
         assert_eq!(rr.pick(&req(), &all[1..2], now).unwrap().index, 0);
         // With one target removed, the other two still alternate.

@@ -175,7 +175,6 @@ fn no_signal_falls_back_to_load_with_a_reason() {
     c[0].lora = Residency::ADAPTER;
     let p = pick(&mut s, &c, now);
     assert_eq!((p.index, p.fallback), (1, None));
-    assert_eq!(s.pick(&adapter_req("x"), &[], now), None);
     // One candidate: that one, whatever it holds.
     let one = lora_cands(&[(3, Residency::UNKNOWN)]);
     assert_eq!(pick(&mut s, &one, now).index, 0);

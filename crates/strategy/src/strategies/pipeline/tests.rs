@@ -213,10 +213,9 @@ fn ties_are_broken_uniformly() {
 }
 
 #[test]
-fn zero_one_and_many_candidates() {
+fn one_and_many_candidates() {
     let mut p = pipeline(5, Options::default());
     let now = Instant::now();
-    assert_eq!(p.pick(&req(), &[], now), None);
     let one = cands(&[(1.0, 99)]);
     assert_eq!(p.pick(&req(), &one, now).unwrap().index, 0);
     let many = cands(&[(1.0, 4), (1.0, 3), (1.0, 1), (1.0, 8), (1.0, 6)]);
