@@ -31,7 +31,7 @@ pub mod testing;
 
 pub use context::BuildContext;
 pub use options::{
-    InnerStrategy, OfOptions, OptionLine, ParseSpec, RemovedOption, StrategyOptions, StrategySpec,
+    InnerStrategy, OptionLine, ParseSpec, RemovedOption, StrategyOptions, StrategySpec,
 };
 pub use registry::{StrategyInfo, Trait, STRATEGIES};
 pub use requirements::{
@@ -41,5 +41,5 @@ pub use rolter_core::{
     AsyncInputs, Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, SessionKey, ShareBatch,
     ShareSink, Shared, Switches, TargetId, Usage,
 };
-pub use strategy::{Named, Strategy};
+pub use strategy::Strategy;
 pub use values::OptionError;

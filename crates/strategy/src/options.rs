@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
 use crate::requirements::Requirements;
-use crate::strategy::{Named, Strategy};
+use crate::strategy::Strategy;
 use crate::traits::Trait;
 use crate::values::OptionError;
 
@@ -83,18 +83,6 @@ pub struct RemovedOption {
     pub message: &'static str,
     /// What to set instead.
     pub fix: &'static str,
-}
-
-/// The options type a strategy's per-core state is built from: the strategy's name is
-/// theirs ([`StrategyOptions::NAME`]), stated once.
-pub trait OfOptions {
-    type Options: StrategyOptions;
-}
-
-impl<S: OfOptions> Named for S {
-    fn name(&self) -> &'static str {
-        S::Options::NAME
-    }
 }
 
 /// Parses `table` (the strategy table without `name`) into `O`, reporting every problem;

@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
 use crate::options::InnerStrategy;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
 use crate::requirements::Requirements;
@@ -269,10 +268,6 @@ impl Adaptive {
             fallback: None,
         })
     }
-}
-
-impl OfOptions for Adaptive {
-    type Options = Options;
 }
 
 impl Wrapper for Adaptive {
@@ -567,7 +562,6 @@ mod tests {
         for options in [toml::Table::new(), good] {
             assert_eq!(testing::validate_spec("adaptive", &options), Ok("adaptive"));
             let mut s = testing::build(&crate::testing::raw("adaptive", options), &ctx);
-            assert_eq!(s.name(), "adaptive");
             let p = s.pick(&req(), &cands(&[(1.0, 0), (1.0, 0)]), Instant::now());
             assert_eq!(p.unwrap().index, 0, "cheaper");
         }

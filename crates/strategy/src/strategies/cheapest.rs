@@ -18,7 +18,6 @@ use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
 use crate::requirements::Requirements;
@@ -116,10 +115,6 @@ fn compare_cost(a: f64, b: f64) -> Ordering {
     } else {
         Ordering::Greater
     }
-}
-
-impl OfOptions for Cheapest {
-    type Options = Options;
 }
 
 impl Strategy for Cheapest {
@@ -344,7 +339,6 @@ mod tests {
         let mut options = toml::Table::new();
         assert_eq!(validate(&options), Ok("cheapest"));
         let mut s = testing::build(&testing::raw("cheapest", options.clone()), &ctx);
-        assert_eq!(s.name(), "cheapest");
         assert_eq!(s.pick(&request(1000, None), &c, now).unwrap().index, 0);
         options.insert("default_output_tokens".into(), toml::Value::Integer(4000));
         assert_eq!(validate(&options), Ok("cheapest"));

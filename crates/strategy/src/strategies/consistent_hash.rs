@@ -24,7 +24,6 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::strategy::Strategy;
 use crate::traits::Trait;
@@ -167,10 +166,6 @@ impl ConsistentHash {
         }
         found.map(|s| s as usize)
     }
-}
-
-impl OfOptions for ConsistentHash {
-    type Options = Options;
 }
 
 impl Strategy for ConsistentHash {
@@ -523,7 +518,6 @@ mod tests {
         let ctx = context(&[1.0; 4], &[]);
         let spec = crate::testing::spec("consistent_hash", "points = 7");
         let mut s = build(&spec, &ctx);
-        assert_eq!(s.name(), "consistent_hash");
         assert!(s.needs().contains(Needs::CANONICAL_PROMPT));
         let c = cands(&[(1.0, 0); 4]);
         let mut r = req();

@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
 use crate::options::InnerStrategy;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::Requirements;
 use crate::shared::wrap::{Wrapped, Wrapper};
@@ -96,10 +95,6 @@ impl Failover {
             within,
         )
     }
-}
-
-impl OfOptions for Failover {
-    type Options = Options;
 }
 
 impl Wrapper for Failover {

@@ -39,7 +39,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
 use crate::options::InnerStrategy;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::{Requirements, StoreUse};
 use crate::shared::wrap::{Wrapped, Wrapper};
@@ -346,10 +345,6 @@ impl FairCatchup {
         }
         best
     }
-}
-
-impl OfOptions for FairCatchup {
-    type Options = Options;
 }
 
 impl Wrapper for FairCatchup {
@@ -742,7 +737,6 @@ mod tests {
         assert_eq!(info.name, "fair_catchup");
         assert!(info.traits.contains(&testing::Trait::Weighted));
         let mut s = testing::build(&spec(&[]), &ctx);
-        assert_eq!(s.name(), "fair_catchup");
         for _ in 0..20 {
             s.pick(&req(), &both[..1], now).unwrap();
         }

@@ -16,7 +16,6 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::shared::choose::{choose_least_loaded_among, choose_uniform};
 use crate::shared::ewma::{TtftAverages, TtftOptions};
@@ -97,10 +96,6 @@ impl Fastest {
     pub fn ttft_ewma_ms(&self, target: usize) -> Option<f64> {
         self.ttft.get(target)?.value_if(self.min_samples)
     }
-}
-
-impl OfOptions for Fastest {
-    type Options = Options;
 }
 
 impl Strategy for Fastest {
@@ -369,7 +364,6 @@ mod tests {
         for options in [toml::Table::new(), good] {
             assert_eq!(testing::validate_spec("fastest", &options), Ok("fastest"));
             let mut s = testing::build(&crate::testing::raw("fastest", options), &ctx);
-            assert_eq!(s.name(), "fastest");
             let p = s.pick(&req(), &cands(&[(1.0, 1), (1.0, 0)]), Instant::now());
             assert_eq!(p, Some(Pick::fallback(1, "cold")));
         }

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::Requirements;
 use crate::requirements::{CacheLookupOptions, TokenizerOptions};
@@ -201,10 +200,6 @@ impl LmcacheAware {
             scores: Vec::new(),
         }
     }
-}
-
-impl OfOptions for LmcacheAware {
-    type Options = Options;
 }
 
 impl Strategy for LmcacheAware {

@@ -34,7 +34,6 @@ use rolter_core::{adapter_key, Level, Residency};
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::AdapterLoading;
 use crate::requirements::Requirements;
@@ -450,10 +449,6 @@ impl LoraAware {
     fn least_loaded(&mut self, candidates: &[Candidate]) -> Option<usize> {
         choose_least_loaded(&mut self.rng, candidates)
     }
-}
-
-impl OfOptions for LoraAware {
-    type Options = Options;
 }
 
 impl Strategy for LoraAware {

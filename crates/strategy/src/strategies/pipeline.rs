@@ -45,7 +45,6 @@ use rolter_core::{PriceBook, Residency};
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys};
@@ -514,10 +513,6 @@ impl Pipeline {
         self.kept.extend(0..candidates.len());
         None
     }
-}
-
-impl OfOptions for Pipeline {
-    type Options = Options;
 }
 
 impl Strategy for Pipeline {

@@ -33,7 +33,6 @@ use rolter_core::KvCacheView;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::Requirements;
 use crate::requirements::TokenizerOptions;
@@ -150,10 +149,6 @@ impl PreciseCacheAware {
     fn least_loaded(&mut self, candidates: &[Candidate]) -> Option<usize> {
         choose_least_loaded(&mut self.rng, candidates)
     }
-}
-
-impl OfOptions for PreciseCacheAware {
-    type Options = Options;
 }
 
 impl Strategy for PreciseCacheAware {

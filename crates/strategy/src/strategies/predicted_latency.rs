@@ -20,7 +20,6 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::shared::choose::choose_least_loaded_among;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms};
@@ -205,10 +204,6 @@ impl PredictedLatency {
     pub fn samples(&self, target: usize) -> u32 {
         self.models.get(target).map_or(0, |m| m.samples)
     }
-}
-
-impl OfOptions for PredictedLatency {
-    type Options = Options;
 }
 
 impl Strategy for PredictedLatency {
@@ -524,7 +519,6 @@ mod tests {
                 Ok("predicted_latency")
             );
             let mut s = testing::build(&crate::testing::raw("predicted_latency", options), &ctx);
-            assert_eq!(s.name(), "predicted_latency");
             let p = s.pick(&req(), &cands(&[(1.0, 2), (1.0, 1)]), Instant::now());
             assert_eq!(p, Some(Pick::fallback(1, "learning")));
         }

@@ -14,7 +14,6 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::{Requirements, StoreUse};
 use crate::strategy::Strategy;
@@ -145,10 +144,6 @@ impl RoundRobin {
         self.current[candidates[best].target] -= total;
         best
     }
-}
-
-impl OfOptions for RoundRobin {
-    type Options = Options;
 }
 
 impl Strategy for RoundRobin {

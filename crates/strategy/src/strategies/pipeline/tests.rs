@@ -416,7 +416,6 @@ fn registry_validates_and_builds_pipeline() {
     let ctx = context(&[1.0, 1.0], &[]);
     let spec = testing::raw("pipeline", toml::Table::new());
     let mut s = testing::build(&spec, &ctx);
-    assert_eq!(s.name(), "pipeline");
     let inputs = AsyncInputs::default();
     let r = PickRequest {
         inputs: &inputs,
