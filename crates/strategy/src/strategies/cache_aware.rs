@@ -41,12 +41,12 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::StrategyOptions;
+use crate::options::{help_lines, StrategyOptions};
 use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
 use crate::shared::choose::{choose_least_loaded, choose_least_loaded_among};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
-use crate::shared::sessions::SessionPins;
+use crate::shared::sessions::{PinsAndSharing, SessionPins};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
 use crate::values::OptionError;
@@ -71,12 +71,9 @@ pub struct Options {
     /// How long an explicit session keeps going to the target that last served it.
     #[serde(with = "crate::values::duration")]
     pub session_ttl: Duration,
-    /// Sessions remembered per core.
-    pub max_sessions: usize,
-    /// Session pins go to the other gateway replicas through the shared state store.
-    pub share_sessions: bool,
-    /// Prefix insertions go to the other gateway replicas through the shared state store.
-    pub share_prefixes: bool,
+    /// `max_sessions`, `share_sessions`, `share_prefixes`.
+    #[serde(flatten)]
+    pub pins: PinsAndSharing,
 }
 
 impl Default for Options {
@@ -86,9 +83,7 @@ impl Default for Options {
             max_bytes_per_target: 4 << 20,
             balance: BalanceGuard::default(),
             session_ttl: Duration::from_secs(600),
-            max_sessions: 100_000,
-            share_sessions: false,
-            share_prefixes: false,
+            pins: PinsAndSharing::default(),
         }
     }
 }
@@ -97,34 +92,24 @@ impl StrategyOptions for Options {
     const NAME: &'static str = "cache_aware";
     const SUMMARY: &'static str = "The candidate whose prefix tree holds most of the prompt; the least warmed below the threshold; session pins; balance guard";
     const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::Stateful, Trait::SingleWinner];
-    const HELP: &'static [(&'static str, &'static str)] = &[
-        (
-            "threshold",
-            "smallest matched fraction of the prompt that sends it to the best-matching target, in [0, 1]; below it the least warmed target wins",
-        ),
-        (
-            "max_bytes_per_target",
-            "prompt bytes remembered per target (least recently used evicted first); the index costs about as much memory per target per core",
-        ),
-        BalanceGuard::HELP[0],
-        BalanceGuard::HELP[1],
-        (
+    const HELP: &'static [(&'static str, &'static str)] = &help_lines::<8>(&[
+        &[
+            (
+                "threshold",
+                "smallest matched fraction of the prompt that sends it to the best-matching target, in [0, 1]; below it the least warmed target wins",
+            ),
+            (
+                "max_bytes_per_target",
+                "prompt bytes remembered per target (least recently used evicted first); the index costs about as much memory per target per core",
+            ),
+        ],
+        &BalanceGuard::HELP,
+        &[(
             "session_ttl",
             "how long a request with x-session-id keeps going to the target that last served its session",
-        ),
-        (
-            "max_sessions",
-            "sessions remembered per core (least recently used forgotten first)",
-        ),
-        (
-            "share_sessions",
-            "publish session pins to the other gateway replicas, and apply theirs, through the shared state store ([state])",
-        ),
-        (
-            "share_prefixes",
-            "publish prefix insertions to the other gateway replicas, and apply theirs, through the shared state store ([state])",
-        ),
-    ];
+        )],
+        &PinsAndSharing::HELP,
+    ]);
 
     fn check(&self, errors: &mut Vec<OptionError>) {
         crate::values::fraction(errors, "threshold", self.threshold);
@@ -136,7 +121,7 @@ impl StrategyOptions for Options {
         );
         self.balance.check_options(errors);
         crate::values::positive_duration(errors, "session_ttl", self.session_ttl);
-        crate::values::positive(errors, "max_sessions", self.max_sessions as u64);
+        self.pins.check(errors);
     }
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
@@ -145,11 +130,7 @@ impl StrategyOptions for Options {
 
     fn requirements(&self) -> crate::requirements::Requirements {
         crate::requirements::Requirements {
-            store: crate::requirements::StoreUse::sharing(
-                Self::NAME,
-                self.share_sessions,
-                self.share_prefixes,
-            ),
+            store: self.pins.store_use(Self::NAME),
             ..crate::requirements::Requirements::default()
         }
     }
@@ -177,7 +158,7 @@ impl CacheAware {
         CacheAware {
             rng: fastrand::Rng::with_seed(seed),
             index: PrefixIndex::new(target_count, opts.max_bytes_per_target),
-            sessions: SessionPins::new(opts.max_sessions, opts.session_ttl),
+            sessions: SessionPins::new(opts.pins.max_sessions, opts.session_ttl),
             threshold: opts.threshold.clamp(0.0, 1.0),
             guard: opts.balance,
             warm_step: (opts.max_bytes_per_target / 64).max(CHUNK),
@@ -562,7 +543,10 @@ mod tests {
     fn session_memory_is_bounded() {
         let t0 = Instant::now();
         let opts = Options {
-            max_sessions: 100,
+            pins: PinsAndSharing {
+                max_sessions: 100,
+                ..PinsAndSharing::default()
+            },
             session_ttl: Duration::from_secs(60),
             ..Options::default()
         };
@@ -746,7 +730,7 @@ mod tests {
         assert_eq!(o.balance.abs, 0);
         assert_eq!(o.balance.rel, 2.0);
         assert_eq!(o.session_ttl, Duration::from_secs(30));
-        assert_eq!(o.max_sessions, 10);
+        assert_eq!(o.pins.max_sessions, 10);
         assert_eq!(
             crate::testing::parse_options::<Options>(&toml::Table::new()).unwrap(),
             Options::default()

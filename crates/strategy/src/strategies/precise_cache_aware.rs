@@ -33,7 +33,7 @@ use rolter_core::KvCacheView;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::StrategyOptions;
+use crate::options::{help_lines, StrategyOptions};
 use crate::requirements::Requirements;
 use crate::requirements::TokenizerOptions;
 use crate::shared::balance::BalanceGuard;
@@ -83,17 +83,16 @@ impl StrategyOptions for Options {
     const NAME: &'static str = "precise_cache_aware";
     const SUMMARY: &'static str = "The candidate holding the longest run of the prompt's leading KV blocks, from the engines' KV-cache events; load below min_blocks";
     const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::AsyncInput, Trait::SingleWinner];
-    const HELP: &'static [(&'static str, &'static str)] = &[
-        (
-            "min_blocks",
-            "the best-holding target wins only when it holds more than this many leading blocks; otherwise load decides",
-        ),
-        BalanceGuard::HELP[0],
-        BalanceGuard::HELP[1],
-        TokenizerOptions::HELP[0],
-        TokenizerOptions::HELP[1],
-        TokenizerOptions::HELP[2],
-    ];
+    const HELP: &'static [(&'static str, &'static str)] = &help_lines::<6>(&[
+        &[
+            (
+                "min_blocks",
+                "the best-holding target wins only when it holds more than this many leading blocks; otherwise load decides",
+            ),
+        ],
+        &BalanceGuard::HELP,
+        &TokenizerOptions::HELP,
+    ]);
 
     fn check(&self, errors: &mut Vec<OptionError>) {
         self.balance.check_options(errors);

@@ -282,7 +282,10 @@ fn session_sticks_within_ttl_only_while_a_candidate() {
 #[test]
 fn session_map_is_bounded_oldest_first() {
     let opts = Options {
-        max_sessions: 2,
+        pins: PinsAndSharing {
+            max_sessions: 2,
+            ..PinsAndSharing::default()
+        },
         ..Options::default()
     };
     let mut p = pipeline(3, opts);
