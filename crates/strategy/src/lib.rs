@@ -10,8 +10,10 @@
 //! - [`requirements`]: what a strategy needs from the gateway (prices, token ids, a
 //!   cache lookup, adapter loading), read by the configuration and the request path.
 //! - [`strategies`]: one module per strategy.
-//! - [`shared`]: pieces several strategies use (tie-break, balance guard, TTFT average,
-//!   prefix index, session pins, the wrapper that forwards every hook).
+//! - [`shared`]: pieces several strategies use (tie-breaks, balance guard, TTFT average,
+//!   prefix index, session pins, the options parts several strategies flatten in, the
+//!   generator-and-rule strategy of those that read only the candidates, the wrapper that
+//!   forwards every hook).
 //!
 //! Depends on the core crate only. Nothing here blocks, does I/O, takes a lock, logs or
 //! reads a clock.
