@@ -10,8 +10,10 @@
 //! - [`requirements`]: what a strategy needs from the gateway (prices, token ids, a
 //!   cache lookup, adapter loading), read by the configuration and the request path.
 //! - [`strategies`]: one module per strategy.
-//! - [`shared`]: pieces several strategies use (tie-break, balance guard, TTFT average,
-//!   prefix index, session pins, the wrapper that forwards every hook).
+//! - [`shared`]: pieces several strategies use (tie-breaks, balance guard, TTFT average,
+//!   prefix index, session pins, the options parts several strategies flatten in, the
+//!   generator-and-rule strategy of those that read only the candidates, the wrapper that
+//!   forwards every hook).
 //!
 //! Depends on the core crate only. Nothing here blocks, does I/O, takes a lock, logs or
 //! reads a clock.
@@ -31,7 +33,7 @@ pub mod testing;
 
 pub use context::BuildContext;
 pub use options::{
-    InnerStrategy, OfOptions, OptionLine, ParseSpec, RemovedOption, StrategyOptions, StrategySpec,
+    InnerStrategy, OptionLine, ParseSpec, RemovedOption, StrategyOptions, StrategySpec,
 };
 pub use registry::{StrategyInfo, Trait, STRATEGIES};
 pub use requirements::{
@@ -41,5 +43,5 @@ pub use rolter_core::{
     AsyncInputs, Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, SessionKey, ShareBatch,
     ShareSink, Shared, Switches, TargetId, Usage,
 };
-pub use strategy::{Named, Strategy};
+pub use strategy::Strategy;
 pub use values::OptionError;

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
 use crate::requirements::Requirements;
-use crate::strategy::{Named, Strategy};
+use crate::strategy::Strategy;
 use crate::traits::Trait;
 use crate::values::OptionError;
 
@@ -70,6 +70,30 @@ pub trait StrategyOptions:
     }
 }
 
+/// The help lines of `parts`, one part after another, as one array of `N` lines: how a
+/// strategy's `HELP` lists its own options beside those of the shared parts it flattens in
+/// (`&help_lines::<6>(&[&[("min_blocks", "…")], &BalanceGuard::HELP, &TokenizerOptions::HELP])`).
+/// A wrong `N` fails the build.
+pub const fn help_lines<const N: usize>(
+    parts: &[&[(&'static str, &'static str)]],
+) -> [(&'static str, &'static str); N] {
+    let mut lines = [("", ""); N];
+    let mut n = 0;
+    let mut part = 0;
+    while part < parts.len() {
+        let mut i = 0;
+        while i < parts[part].len() {
+            assert!(n < N, "help_lines: more lines than N");
+            lines[n] = parts[part][i];
+            n += 1;
+            i += 1;
+        }
+        part += 1;
+    }
+    assert!(n == N, "help_lines: fewer lines than N");
+    lines
+}
+
 /// The registry's parser of a named strategy with its options table, handed down so that
 /// options naming another strategy can be resolved without knowing the list of them.
 pub type ParseSpec<'a> = &'a dyn Fn(&str, &toml::Table) -> Result<StrategySpec, Vec<OptionError>>;
@@ -83,18 +107,6 @@ pub struct RemovedOption {
     pub message: &'static str,
     /// What to set instead.
     pub fix: &'static str,
-}
-
-/// The options type a strategy's per-core state is built from: the strategy's name is
-/// theirs ([`StrategyOptions::NAME`]), stated once.
-pub trait OfOptions {
-    type Options: StrategyOptions;
-}
-
-impl<S: OfOptions> Named for S {
-    fn name(&self) -> &'static str {
-        S::Options::NAME
-    }
 }
 
 /// Parses `table` (the strategy table without `name`) into `O`, reporting every problem;

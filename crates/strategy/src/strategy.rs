@@ -14,21 +14,19 @@ use rolter_core::{
     Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
 };
 
-/// A strategy's canonical name: its options' (`crate::options::OfOptions`).
-pub trait Named {
-    fn name(&self) -> &'static str;
-}
-
-/// The interface every load-balancing strategy implements; its canonical name comes
-/// through [`Named`].
-pub trait Strategy: Named {
+/// The interface every load-balancing strategy implements. Its name is its options'
+/// ([`StrategyOptions::NAME`](crate::options::StrategyOptions::NAME)), which the route's
+/// [`StrategySpec`](crate::options::StrategySpec) holds.
+pub trait Strategy {
     /// Asynchronous inputs this strategy wants before `pick`.
     fn needs(&self) -> Needs {
         Needs::NONE
     }
 
-    /// Chooses one of `candidates` (never empty when called), or `None` when none is
-    /// acceptable (the gateway answers 503).
+    /// Chooses one of `candidates`, or `None` when none is acceptable (the gateway answers
+    /// 503). Never called with no candidate: the gateway answers 503 before it asks, and a
+    /// wrapper hands its inner strategy a non-empty part of its own candidates; so no
+    /// strategy checks for an empty list.
     fn pick(
         &mut self,
         req: &PickRequest<'_>,

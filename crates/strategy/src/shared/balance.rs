@@ -46,7 +46,8 @@ impl BalanceGuard {
         ),
     ];
 
-    /// When the candidates are imbalanced, the least-loaded one (ties at random).
+    /// When the candidates (never empty) are imbalanced, the least-loaded one (ties at
+    /// random).
     #[inline]
     pub fn check(&self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
         let (mut min, mut max) = (u64::MAX, 0);
@@ -54,7 +55,7 @@ impl BalanceGuard {
             min = min.min(c.load);
             max = max.max(c.load);
         }
-        if candidates.is_empty() || max - min <= self.abs || max as f64 <= self.rel * min as f64 {
+        if max - min <= self.abs || max as f64 <= self.rel * min as f64 {
             return None;
         }
         choose_uniform(rng, candidates.len(), |i| candidates[i].load == min)

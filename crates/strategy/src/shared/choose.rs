@@ -1,5 +1,6 @@
-//! The random tie-break every strategy uses, and the least-loaded choice that is the load
-//! fallback of every strategy that has one.
+//! The random tie-break every strategy uses, the least-loaded choice that is the load
+//! fallback of every strategy that has one, and the tie-break by load among the
+//! best-scoring candidates.
 
 use rolter_core::Candidate;
 
@@ -29,6 +30,23 @@ pub fn choose_uniform(
 /// has one.
 #[inline]
 pub fn choose_least_loaded(rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
-    let min = candidates.iter().map(|c| c.load).min()?;
-    choose_uniform(rng, candidates.len(), |i| candidates[i].load == min)
+    choose_least_loaded_among(rng, candidates, |_| true)
+}
+
+/// The least-loaded of the candidates (by index) that `eligible` accepts, ties at random;
+/// `None` when it accepts none. How every scoring strategy breaks a tie among its
+/// best-scoring candidates: load first, then a random choice.
+#[inline]
+pub fn choose_least_loaded_among(
+    rng: &mut fastrand::Rng,
+    candidates: &[Candidate],
+    eligible: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    let min = (0..candidates.len())
+        .filter(|&i| eligible(i))
+        .map(|i| candidates[i].load)
+        .min()?;
+    choose_uniform(rng, candidates.len(), |i| {
+        candidates[i].load == min && eligible(i)
+    })
 }

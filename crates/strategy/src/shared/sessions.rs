@@ -2,14 +2,72 @@
 //! long that still counts (TTL), and a bound on how many sessions a core remembers (least
 //! recently used forgotten first, expired ones before that).
 //!
-//! Shared by the strategies that pin sessions (`cache_aware`, `pipeline`). Per core and
-//! synchronous: an index-linked LRU list over a reused slot vector, so pinning allocates
-//! only while the map grows to its bound. It must not decide routing by itself.
+//! Shared by the strategies that pin sessions (`cache_aware`, `pipeline`), with the options
+//! they share ([`PinsAndSharing`]). Per core and synchronous: an index-linked LRU list over
+//! a reused slot vector, so pinning allocates only while the map grows to its bound. It
+//! must not decide routing by itself.
 
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 use super::key_map::KeyMap;
+use crate::requirements::StoreUse;
+use crate::values::OptionError;
 use rolter_core::TargetId;
+
+/// The options of the strategies that pin sessions and learn prefixes (`cache_aware`,
+/// `pipeline`) beside their own `session_ttl`: how many sessions a core remembers, and
+/// whether pins and prefixes go to the other gateway replicas. Flattened into their
+/// options (`#[serde(flatten)]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PinsAndSharing {
+    /// Sessions remembered per core.
+    pub max_sessions: usize,
+    /// Session pins go to the other gateway replicas through the shared state store.
+    pub share_sessions: bool,
+    /// Prefix insertions go to the other gateway replicas through the shared state store.
+    pub share_prefixes: bool,
+}
+
+impl Default for PinsAndSharing {
+    fn default() -> Self {
+        PinsAndSharing {
+            max_sessions: 100_000,
+            share_sessions: false,
+            share_prefixes: false,
+        }
+    }
+}
+
+impl PinsAndSharing {
+    /// The help lines of the three options.
+    pub const HELP: [(&'static str, &'static str); 3] = [
+        (
+            "max_sessions",
+            "sessions remembered per core (least recently used forgotten first)",
+        ),
+        (
+            "share_sessions",
+            "publish session pins to the other gateway replicas, and apply theirs, through the shared state store ([state])",
+        ),
+        (
+            "share_prefixes",
+            "publish prefix insertions to the other gateway replicas, and apply theirs, through the shared state store ([state])",
+        ),
+    ];
+
+    /// The options' checks (`max_sessions` of at least 1).
+    pub fn check(&self, errors: &mut Vec<OptionError>) {
+        crate::values::positive(errors, "max_sessions", self.max_sessions as u64);
+    }
+
+    /// What `strategy` keeps in the shared state store through these options, if anything.
+    pub fn store_use(&self, strategy: &str) -> Option<StoreUse> {
+        StoreUse::sharing(strategy, self.share_sessions, self.share_prefixes)
+    }
+}
 
 const NIL: u32 = u32::MAX;
 

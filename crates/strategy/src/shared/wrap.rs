@@ -12,11 +12,10 @@ use rolter_core::{
     Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
 };
 
-use crate::options::OfOptions;
 use crate::strategy::Strategy;
 
-/// The part of a wrapper strategy that is its own; its name is its options'.
-pub trait Wrapper: OfOptions {
+/// The part of a wrapper strategy that is its own.
+pub trait Wrapper {
     /// Inputs the wrapper itself needs (the inner strategy's are added).
     fn needs(&self) -> Needs {
         Needs::NONE
@@ -76,10 +75,6 @@ impl<W> std::ops::DerefMut for Wrapped<W> {
     fn deref_mut(&mut self) -> &mut W {
         &mut self.own
     }
-}
-
-impl<W: Wrapper> OfOptions for Wrapped<W> {
-    type Options = W::Options;
 }
 
 impl<W: Wrapper> Strategy for Wrapped<W> {

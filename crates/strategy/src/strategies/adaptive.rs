@@ -25,10 +25,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
 use crate::options::InnerStrategy;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
 use crate::requirements::Requirements;
+use crate::shared::choose::choose_least_loaded_among;
 use crate::shared::ewma::{TtftAverages, TtftOptions};
 use crate::shared::wrap::{Wrapped, Wrapper};
 use crate::strategy::Strategy;
@@ -224,9 +224,6 @@ impl Adaptive {
     }
 
     fn blend(&mut self, req: &PickRequest<'_>, candidates: &[Candidate]) -> Option<Pick> {
-        if candidates.is_empty() {
-            return None;
-        }
         let output_tokens = req
             .max_tokens
             .map_or(self.default_output_tokens, |m| m as f64);
@@ -264,25 +261,13 @@ impl Adaptive {
         }
         let limit = best + SCORE_EPSILON;
         let scores = &self.scratch;
-        let min_load = candidates
-            .iter()
-            .zip(scores)
-            .filter(|&(_, &s)| s <= limit)
-            .map(|(c, _)| c.load)
-            .min()?;
-        let index = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
-            scores[i] <= limit && candidates[i].load == min_load
-        })?;
+        let index = choose_least_loaded_among(&mut self.rng, candidates, |i| scores[i] <= limit)?;
         Some(Pick {
             index,
             score: Some(scores[index]),
             fallback: None,
         })
     }
-}
-
-impl OfOptions for Adaptive {
-    type Options = Options;
 }
 
 impl Wrapper for Adaptive {
@@ -472,9 +457,6 @@ mod tests {
             (2, None),
             "target 0 is now the slowest"
         );
-        assert_eq!(s.pick(&req(), &[], t0), None);
-        ctx.switches.set_adaptive(false);
-        assert_eq!(s.pick(&req(), &[], t0), None);
     }
 
     #[test]
@@ -523,10 +505,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_many_candidates() {
+    fn one_and_many_candidates() {
         let (ctx, c, t0) = three();
         let mut s = adaptive(&ctx, Options::default());
-        assert_eq!(s.pick(&req(), &[], t0), None);
         assert_eq!(s.pick(&req(), &c[1..2], t0).unwrap().index, 0);
         // Equal everything: uniform among the tied.
         let even = cands(&[(1.0, 1), (1.0, 1), (1.0, 1)]);
@@ -581,7 +562,6 @@ mod tests {
         for options in [toml::Table::new(), good] {
             assert_eq!(testing::validate_spec("adaptive", &options), Ok("adaptive"));
             let mut s = testing::build(&crate::testing::raw("adaptive", options), &ctx);
-            assert_eq!(s.name(), "adaptive");
             let p = s.pick(&req(), &cands(&[(1.0, 0), (1.0, 0)]), Instant::now());
             assert_eq!(p.unwrap().index, 0, "cheaper");
         }

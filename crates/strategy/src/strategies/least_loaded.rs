@@ -5,17 +5,15 @@
 //! `max_concurrent` option, counted per core, is refused with that fix). Owns only its
 //! generator.
 
-use std::time::Instant;
-
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::RemovedOption;
 use crate::options::StrategyOptions;
+use crate::shared::seeded::{Rule, Seeded};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
-use rolter_core::{Candidate, Pick, PickRequest};
+use rolter_core::Candidate;
 
 /// The options of `least_loaded`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -57,39 +55,23 @@ pub const FLEET_LOAD_HELP: (&str, &str) = (
     "loads include the other gateway replicas' requests in flight, through the shared state store ([state]; as fresh as its sync_interval)",
 );
 
-pub struct LeastLoaded {
-    rng: fastrand::Rng,
-}
+/// `least_loaded`'s rule: the lowest load, ties at random.
+#[derive(Debug, Default)]
+pub struct LowestLoad;
 
-impl LeastLoaded {
-    pub fn new(seed: u64) -> Self {
-        LeastLoaded {
-            rng: fastrand::Rng::with_seed(seed),
-        }
-    }
-}
+/// The `least_loaded` strategy: [`LowestLoad`] with its per-core generator.
+pub type LeastLoaded = Seeded<LowestLoad>;
 
-impl OfOptions for LeastLoaded {
-    type Options = Options;
-}
-
-impl Strategy for LeastLoaded {
-    fn pick(
-        &mut self,
-        _req: &PickRequest<'_>,
-        candidates: &[Candidate],
-        _now: Instant,
-    ) -> Option<Pick> {
-        let min = candidates.iter().map(|c| c.load).min()?;
-        let chosen = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
-            candidates[i].load == min
-        })?;
-        Some(Pick::at(chosen))
+impl Rule for LowestLoad {
+    fn choose(&mut self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
+        crate::shared::choose::choose_least_loaded(rng, candidates)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
     use crate::testing::{cands, req};
 
@@ -137,10 +119,5 @@ mod tests {
         let c = cands(&[(1.0, 300), (1.0, 500), (1.0, 200)]);
         let mut s = LeastLoaded::new(4);
         assert_eq!(s.pick(&req(), &c, Instant::now()).unwrap().index, 2);
-    }
-
-    #[test]
-    fn no_candidate_is_none() {
-        assert_eq!(LeastLoaded::new(1).pick(&req(), &[], Instant::now()), None);
     }
 }

@@ -26,13 +26,12 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
-use crate::options::StrategyOptions;
+use crate::options::{help_lines, StrategyOptions};
 use crate::requirements::Requirements;
 use crate::requirements::{CacheLookupOptions, TokenizerOptions};
 use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
-use crate::shared::choose::{choose_least_loaded, choose_uniform};
+use crate::shared::choose::{choose_least_loaded, choose_least_loaded_among};
 use crate::strategies::precise_cache_aware::NO_TOKEN_IDS;
 use crate::strategy::Strategy;
 use crate::traits::Trait;
@@ -90,45 +89,44 @@ impl StrategyOptions for Options {
     const NAME: &'static str = "lmcache_aware";
     const SUMMARY: &'static str = "The candidate whose LMCache store holds the most of the prompt (the LMCache controller's /lookup), with free KV-cache room as a second term; load below min_tokens or when the controller does not answer";
     const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::AsyncInput, Trait::SingleWinner];
-    const HELP: &'static [(&'static str, &'static str)] = &[
-        (
-            "controller",
-            "required: the LMCache controller's API server, http://host:port (python -m lmcache.v1.api_server --port 9000)",
-        ),
-        (
-            "lookup_timeout",
-            "how long a lookup may take before the pick falls back to load (fallback lmcache_unreachable)",
-        ),
-        (
-            "lookup_window",
-            "a lookup's answer is reused for prompts with the same whole chunks for this long (per core); \"0s\" asks every time",
-        ),
-        (
-            "retry_after",
-            "after a failed lookup, the controller is not asked again (picks fall back at once) for this long",
-        ),
-        (
-            "chunk_size",
-            "the controller's chunk size in tokens (LMCache's chunk_size); prompts that agree on every whole chunk share a memoised answer",
-        ),
-        (
-            "min_tokens",
-            "the scores decide only when some candidate holds more than this many prompt tokens; otherwise load decides",
-        ),
-        (
-            "w_prefix",
-            "weight of the held share of the prompt (matched tokens / prompt tokens)",
-        ),
-        (
-            "w_free",
-            "weight of the free KV-cache share (1 - vllm:kv_cache_usage_perc from the metrics scrape)",
-        ),
-        BalanceGuard::HELP[0],
-        BalanceGuard::HELP[1],
-        TokenizerOptions::HELP[0],
-        TokenizerOptions::HELP[1],
-        TokenizerOptions::HELP[2],
-    ];
+    const HELP: &'static [(&'static str, &'static str)] = &help_lines::<13>(&[
+        &[
+            (
+                "controller",
+                "required: the LMCache controller's API server, http://host:port (python -m lmcache.v1.api_server --port 9000)",
+            ),
+            (
+                "lookup_timeout",
+                "how long a lookup may take before the pick falls back to load (fallback lmcache_unreachable)",
+            ),
+            (
+                "lookup_window",
+                "a lookup's answer is reused for prompts with the same whole chunks for this long (per core); \"0s\" asks every time",
+            ),
+            (
+                "retry_after",
+                "after a failed lookup, the controller is not asked again (picks fall back at once) for this long",
+            ),
+            (
+                "chunk_size",
+                "the controller's chunk size in tokens (LMCache's chunk_size); prompts that agree on every whole chunk share a memoised answer",
+            ),
+            (
+                "min_tokens",
+                "the scores decide only when some candidate holds more than this many prompt tokens; otherwise load decides",
+            ),
+            (
+                "w_prefix",
+                "weight of the held share of the prompt (matched tokens / prompt tokens)",
+            ),
+            (
+                "w_free",
+                "weight of the free KV-cache share (1 - vllm:kv_cache_usage_perc from the metrics scrape)",
+            ),
+        ],
+        &BalanceGuard::HELP,
+        &TokenizerOptions::HELP,
+    ]);
 
     fn check(&self, errors: &mut Vec<OptionError>) {
         if self.controller.as_deref().is_none_or(str::is_empty) {
@@ -203,10 +201,6 @@ impl LmcacheAware {
     }
 }
 
-impl OfOptions for LmcacheAware {
-    type Options = Options;
-}
-
 impl Strategy for LmcacheAware {
     fn needs(&self) -> Needs {
         Needs::TOKEN_IDS.union(Needs::CACHE_LOOKUP)
@@ -262,13 +256,7 @@ impl Strategy for LmcacheAware {
         let best = self.scores.iter().copied().fold(f64::MIN, f64::max);
         let scores = &self.scores;
         let top = |i: usize| scores[i] >= best - 1e-12;
-        let low = (0..candidates.len())
-            .filter(|&i| top(i))
-            .map(|i| candidates[i].load)
-            .min()?;
-        let chosen = choose_uniform(&mut self.rng, candidates.len(), |i| {
-            top(i) && candidates[i].load == low
-        })?;
+        let chosen = choose_least_loaded_among(&mut self.rng, candidates, top)?;
         Some(Pick {
             index: chosen,
             score: Some(best),

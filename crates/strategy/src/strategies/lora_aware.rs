@@ -34,11 +34,10 @@ use rolter_core::{adapter_key, Level, Residency};
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::AdapterLoading;
 use crate::requirements::Requirements;
-use crate::shared::choose::choose_uniform;
+use crate::shared::choose::{choose_least_loaded, choose_least_loaded_among};
 use crate::shared::key_map::KeyMap;
 use crate::strategy::Strategy;
 use crate::traits::Trait;
@@ -448,12 +447,8 @@ impl LoraAware {
 
     /// The least loaded candidate, ties at random.
     fn least_loaded(&mut self, candidates: &[Candidate]) -> Option<usize> {
-        crate::shared::choose::choose_least_loaded(&mut self.rng, candidates)
+        choose_least_loaded(&mut self.rng, candidates)
     }
-}
-
-impl OfOptions for LoraAware {
-    type Options = Options;
 }
 
 impl Strategy for LoraAware {
@@ -468,9 +463,6 @@ impl Strategy for LoraAware {
         now: Instant,
     ) -> Option<Pick> {
         self.last = None;
-        if candidates.is_empty() {
-            return None;
-        }
         if !candidates.iter().any(|c| c.lora.known()) {
             let i = self.least_loaded(candidates)?;
             return Some(Pick::fallback(i, NO_LORA_SIGNAL));
@@ -510,13 +502,7 @@ impl Strategy for LoraAware {
             .fold(f64::NEG_INFINITY, f64::max);
         let totals = &self.totals;
         let top = |i: usize| totals[i] >= best - SCORE_EPSILON;
-        let low = (0..candidates.len())
-            .filter(|&i| top(i))
-            .map(|i| candidates[i].load)
-            .min()?;
-        let i = choose_uniform(&mut self.rng, candidates.len(), |i| {
-            top(i) && candidates[i].load == low
-        })?;
+        let i = choose_least_loaded_among(&mut self.rng, candidates, top)?;
         Some(Pick {
             index: i,
             score: Some(best),

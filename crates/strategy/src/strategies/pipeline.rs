@@ -45,11 +45,10 @@ use rolter_core::{PriceBook, Residency};
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
-use crate::options::StrategyOptions;
+use crate::options::{help_lines, StrategyOptions};
 use crate::shared::ewma::{route_mask, teaching_ttft_ms, TtftEwma};
 use crate::shared::prefix_index::{PrefixIndex, PromptKeys};
-use crate::shared::sessions::SessionPins;
+use crate::shared::sessions::{PinsAndSharing, SessionPins};
 use crate::strategies::lora_aware::LadderScores;
 use crate::strategy::Strategy;
 use crate::traits::Trait;
@@ -197,17 +196,16 @@ pub struct Options {
     pub w_queue: f64,
     pub w_kv_cache: f64,
     pub w_lora: f64,
-    /// Drop candidates whose engine queue is longer; unset, no limit.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Drop candidates whose engine queue is longer; unset, no limit. (Unset, TOML leaves
+    /// it out; no `skip_serializing_if` beside flattened parts, see
+    /// [`crate::options::field_names`].)
     pub max_queue: Option<u64>,
     /// Zero turns session affinity off.
     #[serde(with = "crate::values::duration")]
     pub session_ttl: Duration,
-    pub max_sessions: usize,
-    /// Session pins go to the other gateway replicas through the shared state store.
-    pub share_sessions: bool,
-    /// Prefix insertions go to the other gateway replicas through the shared state store.
-    pub share_prefixes: bool,
+    /// `max_sessions`, `share_sessions`, `share_prefixes`.
+    #[serde(flatten)]
+    pub pins: PinsAndSharing,
     /// The load scorer counts the other gateway replicas' requests in flight too.
     pub fleet_load: bool,
     /// Prompt bytes the prefix index keeps per target (16 MiB by default).
@@ -232,9 +230,7 @@ impl Default for Options {
             w_lora: 0.0,
             max_queue: None,
             session_ttl: Duration::from_secs(600),
-            max_sessions: 100_000,
-            share_sessions: false,
-            share_prefixes: false,
+            pins: PinsAndSharing::default(),
             fleet_load: false,
             max_bytes_per_target: 16 << 20,
             half_life: Duration::from_secs(10),
@@ -287,70 +283,63 @@ impl StrategyOptions for Options {
         Trait::Stateful,
         Trait::SingleWinner,
     ];
-    const HELP: &'static [(&'static str, &'static str)] = &[
-        (
-            "w_weight",
-            "weight of the static-weight scorer (weight / largest weight)",
-        ),
-        ("w_load", "weight of the load scorer (1 - load / largest load)"),
-        (
-            "w_prefix",
-            "weight of the prefix scorer (leading prompt bytes already sent to the target / prompt length)",
-        ),
-        (
-            "w_latency",
-            "weight of the latency scorer (smallest TTFT average / own; unmeasured scores 1)",
-        ),
-        (
-            "w_cost",
-            "weight of the cost scorer (cheapest estimate / own; unknown price scores 0)",
-        ),
-        (
-            "w_queue",
-            "weight of the engine-queue scorer (1 - queue_depth / largest queue_depth)",
-        ),
-        (
-            "w_kv_cache",
-            "weight of the KV-cache scorer (1 - KV-cache use; unknown scores 0.5). All weights 0: uniform random",
-        ),
-        (
-            "w_lora",
-            "weight of the LoRA scorer (lora_aware's residency score of the requested adapter: running 1, free slot 0.8, waiting 0.6, registered 0.4; 1 for a base model)",
-        ),
-        (
-            "max_queue",
-            "drop candidates whose engine queue is longer (unless that drops them all)",
-        ),
-        (
-            "session_ttl",
-            "an x-session-id request goes back to the target that last served it within this time; \"0s\" turns affinity off",
-        ),
-        (
-            "max_sessions",
-            "sessions remembered per core (least recently used forgotten first)",
-        ),
-        (
-            "share_sessions",
-            "publish session pins to the other gateway replicas, and apply theirs, through the shared state store ([state])",
-        ),
-        (
-            "share_prefixes",
-            "publish prefix insertions to the other gateway replicas, and apply theirs, through the shared state store ([state])",
-        ),
-        super::least_loaded::FLEET_LOAD_HELP,
-        (
-            "max_bytes_per_target",
-            "prompt bytes the prefix index keeps per target (least recently used evicted)",
-        ),
-        (
-            "half_life",
-            "half-life of the TTFT average of the latency scorer",
-        ),
-        (
-            "default_output_tokens",
-            "output tokens the cost scorer assumes when the request sets no max_tokens",
-        ),
-    ];
+    const HELP: &'static [(&'static str, &'static str)] = &help_lines::<17>(&[
+        &[
+            (
+                "w_weight",
+                "weight of the static-weight scorer (weight / largest weight)",
+            ),
+            ("w_load", "weight of the load scorer (1 - load / largest load)"),
+            (
+                "w_prefix",
+                "weight of the prefix scorer (leading prompt bytes already sent to the target / prompt length)",
+            ),
+            (
+                "w_latency",
+                "weight of the latency scorer (smallest TTFT average / own; unmeasured scores 1)",
+            ),
+            (
+                "w_cost",
+                "weight of the cost scorer (cheapest estimate / own; unknown price scores 0)",
+            ),
+            (
+                "w_queue",
+                "weight of the engine-queue scorer (1 - queue_depth / largest queue_depth)",
+            ),
+            (
+                "w_kv_cache",
+                "weight of the KV-cache scorer (1 - KV-cache use; unknown scores 0.5). All weights 0: uniform random",
+            ),
+            (
+                "w_lora",
+                "weight of the LoRA scorer (lora_aware's residency score of the requested adapter: running 1, free slot 0.8, waiting 0.6, registered 0.4; 1 for a base model)",
+            ),
+            (
+                "max_queue",
+                "drop candidates whose engine queue is longer (unless that drops them all)",
+            ),
+            (
+                "session_ttl",
+                "an x-session-id request goes back to the target that last served it within this time; \"0s\" turns affinity off",
+            ),
+        ],
+        &PinsAndSharing::HELP,
+        &[
+            super::least_loaded::FLEET_LOAD_HELP,
+            (
+                "max_bytes_per_target",
+                "prompt bytes the prefix index keeps per target (least recently used evicted)",
+            ),
+            (
+                "half_life",
+                "half-life of the TTFT average of the latency scorer",
+            ),
+            (
+                "default_output_tokens",
+                "output tokens the cost scorer assumes when the request sets no max_tokens",
+            ),
+        ],
+    ]);
 
     fn check(&self, errors: &mut Vec<OptionError>) {
         for (key, w) in [
@@ -365,7 +354,7 @@ impl StrategyOptions for Options {
         ] {
             crate::values::non_negative(errors, key, w);
         }
-        crate::values::positive(errors, "max_sessions", self.max_sessions as u64);
+        self.pins.check(errors);
         crate::values::positive(
             errors,
             "max_bytes_per_target",
@@ -390,11 +379,7 @@ impl StrategyOptions for Options {
     fn requirements(&self) -> crate::requirements::Requirements {
         crate::requirements::Requirements {
             store: match (
-                crate::requirements::StoreUse::sharing(
-                    Self::NAME,
-                    self.share_sessions,
-                    self.share_prefixes,
-                ),
+                self.pins.store_use(Self::NAME),
                 crate::requirements::StoreUse::fleet_load(Self::NAME, self.fleet_load),
             ) {
                 (Some(a), Some(b)) => Some(a.and(b)),
@@ -469,7 +454,7 @@ impl Pipeline {
             latency_on,
             lora_on: on(Scorer::Lora),
             half_life_secs: opts.half_life.as_secs_f64(),
-            sessions: SessionPins::new(opts.max_sessions, opts.session_ttl),
+            sessions: SessionPins::new(opts.pins.max_sessions, opts.session_ttl),
             sig: Signals {
                 // The index only ever holds anything when the prefix scorer is on.
                 index: PrefixIndex::new(
@@ -516,10 +501,6 @@ impl Pipeline {
     }
 }
 
-impl OfOptions for Pipeline {
-    type Options = Options;
-}
-
 impl Strategy for Pipeline {
     fn needs(&self) -> Needs {
         let mut n = Needs::NONE;
@@ -538,9 +519,6 @@ impl Strategy for Pipeline {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick> {
-        if candidates.is_empty() {
-            return None;
-        }
         let fallback = self.filter(candidates);
         if self.sessions.enabled() && req.session.is_explicit() {
             if let Some(t) = self.sessions.get(req.session.hash(), now) {

@@ -3,16 +3,14 @@
 //!
 //! Load is the candidate's `load` as the pipeline reports it. Owns only its generator.
 
-use std::time::Instant;
-
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
+use crate::shared::seeded::{Rule, Seeded};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
-use rolter_core::{Candidate, Pick, PickRequest};
+use rolter_core::Candidate;
 
 /// The options of `power_of_two`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -41,38 +39,23 @@ impl StrategyOptions for Options {
     }
 }
 
-pub struct PowerOfTwo {
-    rng: fastrand::Rng,
-}
+/// `power_of_two`'s rule: the less loaded of two distinct candidates drawn uniformly, ties
+/// at random.
+#[derive(Debug, Default)]
+pub struct LessLoadedOfTwo;
 
-impl PowerOfTwo {
-    pub fn new(seed: u64) -> Self {
-        PowerOfTwo {
-            rng: fastrand::Rng::with_seed(seed),
-        }
-    }
-}
+/// The `power_of_two` strategy: [`LessLoadedOfTwo`] with its per-core generator.
+pub type PowerOfTwo = Seeded<LessLoadedOfTwo>;
 
-impl OfOptions for PowerOfTwo {
-    type Options = Options;
-}
-
-impl Strategy for PowerOfTwo {
-    fn pick(
-        &mut self,
-        _req: &PickRequest<'_>,
-        candidates: &[Candidate],
-        _now: Instant,
-    ) -> Option<Pick> {
+impl Rule for LessLoadedOfTwo {
+    fn choose(&mut self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
         let n = candidates.len();
-        match n {
-            0 => return None,
-            1 => return Some(Pick::at(0)),
-            _ => {}
+        if n == 1 {
+            return Some(0);
         }
-        let a = self.rng.usize(..n);
+        let a = rng.usize(..n);
         // A second index, distinct from the first, uniformly.
-        let mut b = self.rng.usize(..n - 1);
+        let mut b = rng.usize(..n - 1);
         if b >= a {
             b += 1;
         }
@@ -81,17 +64,19 @@ impl Strategy for PowerOfTwo {
             a
         } else if lb < la {
             b
-        } else if self.rng.bool() {
+        } else if rng.bool() {
             a
         } else {
             b
         };
-        Some(Pick::at(pick))
+        Some(pick)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
     use crate::testing::{cands, req};
 
@@ -121,10 +106,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_and_one_candidate() {
+    fn one_candidate() {
         let mut s = PowerOfTwo::new(1);
         let now = Instant::now();
-        assert_eq!(s.pick(&req(), &[], now), None);
         assert_eq!(s.pick(&req(), &cands(&[(1.0, 100)]), now).unwrap().index, 0);
     }
 }

