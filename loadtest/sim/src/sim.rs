@@ -560,6 +560,9 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
                     inputs: &req_inputs,
                 };
                 let pick: Option<Pick> = match &mut router {
+                    // A strategy is never asked to pick among no candidates (a fleet of none
+                    // rejects every request, as the gateway answers 503).
+                    _ if candidates.is_empty() => None,
                     Router::Cores(instances) => instances[core].pick(&req, &candidates, at),
                     Router::Oracle { owner, groups } => {
                         Some(oracle_pick(owner, groups, s.group, &candidates))

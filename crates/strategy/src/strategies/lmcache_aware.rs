@@ -8,7 +8,7 @@
 //!    times the lowest, the least-loaded candidate wins (fallback `imbalance`).
 //! 1. **Inputs.** The prompt's token ids (`Needs::TOKEN_IDS`) and the controller's answer
 //!    for them (`Needs::CACHE_LOOKUP`: `POST /lookup`, resolved before the pick by
-//!    the gateway's `route_inputs::cache_lookup`, reused for the same prefix within
+//!    the gateway's `route_clients::cache_lookup`, reused for the same prefix within
 //!    `lookup_window`). Without token ids the least-loaded candidate wins (fallback
 //!    `no_token_ids`); without an answer within `lookup_timeout` likewise (fallback `lmcache_unreachable`).
 //! 2. **Score.** Each candidate's held share of the prompt (matched tokens ÷ prompt tokens,
