@@ -337,6 +337,33 @@ impl Gen {
         }
     }
 
+    /// Ends a chat or completions token event: the finish reason on the last token (else
+    /// `not_last`, the choice's null fields), then the usage field and the event's end.
+    fn end_choice_event(&self, ev: &mut Vec<u8>, last: bool, not_last: &[u8]) {
+        if last {
+            let _ = write!(
+                ev,
+                "\"finish_reason\":\"{}\",\"stop_reason\":null}}]",
+                self.finish()
+            );
+        } else {
+            ev.extend_from_slice(not_last);
+        }
+        let _ = write!(ev, "{}}}\n\n", self.usage_null());
+    }
+
+    /// A `response.created` or `response.completed` event carrying the response object.
+    fn response_event(&mut self, ev: &mut Vec<u8>, kind: &str, done: bool) {
+        let _ = write!(
+            ev,
+            "event: {kind}\ndata: {{\"type\":\"{kind}\",\"sequence_number\":{},\"response\":",
+            self.seq
+        );
+        self.seq += 1;
+        self.response_object(ev, done);
+        ev.extend_from_slice(b"}\n\n");
+    }
+
     /// Events before the first token. Each event is appended to `ev` and handed to `emit`.
     pub fn start_events(&mut self, ev: &mut Vec<u8>, emit: &mut impl FnMut(&mut Vec<u8>)) {
         match self.api {
@@ -352,10 +379,7 @@ impl Gen {
                 emit(ev);
             }
             Api::Responses => {
-                let _ = write!(ev, "event: response.created\ndata: {{\"type\":\"response.created\",\"sequence_number\":{},\"response\":", self.seq);
-                self.seq += 1;
-                self.response_object(ev, false);
-                ev.extend_from_slice(b"}\n\n");
+                self.response_event(ev, "response.created", false);
                 emit(ev);
             }
         }
@@ -368,29 +392,11 @@ impl Gen {
         match self.api {
             Api::Chat => {
                 let _ = write!(ev, "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{tok}\"}},\"logprobs\":null,", self.id, self.created, self.model);
-                if last {
-                    let _ = write!(
-                        ev,
-                        "\"finish_reason\":\"{}\",\"stop_reason\":null}}]",
-                        self.finish()
-                    );
-                } else {
-                    ev.extend_from_slice(b"\"finish_reason\":null}]");
-                }
-                let _ = write!(ev, "{}}}\n\n", self.usage_null());
+                self.end_choice_event(ev, last, b"\"finish_reason\":null}]");
             }
             Api::Completions => {
                 let _ = write!(ev, "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"text\":\"{tok}\",\"logprobs\":null,", self.id, self.created, self.model);
-                if last {
-                    let _ = write!(
-                        ev,
-                        "\"finish_reason\":\"{}\",\"stop_reason\":null}}]",
-                        self.finish()
-                    );
-                } else {
-                    ev.extend_from_slice(b"\"finish_reason\":null,\"stop_reason\":null}]");
-                }
-                let _ = write!(ev, "{}}}\n\n", self.usage_null());
+                self.end_choice_event(ev, last, b"\"finish_reason\":null,\"stop_reason\":null}]");
             }
             Api::Messages => {
                 let _ = write!(ev, "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{tok}\"}}}}\n\n");
@@ -432,10 +438,7 @@ impl Gen {
                 emit(ev);
             }
             Api::Responses => {
-                let _ = write!(ev, "event: response.completed\ndata: {{\"type\":\"response.completed\",\"sequence_number\":{},\"response\":", self.seq);
-                self.seq += 1;
-                self.response_object(ev, true);
-                ev.extend_from_slice(b"}\n\n");
+                self.response_event(ev, "response.completed", true);
                 emit(ev);
             }
         }

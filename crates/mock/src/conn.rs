@@ -25,15 +25,15 @@ use monoio::io::{
 use monoio::net::TcpStream;
 use monoio::time::Instant;
 
-use crate::admission::Admission;
+use crate::admission::{Admission, Permit};
 use crate::api::{self, Api, FaultBody, Gen, GenBody};
-use crate::http::{self, Body, Head, Length, Parse, Route};
+use crate::http::{self, Body, Head, Length, Overrides, Parse, Route};
 #[cfg(feature = "zmq")]
 use crate::lmcache_worker::LmcacheQuery;
 use crate::lora::{self, LoraSlot};
 use crate::prefix::{self, PrefixQuery};
 use crate::stats::{inc, Stats};
-use crate::{Fault, Shared};
+use crate::{Fault, MockConfig, Shared};
 
 const READ_CHUNK: usize = 16 * 1024;
 /// Stop reading ahead when this many unprocessed bytes are buffered.
@@ -184,6 +184,211 @@ fn emit(out: &mut Vec<u8>, ev: &mut Vec<u8>, chunked: bool) {
 
 fn ms(v: Option<u64>, default: Duration) -> Duration {
     v.map(Duration::from_millis).unwrap_or(default)
+}
+
+/// What a route needs from the request body, taken while the body bytes are at hand.
+enum RouteInput {
+    /// The route reads no body.
+    Nothing,
+    /// An inference request's parsed body and its prompt keyed for the caches.
+    Inference(Result<GenBody, String>, PromptQueries),
+    /// `/mock/fault`'s parsed body.
+    Fault(Result<FaultBody, String>),
+    /// A JSON answer computed from the body (`/tokenize` and the task endpoints), or why
+    /// the body was refused.
+    Answer(Result<Vec<u8>, String>),
+    /// The body itself (echo, LoRA load and unload).
+    Bytes(Vec<u8>),
+}
+
+impl RouteInput {
+    /// Reads `body` as `route` needs it.
+    fn take(shared: &Shared, route: Route, body: &[u8]) -> RouteInput {
+        match route {
+            r if r.is_inference() => {
+                RouteInput::Inference(gen_body(body), prompt_queries(shared, route, body))
+            }
+            Route::MockFault => RouteInput::Fault(fault_body(body)),
+            Route::Tokenize => {
+                let cpt = shared.prefix.as_ref().map_or(
+                    crate::PrefixCacheConfig::default().chars_per_token as usize,
+                    |c| c.chars_per_token(),
+                );
+                RouteInput::Answer(api::tokenize_body(body, cpt))
+            }
+            r if r.is_task() => RouteInput::Answer(crate::endpoints::answer(r, body)),
+            Route::Echo | Route::LoraLoad | Route::LoraUnload => RouteInput::Bytes(body.to_vec()),
+            _ => RouteInput::Nothing,
+        }
+    }
+}
+
+/// An inference request's body; required, and JSON.
+fn gen_body(body: &[u8]) -> Result<GenBody, String> {
+    if body.is_empty() {
+        return Err("request body is required".to_string());
+    }
+    serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))
+}
+
+/// `/mock/fault`'s body; empty (or blank) clears the fault.
+fn fault_body(body: &[u8]) -> Result<FaultBody, String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(FaultBody::default());
+    }
+    serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))
+}
+
+/// With the prefix cache on, a chat or completions prompt is keyed here (and chunked for
+/// the LMCache worker) while the body bytes are at hand; the lookups themselves happen on
+/// admission.
+fn prompt_queries(shared: &Shared, route: Route, body: &[u8]) -> PromptQueries {
+    let prompt = match (&shared.prefix, route) {
+        (Some(cache), Route::Chat | Route::Completions) => {
+            prefix::canonical_prompt(body).map(|p| (cache, p))
+        }
+        _ => None,
+    };
+    PromptQueries {
+        prefix: prompt.as_ref().map(|(cache, p)| cache.query(p)),
+        #[cfg(feature = "zmq")]
+        lmcache: prompt.as_ref().and_then(|(cache, p)| {
+            let w = shared.lmcache.as_ref()?;
+            Some(w.query(&prefix::token_ids(p, cache.chars_per_token())))
+        }),
+    }
+}
+
+/// The `/metrics` text: the engine's counters, then LoRA's and the LMCache worker's.
+fn metrics_text(shared: &Shared) -> String {
+    let mut text = shared
+        .stats
+        .render_metrics(&shared.metrics_model, shared.cfg.max_running);
+    if let Some(l) = &shared.lora {
+        l.render_metrics(&mut text);
+    }
+    #[cfg(feature = "zmq")]
+    if let Some(w) = &shared.lmcache {
+        w.render_metrics(&mut text, &shared.metrics_model);
+    }
+    text
+}
+
+/// The API that generates text on `route`; `None` for embeddings.
+fn generating_api(route: Route) -> Option<Api> {
+    match route {
+        Route::Chat => Some(Api::Chat),
+        Route::Completions => Some(Api::Completions),
+        Route::Messages => Some(Api::Messages),
+        Route::Responses => Some(Api::Responses),
+        _ => None,
+    }
+}
+
+/// How one inference answer goes, decided before admission: its faults, timing and size.
+struct Plan {
+    /// Reset the connection after this many token events.
+    reset_after: Option<u32>,
+    /// Stop answering after this many token events.
+    stall_after: Option<u32>,
+    ttft: Duration,
+    itl: Duration,
+    tokens: u32,
+    /// Cut short by `max_tokens` (finish reason `length`).
+    length: bool,
+    prompt: u64,
+}
+
+/// Why an inference request is answered before admission.
+enum Refusal {
+    /// An error answer: status, message and Retry-After.
+    Error(u16, String, Option<u64>),
+    /// A connection reset before any byte of an answer.
+    Reset,
+}
+
+impl Plan {
+    /// Applies the `x-mock-*` overrides and the engine-wide fault to the configured
+    /// behaviour; refuses an injected error status, a bad body and `max_tokens: 0`.
+    fn new(
+        ov: &Overrides,
+        parsed: Result<GenBody, String>,
+        fault: Option<&Fault>,
+        cfg: &MockConfig,
+        queries: &PromptQueries,
+    ) -> Result<(GenBody, Plan), Refusal> {
+        let status = ov.status.or(match fault {
+            Some(Fault::Status(s)) => Some(*s),
+            _ => None,
+        });
+        if let Some(status) = status {
+            let msg = format!("mock engine injected error (status {status})");
+            return Err(Refusal::Error(status, msg, ov.retry_after));
+        }
+        let gb = parsed.map_err(|msg| Refusal::Error(400, msg, None))?;
+        let reset_after = ov.reset_after.or(match fault {
+            Some(Fault::ResetAfter(n)) => Some(*n),
+            _ => None,
+        });
+        let stall_after = ov
+            .stall_after
+            .or(matches!(fault, Some(Fault::Stall)).then_some(0));
+        if reset_after == Some(0) {
+            return Err(Refusal::Reset);
+        }
+        let max = gb.max_tokens();
+        if max == Some(0) {
+            let msg = "max_tokens must be at least 1, got 0.".to_string();
+            return Err(Refusal::Error(400, msg, None));
+        }
+        let ttft = match fault {
+            Some(Fault::Slow(d)) => *d,
+            _ => cfg.ttft,
+        };
+        let natural = ov.tokens.unwrap_or(cfg.tokens);
+        let (tokens, length) = match max {
+            Some(m) if m < natural as u64 => (m as u32, true),
+            _ => (natural, false),
+        };
+        let prompt = match &queries.prefix {
+            Some(q) => q.prompt_tokens,
+            None => gb.prompt_tokens(),
+        };
+        let plan = Plan {
+            reset_after,
+            stall_after,
+            ttft: ms(ov.ttft_ms, ttft),
+            itl: ms(ov.itl_ms, cfg.itl),
+            tokens,
+            length,
+            prompt,
+        };
+        Ok((gb, plan))
+    }
+}
+
+/// A request holding a running slot, since `start`.
+struct Admitted {
+    permit: Permit,
+    start: Instant,
+}
+
+/// An admitted generation on its way out.
+struct Answer {
+    gen: Gen,
+    plan: Plan,
+    admitted: Admitted,
+    /// From admission to the first token: the TTFT plus the prefill of uncached tokens.
+    first_token: Duration,
+    #[cfg(feature = "zmq")]
+    lmcache: Option<LmcacheQuery>,
+}
+
+impl Answer {
+    /// When token `i` is due.
+    fn token_time(&self, i: u32) -> Instant {
+        self.admitted.start + self.first_token + self.plan.itl * i
+    }
 }
 
 pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>, local: Rc<Local>) {
@@ -357,68 +562,46 @@ impl Conn {
             .await
     }
 
+    /// Answers one parsed request: takes what its route needs from the body, frees the
+    /// request's bytes from the read buffer, then answers.
     async fn handle(&mut self, mut head: Head, body: Body, consumed: usize) -> Flow {
         if let Some(r) = head.record.take() {
             self.shared.recorded.lock().unwrap().push(r);
         }
-        let close = head.close;
-        let body_bytes: &[u8] = match &body {
-            Body::Range(a, b) => &self.rbuf[*a..*b],
-            Body::Owned(v) => v,
+        let input = {
+            let body_bytes: &[u8] = match &body {
+                Body::Range(a, b) => &self.rbuf[*a..*b],
+                Body::Owned(v) => v,
+            };
+            RouteInput::take(&self.shared, head.route, body_bytes)
         };
-        let parsed: Option<Result<GenBody, String>> = if head.route.is_inference() {
-            Some(if body_bytes.is_empty() {
-                Err("request body is required".to_string())
-            } else {
-                serde_json::from_slice(body_bytes).map_err(|e| format!("invalid JSON body: {e}"))
-            })
-        } else {
-            None
-        };
-        let fault_body: Option<Result<FaultBody, String>> =
-            (head.route == Route::MockFault).then(|| {
-                if body_bytes.iter().all(u8::is_ascii_whitespace) {
-                    Ok(FaultBody::default())
-                } else {
-                    serde_json::from_slice(body_bytes)
-                        .map_err(|e| format!("invalid JSON body: {e}"))
-                }
-            });
-        let tokenized: Option<Result<Vec<u8>, String>> =
-            (head.route == Route::Tokenize).then(|| {
-                let cpt = self.shared.prefix.as_ref().map_or(
-                    crate::PrefixCacheConfig::default().chars_per_token as usize,
-                    |c| c.chars_per_token(),
-                );
-                api::tokenize_body(body_bytes, cpt)
-            });
-        // With the prefix cache on, chat and completions prompts are keyed here (and
-        // chunked for the LMCache worker), while the body bytes are at hand; the lookups
-        // themselves happen on admission.
-        let prompt = match (&self.shared.prefix, head.route) {
-            (Some(cache), Route::Chat | Route::Completions) => {
-                prefix::canonical_prompt(body_bytes).map(|p| (cache, p))
-            }
-            _ => None,
-        };
-        let prefix_query = prompt.as_ref().map(|(cache, p)| cache.query(p));
-        #[cfg(feature = "zmq")]
-        let lmcache_query = prompt.as_ref().and_then(|(cache, p)| {
-            let w = self.shared.lmcache.as_ref()?;
-            Some(w.query(&prefix::token_ids(p, cache.chars_per_token())))
-        });
-        let task: Option<Result<Vec<u8>, String>> = head
-            .route
-            .is_task()
-            .then(|| crate::endpoints::answer(head.route, body_bytes));
-        let echo: Option<Vec<u8>> = (head.route == Route::Echo).then(|| body_bytes.to_vec());
-        let lora_body: Option<Vec<u8>> =
-            matches!(head.route, Route::LoraLoad | Route::LoraUnload).then(|| body_bytes.to_vec());
         drop(body);
         self.rbuf.drain(..consumed);
+        let close = head.close;
+        match input {
+            RouteInput::Inference(parsed, prompt) => {
+                self.inference(head.route, head, parsed, prompt).await
+            }
+            RouteInput::Fault(fault_body) => self.set_fault(fault_body, close).await,
+            RouteInput::Answer(Ok(body)) => {
+                self.respond(200, "application/json", &body, close, None)
+                    .await
+            }
+            RouteInput::Answer(Err(msg)) => self.respond_error(400, &msg, close, None).await,
+            RouteInput::Bytes(body) if head.route == Route::Echo => {
+                self.respond(200, "application/octet-stream", &body, close, None)
+                    .await
+            }
+            RouteInput::Bytes(body) => self.lora_admin(head.route, &body, close).await,
+            RouteInput::Nothing => self.answer_bodiless(head.route, close).await,
+        }
+    }
 
+    /// Answers a route that reads no body: health, models, metrics, stats, the prefix
+    /// cache reset, and 404 / 405.
+    async fn answer_bodiless(&mut self, route: Route, close: bool) -> Flow {
         let shared = self.shared.clone();
-        match head.route {
+        match route {
             Route::Health => {
                 let bad = matches!(shared.fault(), Some(Fault::Status(_)) | Some(Fault::Stall));
                 let status = if bad { 503 } else { 200 };
@@ -434,76 +617,14 @@ impl Conn {
                 self.respond(200, "application/json", body, close, None)
                     .await
             }
-            Route::LoraLoad | Route::LoraUnload => {
-                let Some(l) = shared.lora.clone() else {
-                    return self.respond_error(404, "Not Found", close, None).await;
-                };
-                let body = lora_body.unwrap_or_default();
-                let (status, ctype, reply) = if head.route == Route::LoraLoad {
-                    l.load(&body).await
-                } else {
-                    l.unload(&body)
-                };
-                self.respond(status, ctype, &reply, close, None).await
-            }
             Route::Metrics => {
-                let mut text = shared
-                    .stats
-                    .render_metrics(&shared.metrics_model, shared.cfg.max_running);
-                if let Some(l) = &shared.lora {
-                    l.render_metrics(&mut text);
-                }
-                #[cfg(feature = "zmq")]
-                if let Some(w) = &shared.lmcache {
-                    w.render_metrics(&mut text, &shared.metrics_model);
-                }
-                self.respond(
-                    200,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    text.as_bytes(),
-                    close,
-                    None,
-                )
-                .await
+                let text = metrics_text(&shared);
+                let ctype = "text/plain; version=0.0.4; charset=utf-8";
+                self.respond(200, ctype, text.as_bytes(), close, None).await
             }
             Route::MockStats => {
                 let body = serde_json::to_vec(&shared.stats.snapshot()).unwrap_or_default();
                 self.respond(200, "application/json", &body, close, None)
-                    .await
-            }
-            Route::MockFault => match fault_body.unwrap_or_else(|| Ok(FaultBody::default())) {
-                Ok(fb) => {
-                    let fault = if let Some(s) = fb.status {
-                        Some(Fault::Status(s))
-                    } else if fb.stall == Some(true) {
-                        Some(Fault::Stall)
-                    } else {
-                        fb.reset_after.map(Fault::ResetAfter)
-                    };
-                    let desc = format!("{{\"fault\":{:?}}}", format!("{fault:?}"));
-                    shared.set_fault(fault);
-                    self.respond(200, "application/json", desc.as_bytes(), close, None)
-                        .await
-                }
-                Err(msg) => self.respond_error(400, &msg, close, None).await,
-            },
-            Route::Tokenize => match tokenized.unwrap_or_else(|| Err("missing body".into())) {
-                Ok(body) => {
-                    self.respond(200, "application/json", &body, close, None)
-                        .await
-                }
-                Err(msg) => self.respond_error(400, &msg, close, None).await,
-            },
-            route if route.is_task() => match task.unwrap_or_else(|| Err("missing body".into())) {
-                Ok(body) => {
-                    self.respond(200, "application/json", &body, close, None)
-                        .await
-                }
-                Err(msg) => self.respond_error(400, &msg, close, None).await,
-            },
-            Route::Echo => {
-                let body = echo.unwrap_or_default();
-                self.respond(200, "application/octet-stream", &body, close, None)
                     .await
             }
             Route::ResetPrefixCache => {
@@ -513,21 +634,45 @@ impl Conn {
                 self.respond(200, "application/json", b"", close, None)
                     .await
             }
-            Route::NotFound => self.respond_error(404, "Not Found", close, None).await,
             Route::MethodNotAllowed => {
                 self.respond_error(405, "Method Not Allowed", close, None)
                     .await
             }
-            route => {
-                let parsed = parsed.unwrap_or_else(|| Err("missing body".into()));
-                let prompt = PromptQueries {
-                    prefix: prefix_query,
-                    #[cfg(feature = "zmq")]
-                    lmcache: lmcache_query,
-                };
-                self.inference(route, head, parsed, prompt).await
-            }
+            // Route::NotFound: every other route takes an input from its body.
+            _ => self.respond_error(404, "Not Found", close, None).await,
         }
+    }
+
+    /// `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter`; 404 with LoRA off.
+    async fn lora_admin(&mut self, route: Route, body: &[u8], close: bool) -> Flow {
+        let Some(l) = self.shared.lora.clone() else {
+            return self.respond_error(404, "Not Found", close, None).await;
+        };
+        let (status, ctype, reply) = if route == Route::LoraLoad {
+            l.load(body).await
+        } else {
+            l.unload(body)
+        };
+        self.respond(status, ctype, &reply, close, None).await
+    }
+
+    /// `POST /mock/fault`: sets (or clears) the engine-wide fault and answers with it.
+    async fn set_fault(&mut self, fault_body: Result<FaultBody, String>, close: bool) -> Flow {
+        let fb = match fault_body {
+            Ok(fb) => fb,
+            Err(msg) => return self.respond_error(400, &msg, close, None).await,
+        };
+        let fault = if let Some(s) = fb.status {
+            Some(Fault::Status(s))
+        } else if fb.stall == Some(true) {
+            Some(Fault::Stall)
+        } else {
+            fb.reset_after.map(Fault::ResetAfter)
+        };
+        let desc = format!("{{\"fault\":{:?}}}", format!("{fault:?}"));
+        self.shared.set_fault(fault);
+        self.respond(200, "application/json", desc.as_bytes(), close, None)
+            .await
     }
 
     fn abort(&mut self, head: &Head, emitted: u64) -> Flow {
@@ -559,6 +704,8 @@ impl Conn {
         Flow::Reset
     }
 
+    /// Answers an inference request: the refusals decided up front, then admission, the
+    /// prefix-cache lookup, and the answer (an embedding, a whole body or a stream).
     async fn inference(
         &mut self,
         route: Route,
@@ -566,222 +713,265 @@ impl Conn {
         parsed: Result<GenBody, String>,
         prompt_queries: PromptQueries,
     ) -> Flow {
-        let PromptQueries {
-            prefix: prefix_query,
-            #[cfg(feature = "zmq")]
-                lmcache: lmcache_query,
-        } = prompt_queries;
         let shared = self.shared.clone();
-        let cfg = &shared.cfg;
         let stats = &shared.stats;
         inc(&stats.requests);
-        let close = head.close;
-        let ov = &head.ov;
         let engine_fault = shared.fault();
-        let status = ov.status.or(match engine_fault {
-            Some(Fault::Status(s)) => Some(s),
-            _ => None,
-        });
-        if let Some(status) = status {
-            inc(&stats.completed);
-            let msg = format!("mock engine injected error (status {status})");
-            return self
-                .respond_error(status, &msg, close, ov.retry_after)
-                .await;
-        }
-        let gb = match parsed {
-            Ok(gb) => gb,
-            Err(msg) => {
-                inc(&stats.completed);
-                return self.respond_error(400, &msg, close, None).await;
-            }
-        };
-        let reset_after = ov.reset_after.or(match engine_fault {
-            Some(Fault::ResetAfter(n)) => Some(n),
-            _ => None,
-        });
-        let stall_after = ov
-            .stall_after
-            .or(matches!(engine_fault, Some(Fault::Stall)).then_some(0));
-        if reset_after == Some(0) {
-            return self.reset(0).await;
-        }
-        let max = gb.max_tokens();
-        if max == Some(0) {
-            inc(&stats.completed);
-            return self
-                .respond_error(400, "max_tokens must be at least 1, got 0.", close, None)
-                .await;
-        }
-        let ttft = ms(
-            ov.ttft_ms,
-            match engine_fault {
-                Some(Fault::Slow(d)) => d,
-                _ => cfg.ttft,
-            },
+        let planned = Plan::new(
+            &head.ov,
+            parsed,
+            engine_fault.as_ref(),
+            &shared.cfg,
+            &prompt_queries,
         );
-        let itl = ms(ov.itl_ms, cfg.itl);
-        let natural = ov.tokens.unwrap_or(cfg.tokens);
-        let (tokens, length) = match max {
-            Some(m) if m < natural as u64 => (m as u32, true),
-            _ => (natural, false),
+        let (gb, plan) = match planned {
+            Ok(planned) => planned,
+            Err(Refusal::Reset) => return self.reset(0).await,
+            Err(Refusal::Error(status, msg, retry_after)) => {
+                inc(&stats.completed);
+                return self
+                    .respond_error(status, &msg, head.close, retry_after)
+                    .await;
+            }
         };
         let model = gb.model.as_deref().unwrap_or(&shared.default_model);
-        let prompt = match &prefix_query {
-            Some(q) => q.prompt_tokens,
-            None => gb.prompt_tokens(),
-        };
-        stats.prompt_tokens.fetch_add(prompt, Relaxed);
+        stats.prompt_tokens.fetch_add(plan.prompt, Relaxed);
 
-        if self.reader.eof {
-            return self.abort(&head, 0);
-        }
-        let _lora_slot = match self.lora_admit(&head, model).await {
-            Ok(slot) => slot,
+        let (admitted, _lora_slot) = match self.admit(&head, model).await {
+            Ok(admitted) => admitted,
             Err(flow) => return flow,
         };
-        let admission = self.local.admission.clone();
-        let Some(permit) = self.race(admission.acquire()).await else {
-            return self.abort(&head, 0);
-        };
-        let start = Instant::now();
-        if stall_after == Some(0) {
+        if plan.stall_after == Some(0) {
             return self.stall(&head, 0).await;
         }
-        // Prefix-cache (and LMCache) lookup on admission, as vLLM's scheduler does; the
-        // prompt tokens neither holds add their prefill time to the constant TTFT.
-        let (first_token, cached_tokens) = match (&shared.prefix, &prefix_query) {
-            (Some(cache), Some(q)) => {
-                #[cfg_attr(not(feature = "zmq"), allow(unused_mut))]
-                let mut hit = cache.lookup(q);
-                stats
-                    .prefix_cache_queries
-                    .fetch_add(hit.prompt_tokens, Relaxed);
-                stats
-                    .prefix_cache_hits
-                    .fetch_add(hit.cached_tokens, Relaxed);
-                #[cfg(feature = "zmq")]
-                if let (Some(w), Some(lq)) = (&shared.lmcache, &lmcache_query) {
-                    let external = w.lookup(lq).min(hit.prompt_tokens);
-                    hit.cached_tokens = hit.cached_tokens.max(external);
-                }
-                (cache.first_token_delay(ttft, &hit), Some(hit.cached_tokens))
-            }
-            _ => (ttft, None),
+        let (first_token, cached_tokens) = self.cache_lookup(plan.ttft, &prompt_queries);
+        let Some(api) = generating_api(route) else {
+            return self.embeddings(&head, model, &plan, admitted).await;
         };
-
-        let api = match route {
-            Route::Chat => Api::Chat,
-            Route::Completions => Api::Completions,
-            Route::Messages => Api::Messages,
-            Route::Responses => Api::Responses,
-            _ => {
-                // Embeddings: one forward pass.
-                if !self.wait_until(start + ttft).await {
-                    return self.abort(&head, 0);
-                }
-                let mut body = std::mem::take(&mut self.ev);
-                body.clear();
-                api::embeddings_body(&mut body, model, prompt);
-                // Counters first, so a client that has read the answer sees them.
-                inc(&stats.completed);
-                inc(&stats.finished_stop);
-                drop(permit);
-                let flow = self
-                    .respond(200, "application/json", &body, close, None)
-                    .await;
-                body.clear();
-                self.ev = body;
-                return flow;
-            }
-        };
-        let stream = gb.stream.unwrap_or(false);
         let include_usage = gb
             .stream_options
             .as_ref()
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
-        let mut gen = Gen::new(api, model, prompt, tokens, length, include_usage);
+        let mut gen = Gen::new(
+            api,
+            model,
+            plan.prompt,
+            plan.tokens,
+            plan.length,
+            include_usage,
+        );
         gen.cached_tokens = cached_tokens;
-        let token_time = |i: u32| start + first_token + itl * i;
-
-        if !stream {
-            let fault_at = match (reset_after, stall_after) {
-                (Some(r), Some(s)) => Some(r.min(s)),
-                (r, s) => r.or(s),
-            }
-            .filter(|&n| n <= tokens);
-            let last = fault_at.unwrap_or(tokens).max(1) - 1;
+        let answer = Answer {
+            gen,
+            plan,
+            admitted,
+            first_token,
             #[cfg(feature = "zmq")]
-            if let Some(q) = &lmcache_query {
-                if !self.wait_until(token_time(0)).await {
-                    return self.abort(&head, 0);
-                }
-                self.lmcache_store(q);
-            }
-            if !self.wait_until(token_time(last)).await {
-                return self.abort(&head, 0);
-            }
-            if let Some(n) = fault_at {
-                if reset_after == Some(n) {
-                    return self.reset(n as u64).await;
-                }
-                return self.stall(&head, n as u64).await;
-            }
-            let mut body = std::mem::take(&mut self.ev);
-            body.clear();
-            gen.full_body(&mut body);
-            self.finish(tokens as u64, length, permit);
-            let ok = self.flush_response(&body, close).await;
-            body.clear();
-            self.ev = body;
-            return if ok && !close {
-                Flow::KeepAlive
-            } else {
-                Flow::Close
-            };
+            lmcache: prompt_queries.lmcache,
+        };
+        if gb.stream.unwrap_or(false) {
+            self.answer_stream(&head, answer).await
+        } else {
+            self.answer_whole(&head, answer).await
         }
+    }
 
+    /// Admits the request while watching the client: a LoRA adapter's slot (with LoRA on),
+    /// then a running slot. `Err`: the flow when the client went away first, or when the
+    /// model was answered as unknown.
+    async fn admit(
+        &mut self,
+        head: &Head,
+        model: &str,
+    ) -> Result<(Admitted, Option<LoraSlot>), Flow> {
+        if self.reader.eof {
+            return Err(self.abort(head, 0));
+        }
+        let lora_slot = self.lora_admit(head, model).await?;
+        let admission = self.local.admission.clone();
+        let Some(permit) = self.race(admission.acquire()).await else {
+            return Err(self.abort(head, 0));
+        };
+        let start = Instant::now();
+        Ok((Admitted { permit, start }, lora_slot))
+    }
+
+    /// Prefix-cache (and LMCache) lookup on admission, as vLLM's scheduler does: the prompt
+    /// tokens neither holds add their prefill time to the constant TTFT. Returns the delay
+    /// to the first token and, with the cache on, the cached prompt tokens.
+    fn cache_lookup(&self, ttft: Duration, queries: &PromptQueries) -> (Duration, Option<u64>) {
+        let shared = &self.shared;
+        let (Some(cache), Some(q)) = (&shared.prefix, &queries.prefix) else {
+            return (ttft, None);
+        };
+        #[cfg_attr(not(feature = "zmq"), allow(unused_mut))]
+        let mut hit = cache.lookup(q);
+        let stats = &shared.stats;
+        stats
+            .prefix_cache_queries
+            .fetch_add(hit.prompt_tokens, Relaxed);
+        stats
+            .prefix_cache_hits
+            .fetch_add(hit.cached_tokens, Relaxed);
+        #[cfg(feature = "zmq")]
+        if let (Some(w), Some(lq)) = (&shared.lmcache, &queries.lmcache) {
+            let external = w.lookup(lq).min(hit.prompt_tokens);
+            hit.cached_tokens = hit.cached_tokens.max(external);
+        }
+        (cache.first_token_delay(ttft, &hit), Some(hit.cached_tokens))
+    }
+
+    /// An embeddings answer: one forward pass, due a TTFT after admission.
+    async fn embeddings(&mut self, head: &Head, model: &str, plan: &Plan, a: Admitted) -> Flow {
+        if !self.wait_until(a.start + plan.ttft).await {
+            return self.abort(head, 0);
+        }
+        let mut body = std::mem::take(&mut self.ev);
+        body.clear();
+        api::embeddings_body(&mut body, model, plan.prompt);
+        // Counters first, so a client that has read the answer sees them.
+        let stats = &self.shared.stats;
+        inc(&stats.completed);
+        inc(&stats.finished_stop);
+        drop(a.permit);
+        let flow = self
+            .respond(200, "application/json", &body, head.close, None)
+            .await;
+        body.clear();
+        self.ev = body;
+        flow
+    }
+
+    /// A whole (non-streamed) answer: written once its last token is due, unless a reset
+    /// or stall fault comes first.
+    async fn answer_whole(&mut self, head: &Head, a: Answer) -> Flow {
+        let plan = &a.plan;
+        let tokens = plan.tokens;
+        let fault_at = match (plan.reset_after, plan.stall_after) {
+            (Some(r), Some(s)) => Some(r.min(s)),
+            (r, s) => r.or(s),
+        }
+        .filter(|&n| n <= tokens);
+        let last = fault_at.unwrap_or(tokens).max(1) - 1;
+        #[cfg(feature = "zmq")]
+        if let Some(q) = &a.lmcache {
+            if !self.wait_until(a.token_time(0)).await {
+                return self.abort(head, 0);
+            }
+            self.lmcache_store(q);
+        }
+        if !self.wait_until(a.token_time(last)).await {
+            return self.abort(head, 0);
+        }
+        if let Some(n) = fault_at {
+            if plan.reset_after == Some(n) {
+                return self.reset(n as u64).await;
+            }
+            return self.stall(head, n as u64).await;
+        }
+        let mut body = std::mem::take(&mut self.ev);
+        body.clear();
+        a.gen.full_body(&mut body);
+        self.finish(tokens as u64, plan.length, a.admitted.permit);
+        let close = head.close;
+        let ok = self.flush_response(&body, close).await;
+        body.clear();
+        self.ev = body;
+        if ok && !close {
+            Flow::KeepAlive
+        } else {
+            Flow::Close
+        }
+    }
+
+    /// A streamed answer: the opening events, one event per token, the closing events and
+    /// (chunked) the last chunk. An HTTP/1.0 client gets a close-delimited stream.
+    async fn answer_stream(&mut self, head: &Head, mut a: Answer) -> Flow {
         let chunked = !head.http10;
-        let close = close || head.http10;
+        let close = head.close || head.http10;
+        if let Err(flow) = self.open_stream(head, &mut a, chunked, close).await {
+            return flow;
+        }
+        let emitted = match self.stream_tokens(head, &mut a, chunked).await {
+            Ok(emitted) => emitted,
+            Err(flow) => return flow,
+        };
+        {
+            let (out, ev) = (&mut self.out, &mut self.ev);
+            a.gen
+                .end_events(ev, &mut |ev: &mut Vec<u8>| emit(out, ev, chunked));
+        }
+        if chunked {
+            self.out.extend_from_slice(b"0\r\n\r\n");
+        }
+        self.finish(emitted, a.plan.length, a.admitted.permit);
+        if self.flush().await && !close {
+            Flow::KeepAlive
+        } else {
+            Flow::Close
+        }
+    }
+
+    /// Writes the stream's head (at once when the first token is not immediate), waits for
+    /// the first token and emits the events before it.
+    async fn open_stream(
+        &mut self,
+        head: &Head,
+        a: &mut Answer,
+        chunked: bool,
+        close: bool,
+    ) -> Result<(), Flow> {
         let len = if chunked {
             Length::Chunked
         } else {
             Length::Close
         };
+        let engine_header = &self.shared.engine_header;
         http::write_head(
             &mut self.out,
             200,
             "text/event-stream",
             len,
             close,
-            &shared.engine_header,
+            engine_header,
             None,
         );
-        if !first_token.is_zero() && !self.flush().await {
-            return self.abort(&head, 0);
+        if !a.first_token.is_zero() && !self.flush().await {
+            return Err(self.abort(head, 0));
         }
-        if !self.wait_until(token_time(0)).await {
-            return self.abort(&head, 0);
+        if !self.wait_until(a.token_time(0)).await {
+            return Err(self.abort(head, 0));
         }
         #[cfg(feature = "zmq")]
-        if let Some(q) = &lmcache_query {
+        if let Some(q) = &a.lmcache {
             self.lmcache_store(q);
         }
-        {
-            let (out, ev) = (&mut self.out, &mut self.ev);
-            gen.start_events(ev, &mut |ev: &mut Vec<u8>| emit(out, ev, chunked));
-        }
+        let (out, ev) = (&mut self.out, &mut self.ev);
+        a.gen
+            .start_events(ev, &mut |ev: &mut Vec<u8>| emit(out, ev, chunked));
+        Ok(())
+    }
+
+    /// Emits one event per token as each is due; `Ok` with the tokens emitted, `Err` with
+    /// the flow when the client went away or a reset or stall fault cut the stream.
+    async fn stream_tokens(
+        &mut self,
+        head: &Head,
+        a: &mut Answer,
+        chunked: bool,
+    ) -> Result<u64, Flow> {
+        let (tokens, itl) = (a.plan.tokens, a.plan.itl);
         let mut emitted = 0u64;
         // Zero tokens still produce one (empty) event carrying the finish reason.
         for i in 0..tokens.max(1) {
             if i > 0
                 && !itl.is_zero()
-                && (!self.flush().await || !self.wait_until(token_time(i)).await)
+                && (!self.flush().await || !self.wait_until(a.token_time(i)).await)
             {
-                return self.abort(&head, emitted);
+                return Err(self.abort(head, emitted));
             }
-            gen.token_event(i, &mut self.ev);
+            a.gen.token_event(i, &mut self.ev);
             emit(&mut self.out, &mut self.ev, chunked);
             if i < tokens {
                 emitted += 1;
@@ -789,28 +979,16 @@ impl Conn {
             // Without an inter-token delay, still write as the answer grows, so a client
             // that stops reading or goes away mid-answer is seen (and counted) as an abort.
             if self.out.len() >= STREAM_FLUSH_BYTES && !self.flush().await {
-                return self.abort(&head, emitted);
+                return Err(self.abort(head, emitted));
             }
-            if reset_after == Some(emitted as u32) {
-                return self.reset(emitted).await;
+            if a.plan.reset_after == Some(emitted as u32) {
+                return Err(self.reset(emitted).await);
             }
-            if stall_after == Some(emitted as u32) {
-                return self.stall(&head, emitted).await;
+            if a.plan.stall_after == Some(emitted as u32) {
+                return Err(self.stall(head, emitted).await);
             }
         }
-        {
-            let (out, ev) = (&mut self.out, &mut self.ev);
-            gen.end_events(ev, &mut |ev: &mut Vec<u8>| emit(out, ev, chunked));
-        }
-        if chunked {
-            self.out.extend_from_slice(b"0\r\n\r\n");
-        }
-        self.finish(emitted, length, permit);
-        if self.flush().await && !close {
-            Flow::KeepAlive
-        } else {
-            Flow::Close
-        }
+        Ok(emitted)
     }
 
     /// Once a prompt's prefill is done, the LMCache worker stores its chunks.
@@ -866,7 +1044,7 @@ impl Conn {
 
     /// Accounts a completed answer (before its last bytes are written, so a client that
     /// has read the answer sees the counters updated) and frees its slot.
-    fn finish(&mut self, tokens: u64, length: bool, permit: crate::admission::Permit) {
+    fn finish(&mut self, tokens: u64, length: bool, permit: Permit) {
         drop(permit);
         let stats = &self.shared.stats;
         stats.generation_tokens.fetch_add(tokens, Relaxed);

@@ -156,93 +156,167 @@ fn has_token(v: &[u8], token: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Parses one request at the start of `buf`: its head, `x-mock-*` overrides and body
+/// (a copy kept when `record` is set).
 pub(crate) fn parse(buf: &[u8], record: bool) -> Parse {
     let mut headers = [httparse::EMPTY_HEADER; 96];
     let mut req = httparse::Request::new(&mut headers);
-    let head_len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            return if buf.len() > MAX_HEAD {
-                Parse::Error(431, "request header too large")
-            } else {
-                Parse::Partial(false)
-            };
-        }
-        Err(httparse::Error::TooManyHeaders) => {
-            return Parse::Error(431, "too many request headers")
-        }
-        Err(_) => return Parse::Error(400, "malformed HTTP request"),
+    let head_len = match head_len(&mut req, buf) {
+        Ok(Some(n)) => n,
+        Ok(None) => return Parse::Partial(false),
+        Err((status, msg)) => return Parse::Error(status, msg),
     };
     let method = req.method.unwrap_or("");
     let path = req.path.unwrap_or("");
     let http10 = req.version == Some(0);
-    let mut close = http10;
-    let mut content_length: Option<usize> = None;
-    let mut chunked = false;
-    let mut expect_continue = false;
-    let mut ov = Overrides::default();
-    let mut request_id = None;
+    let mut fields = Fields::new(http10);
     for h in req.headers.iter() {
-        let n = h.name;
-        let v = h.value;
-        if n.eq_ignore_ascii_case("content-length") {
-            match num::<usize>(v) {
-                Some(l) => content_length = Some(l),
-                None => return Parse::Error(400, "invalid content-length"),
-            }
-        } else if n.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = has_token(v, "chunked");
-        } else if n.eq_ignore_ascii_case("connection") {
-            if has_token(v, "close") {
-                close = true;
-            } else if http10 && has_token(v, "keep-alive") {
-                // Keep it simple: HTTP/1.0 always closes.
-                close = true;
-            }
-        } else if n.eq_ignore_ascii_case("expect") {
-            expect_continue = has_token(v, "100-continue");
-        } else if n.eq_ignore_ascii_case("x-request-id") {
-            request_id = Some(String::from_utf8_lossy(v).into_owned());
-        } else if n.len() > 7 && n[..7].eq_ignore_ascii_case("x-mock-") {
-            let k = &n[7..];
-            if k.eq_ignore_ascii_case("ttft-ms") {
-                ov.ttft_ms = num(v);
-            } else if k.eq_ignore_ascii_case("itl-ms") {
-                ov.itl_ms = num(v);
-            } else if k.eq_ignore_ascii_case("tokens") {
-                ov.tokens = num(v);
-            } else if k.eq_ignore_ascii_case("status") {
-                ov.status = num(v);
-            } else if k.eq_ignore_ascii_case("retry-after") {
-                ov.retry_after = num(v);
-            } else if k.eq_ignore_ascii_case("reset-after") {
-                ov.reset_after = num(v);
-            } else if k.eq_ignore_ascii_case("stall-after") {
-                ov.stall_after = num(v);
-            }
+        if let Err(msg) = fields.note(h.name, h.value) {
+            return Parse::Error(400, msg);
         }
     }
-    let (body, consumed) = if chunked {
-        match decode_chunked(&buf[head_len..]) {
-            Ok(Some((body, used))) => (Body::Owned(body), head_len + used),
-            Ok(None) => return Parse::Partial(expect_continue),
-            Err(msg) => return Parse::Error(400, msg),
-        }
-    } else {
-        let len = content_length.unwrap_or(0);
-        if len > MAX_BODY {
-            return Parse::Error(413, "request body too large");
-        }
-        if buf.len() - head_len < len {
-            return Parse::Partial(expect_continue);
-        }
-        (Body::Range(head_len, head_len + len), head_len + len)
+    let (body, consumed) = match read_body(buf, head_len, &fields) {
+        Ok(Some(read)) => read,
+        Ok(None) => return Parse::Partial(fields.expect_continue),
+        Err((status, msg)) => return Parse::Error(status, msg),
     };
-    let record = record.then(|| RecordedRequest {
+    let record = record.then(|| recorded(method, path, req.headers, &body, buf));
+    let head = Head {
+        route: Route::find(method, path),
+        http10,
+        close: fields.close,
+        ov: fields.ov,
+        request_id: fields.request_id,
+        record,
+    };
+    Parse::Done(head, body, consumed)
+}
+
+/// Runs httparse over `buf`: the head's length, `Ok(None)` while it is incomplete and
+/// under [`MAX_HEAD`], or the status and message that refuse it.
+fn head_len<'b>(
+    req: &mut httparse::Request<'_, 'b>,
+    buf: &'b [u8],
+) -> Result<Option<usize>, (u16, &'static str)> {
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => Ok(Some(n)),
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            Err((431, "request header too large"))
+        }
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err((431, "too many request headers")),
+        Err(_) => Err((400, "malformed HTTP request")),
+    }
+}
+
+/// What the header fields said, gathered one field at a time.
+struct Fields {
+    http10: bool,
+    close: bool,
+    content_length: Option<usize>,
+    chunked: bool,
+    expect_continue: bool,
+    ov: Overrides,
+    request_id: Option<String>,
+}
+
+impl Fields {
+    fn new(http10: bool) -> Fields {
+        Fields {
+            http10,
+            close: http10,
+            content_length: None,
+            chunked: false,
+            expect_continue: false,
+            ov: Overrides::default(),
+            request_id: None,
+        }
+    }
+
+    /// Reads one header field; `Err` for an invalid Content-Length.
+    fn note(&mut self, n: &str, v: &[u8]) -> Result<(), &'static str> {
+        if n.eq_ignore_ascii_case("content-length") {
+            self.content_length = Some(num::<usize>(v).ok_or("invalid content-length")?);
+        } else if n.eq_ignore_ascii_case("transfer-encoding") {
+            self.chunked = has_token(v, "chunked");
+        } else if n.eq_ignore_ascii_case("connection") {
+            if has_token(v, "close") {
+                self.close = true;
+            } else if self.http10 && has_token(v, "keep-alive") {
+                // Keep it simple: HTTP/1.0 always closes.
+                self.close = true;
+            }
+        } else if n.eq_ignore_ascii_case("expect") {
+            self.expect_continue = has_token(v, "100-continue");
+        } else if n.eq_ignore_ascii_case("x-request-id") {
+            self.request_id = Some(String::from_utf8_lossy(v).into_owned());
+        } else if n.len() > 7 && n[..7].eq_ignore_ascii_case("x-mock-") {
+            self.ov.set(&n[7..], v);
+        }
+        Ok(())
+    }
+}
+
+impl Overrides {
+    /// Reads one `x-mock-<k>` header; an unknown `k` is ignored, a bad value clears it.
+    fn set(&mut self, k: &str, v: &[u8]) {
+        if k.eq_ignore_ascii_case("ttft-ms") {
+            self.ttft_ms = num(v);
+        } else if k.eq_ignore_ascii_case("itl-ms") {
+            self.itl_ms = num(v);
+        } else if k.eq_ignore_ascii_case("tokens") {
+            self.tokens = num(v);
+        } else if k.eq_ignore_ascii_case("status") {
+            self.status = num(v);
+        } else if k.eq_ignore_ascii_case("retry-after") {
+            self.retry_after = num(v);
+        } else if k.eq_ignore_ascii_case("reset-after") {
+            self.reset_after = num(v);
+        } else if k.eq_ignore_ascii_case("stall-after") {
+            self.stall_after = num(v);
+        }
+    }
+}
+
+/// The body after a `head_len`-byte head, by its framing, with the bytes the request used;
+/// `Ok(None)` while incomplete, `Err` with the status and message that refuse it.
+fn read_body(
+    buf: &[u8],
+    head_len: usize,
+    fields: &Fields,
+) -> Result<Option<(Body, usize)>, (u16, &'static str)> {
+    if fields.chunked {
+        return match decode_chunked(&buf[head_len..]) {
+            Ok(Some((body, used))) => Ok(Some((Body::Owned(body), head_len + used))),
+            Ok(None) => Ok(None),
+            Err(msg) => Err((400, msg)),
+        };
+    }
+    let len = fields.content_length.unwrap_or(0);
+    if len > MAX_BODY {
+        return Err((413, "request body too large"));
+    }
+    if buf.len() - head_len < len {
+        return Ok(None);
+    }
+    Ok(Some((
+        Body::Range(head_len, head_len + len),
+        head_len + len,
+    )))
+}
+
+/// A copy of the request as the tests read it back: lower-cased header names.
+fn recorded(
+    method: &str,
+    path: &str,
+    headers: &[httparse::Header<'_>],
+    body: &Body,
+    buf: &[u8],
+) -> RecordedRequest {
+    RecordedRequest {
         method: method.to_string(),
         path: path.to_string(),
-        headers: req
-            .headers
+        headers: headers
             .iter()
             .map(|h| {
                 (
@@ -251,20 +325,11 @@ pub(crate) fn parse(buf: &[u8], record: bool) -> Parse {
                 )
             })
             .collect(),
-        body: match &body {
+        body: match body {
             Body::Range(a, b) => buf[*a..*b].to_vec(),
             Body::Owned(v) => v.clone(),
         },
-    });
-    let head = Head {
-        route: Route::find(method, path),
-        http10,
-        close,
-        ov,
-        request_id,
-        record,
-    };
-    Parse::Done(head, body, consumed)
+    }
 }
 
 /// Decodes a chunked body. `Ok(None)` = incomplete; on success returns the body and the

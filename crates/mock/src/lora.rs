@@ -118,6 +118,18 @@ fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The JSON body of a load or unload request; a parse error is vLLM's 400.
+fn load_body(body: &[u8]) -> Result<LoadBody, Reply> {
+    serde_json::from_slice(body).map_err(|e| {
+        error(
+            400,
+            "BadRequestError",
+            &format!("invalid JSON body: {e}"),
+            None,
+        )
+    })
+}
+
 /// vLLM's error body, with its `type`.
 fn error(status: u16, kind: &str, message: &str, param: Option<&str>) -> Reply {
     let body = serde_json::to_vec(&serde_json::json!({
@@ -302,16 +314,9 @@ impl Lora {
 
     /// `POST /v1/load_lora_adapter`.
     pub async fn load(&self, body: &[u8]) -> Reply {
-        let b: LoadBody = match serde_json::from_slice(body) {
+        let b = match load_body(body) {
             Ok(b) => b,
-            Err(e) => {
-                return error(
-                    400,
-                    "BadRequestError",
-                    &format!("invalid JSON body: {e}"),
-                    None,
-                )
-            }
+            Err(reply) => return reply,
         };
         let (Some(name), Some(path)) = (
             b.lora_name.filter(|s| !s.is_empty()),
@@ -362,16 +367,9 @@ impl Lora {
 
     /// `POST /v1/unload_lora_adapter`.
     pub fn unload(&self, body: &[u8]) -> Reply {
-        let b: LoadBody = match serde_json::from_slice(body) {
+        let b = match load_body(body) {
             Ok(b) => b,
-            Err(e) => {
-                return error(
-                    400,
-                    "BadRequestError",
-                    &format!("invalid JSON body: {e}"),
-                    None,
-                )
-            }
+            Err(reply) => return reply,
         };
         let name = b.lora_name.unwrap_or_default();
         if name.is_empty() && b.lora_int_id.is_none() {

@@ -133,54 +133,56 @@ impl Stats {
         };
         let labels = format!("engine=\"0\",model_name=\"{model}\"");
         let mut out = String::with_capacity(2048);
-        let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+        let load = |c: &AtomicU64| c.load(Relaxed) as f64;
+        for (name, kind, help, value) in [
+            (
+                "vllm:num_requests_running",
+                "gauge",
+                "Number of requests in model execution batches.",
+                running as f64,
+            ),
+            (
+                "vllm:num_requests_waiting",
+                "gauge",
+                "Number of requests waiting to be processed.",
+                waiting as f64,
+            ),
+            (
+                "vllm:kv_cache_usage_perc",
+                "gauge",
+                "KV-cache usage. 1 means 100 percent usage.",
+                usage,
+            ),
+            (
+                "vllm:prefix_cache_queries_total",
+                "counter",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                load(&self.prefix_cache_queries),
+            ),
+            (
+                "vllm:prefix_cache_hits_total",
+                "counter",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                load(&self.prefix_cache_hits),
+            ),
+            (
+                "vllm:prompt_tokens_total",
+                "counter",
+                "Number of prefill tokens processed.",
+                load(&self.prompt_tokens),
+            ),
+            (
+                "vllm:generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                load(&self.generation_tokens),
+            ),
+        ] {
             let _ = write!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value:?}\n"
             );
-        };
-        metric(
-            "vllm:num_requests_running",
-            "gauge",
-            "Number of requests in model execution batches.",
-            running as f64,
-        );
-        metric(
-            "vllm:num_requests_waiting",
-            "gauge",
-            "Number of requests waiting to be processed.",
-            waiting as f64,
-        );
-        metric(
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            "KV-cache usage. 1 means 100 percent usage.",
-            usage,
-        );
-        metric(
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            self.prefix_cache_queries.load(Relaxed) as f64,
-        );
-        metric(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            self.prefix_cache_hits.load(Relaxed) as f64,
-        );
-        metric(
-            "vllm:prompt_tokens_total",
-            "counter",
-            "Number of prefill tokens processed.",
-            self.prompt_tokens.load(Relaxed) as f64,
-        );
-        metric(
-            "vllm:generation_tokens_total",
-            "counter",
-            "Number of generation tokens processed.",
-            self.generation_tokens.load(Relaxed) as f64,
-        );
+        }
         let _ = write!(
             out,
             "# HELP vllm:request_success_total Count of successfully processed requests.\n\

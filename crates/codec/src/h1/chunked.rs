@@ -87,115 +87,149 @@ impl ChunkedDecoder {
             let b = input[i];
             match self.state {
                 State::Size => {
-                    if let Some(v) = hex_val(b) {
-                        if self.digits == 16 {
-                            return Err(ChunkError::Malformed("chunk size too large"));
-                        }
-                        self.size = (self.size << 4) | u64::from(v);
-                        self.digits += 1;
-                    } else if self.digits == 0 {
-                        return Err(ChunkError::Malformed("invalid chunk size"));
-                    } else if b == b';' {
-                        self.state = State::Ext;
-                        self.ext_len = 0;
-                    } else if b == b'\r' {
-                        self.state = State::SizeLf;
-                    } else {
-                        return Err(ChunkError::Malformed("invalid chunk size"));
-                    }
+                    self.size_byte(b)?;
                     i += 1;
                 }
                 State::Ext => {
-                    if b == b'\r' {
-                        self.state = State::SizeLf;
-                    } else if b == b'\n' || (b < 0x20 && b != b'\t') || b == 0x7f {
-                        return Err(ChunkError::Malformed("invalid chunk extension"));
-                    } else {
-                        self.ext_len += 1;
-                        if self.ext_len > MAX_EXTENSION_BYTES {
-                            return Err(ChunkError::Malformed("chunk extension too long"));
-                        }
-                    }
+                    self.extension_byte(b)?;
                     i += 1;
                 }
                 State::SizeLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError::Malformed("chunk size line not ended by CRLF"));
-                    }
-                    i += 1;
-                    self.state = if self.size == 0 {
-                        State::TrailerStart
-                    } else {
-                        State::Data
-                    };
-                }
-                State::Data => {
-                    let avail = (input.len() - i) as u64;
-                    let take = avail.min(self.size) as usize;
-                    on_data(&input[i..i + take]);
-                    i += take;
-                    self.size -= take as u64;
-                    self.decoded += take as u64;
-                    if self.size == 0 {
-                        self.state = State::DataCr;
-                    }
-                }
-                State::DataCr => {
-                    if b != b'\r' {
-                        return Err(ChunkError::Malformed("chunk data longer than its size"));
-                    }
-                    i += 1;
-                    self.state = State::DataLf;
-                }
-                State::DataLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError::Malformed("chunk data not ended by CRLF"));
-                    }
-                    i += 1;
-                    self.state = State::Size;
-                    self.size = 0;
-                    self.digits = 0;
-                }
-                State::TrailerStart => {
-                    if b == b'\r' {
-                        self.state = State::FinalLf;
-                    } else if b == b'\n' {
-                        return Err(ChunkError::Malformed("bare LF in trailer section"));
-                    } else {
-                        self.state = State::TrailerLine;
-                        self.count_trailer()?;
-                    }
+                    self.size_line_end(b)?;
                     i += 1;
                 }
-                State::TrailerLine => {
-                    if b == b'\r' {
-                        self.state = State::TrailerLf;
-                    } else if b == b'\n' {
-                        return Err(ChunkError::Malformed("bare LF in trailer section"));
-                    } else {
-                        self.count_trailer()?;
-                    }
+                State::Data => i += self.data(&input[i..], &mut on_data),
+                State::DataCr | State::DataLf => {
+                    self.data_end(b)?;
                     i += 1;
                 }
-                State::TrailerLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError::Malformed("bare CR in trailer section"));
-                    }
+                State::TrailerStart | State::TrailerLine | State::TrailerLf => {
+                    self.trailer_byte(b)?;
                     i += 1;
-                    self.state = State::TrailerStart;
                 }
                 State::FinalLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError::Malformed("chunked body not ended by CRLF"));
-                    }
-                    i += 1;
-                    self.state = State::Done;
-                    return Ok(i);
+                    self.final_lf(b)?;
+                    return Ok(i + 1);
                 }
                 State::Done => return Ok(i),
             }
         }
         Ok(i)
+    }
+
+    /// One byte of the size: a hex digit, or the `;` or CR that ends it.
+    #[inline(always)]
+    fn size_byte(&mut self, b: u8) -> Result<(), ChunkError> {
+        if let Some(v) = hex_val(b) {
+            if self.digits == 16 {
+                return Err(ChunkError::Malformed("chunk size too large"));
+            }
+            self.size = (self.size << 4) | u64::from(v);
+            self.digits += 1;
+        } else if self.digits == 0 {
+            return Err(ChunkError::Malformed("invalid chunk size"));
+        } else if b == b';' {
+            self.state = State::Ext;
+            self.ext_len = 0;
+        } else if b == b'\r' {
+            self.state = State::SizeLf;
+        } else {
+            return Err(ChunkError::Malformed("invalid chunk size"));
+        }
+        Ok(())
+    }
+
+    /// One byte of a chunk extension (skipped, bounded), or the CR that ends the line.
+    #[inline(always)]
+    fn extension_byte(&mut self, b: u8) -> Result<(), ChunkError> {
+        if b == b'\r' {
+            self.state = State::SizeLf;
+        } else if b == b'\n' || (b < 0x20 && b != b'\t') || b == 0x7f {
+            return Err(ChunkError::Malformed("invalid chunk extension"));
+        } else {
+            self.ext_len += 1;
+            if self.ext_len > MAX_EXTENSION_BYTES {
+                return Err(ChunkError::Malformed("chunk extension too long"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The LF of the size line: data follows, or the trailer after the last chunk.
+    #[inline(always)]
+    fn size_line_end(&mut self, b: u8) -> Result<(), ChunkError> {
+        if b != b'\n' {
+            return Err(ChunkError::Malformed("chunk size line not ended by CRLF"));
+        }
+        self.state = if self.size == 0 {
+            State::TrailerStart
+        } else {
+            State::Data
+        };
+        Ok(())
+    }
+
+    /// Hands as much of the current chunk's data as `avail` holds to `on_data`; returns
+    /// the bytes taken.
+    #[inline(always)]
+    fn data(&mut self, avail: &[u8], on_data: &mut impl FnMut(&[u8])) -> usize {
+        let take = (avail.len() as u64).min(self.size) as usize;
+        on_data(&avail[..take]);
+        self.size -= take as u64;
+        self.decoded += take as u64;
+        if self.size == 0 {
+            self.state = State::DataCr;
+        }
+        take
+    }
+
+    /// The CRLF after a chunk's data; then the next size line.
+    #[inline(always)]
+    fn data_end(&mut self, b: u8) -> Result<(), ChunkError> {
+        if self.state == State::DataCr {
+            if b != b'\r' {
+                return Err(ChunkError::Malformed("chunk data longer than its size"));
+            }
+            self.state = State::DataLf;
+        } else {
+            if b != b'\n' {
+                return Err(ChunkError::Malformed("chunk data not ended by CRLF"));
+            }
+            self.state = State::Size;
+            self.size = 0;
+            self.digits = 0;
+        }
+        Ok(())
+    }
+
+    /// One byte of the trailer section (counted and dropped), up to the CR of its blank
+    /// line.
+    #[inline(always)]
+    fn trailer_byte(&mut self, b: u8) -> Result<(), ChunkError> {
+        match (self.state, b) {
+            (State::TrailerLf, b'\n') => self.state = State::TrailerStart,
+            (State::TrailerLf, _) => {
+                return Err(ChunkError::Malformed("bare CR in trailer section"))
+            }
+            (_, b'\n') => return Err(ChunkError::Malformed("bare LF in trailer section")),
+            (State::TrailerStart, b'\r') => self.state = State::FinalLf,
+            (_, b'\r') => self.state = State::TrailerLf,
+            _ => {
+                self.state = State::TrailerLine;
+                self.count_trailer()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The LF that ends the body.
+    #[inline(always)]
+    fn final_lf(&mut self, b: u8) -> Result<(), ChunkError> {
+        if b != b'\n' {
+            return Err(ChunkError::Malformed("chunked body not ended by CRLF"));
+        }
+        self.state = State::Done;
+        Ok(())
     }
 
     fn count_trailer(&mut self) -> Result<(), ChunkError> {

@@ -176,20 +176,9 @@ pub fn parse(
     spans: &mut Vec<HeaderSpan>,
 ) -> Result<Option<RequestHead>, HeadError> {
     spans.clear();
-    let end = match find_head_end(buf)? {
-        Some(end) => end,
-        None => {
-            if buf.len() >= limits.max_head_bytes {
-                return Err(oversize_error(buf, limits));
-            }
-            check_request_line(buf)?;
-            return Ok(None);
-        }
+    let Some(end) = complete_head_end(buf, limits)? else {
+        return Ok(None);
     };
-    if end > limits.max_head_bytes {
-        return Err(oversize_error(&buf[..end], limits));
-    }
-
     let cap = limits.max_headers.min(MAX_HEADERS_CAP);
     // Uninitialised storage: zeroing 256 header slots on every request costs more than
     // parsing a typical head.
@@ -203,9 +192,78 @@ pub fn parse(
         httparse::Status::Complete(n) => n,
         httparse::Status::Partial => return Err(HeadError::BadRequest("malformed request head")),
     };
-    let base = buf.as_ptr() as usize;
-    let off = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+    let at = Offsets(buf.as_ptr() as usize);
+    let line = request_line(&req, buf, at, limits)?;
+    let mut fields = FieldFacts::new(line.http10);
+    for h in req.headers.iter() {
+        let (name, value) = (h.name.as_bytes(), h.value);
+        if !keep_field(name, limits.underscores)? {
+            continue;
+        }
+        spans.push(at.span(name, value));
+        fields.note(name, value)?;
+    }
+    let framing = fields.framing()?;
+    Ok(Some(RequestHead {
+        len,
+        method: line.method,
+        path: line.path,
+        query: line.query,
+        http10: line.http10,
+        framing,
+        expect_continue: fields.expect_continue,
+        close: fields.close,
+    }))
+}
 
+/// The end of a complete head within the size limit; `Ok(None)` when more bytes are needed
+/// (after judging the request line as soon as it is whole).
+fn complete_head_end(buf: &[u8], limits: &HeadLimits) -> Result<Option<usize>, HeadError> {
+    match find_head_end(buf)? {
+        Some(end) if end > limits.max_head_bytes => Err(oversize_error(&buf[..end], limits)),
+        Some(end) => Ok(Some(end)),
+        None if buf.len() >= limits.max_head_bytes => Err(oversize_error(buf, limits)),
+        None => check_request_line(buf).map(|()| None),
+    }
+}
+
+/// Turns sub-slices of the head buffer into offsets from its start.
+#[derive(Clone, Copy)]
+struct Offsets(usize);
+
+impl Offsets {
+    /// Where `s` starts in the buffer.
+    #[inline]
+    fn of(self, s: &[u8]) -> u32 {
+        (s.as_ptr() as usize - self.0) as u32
+    }
+
+    /// The span of one header field.
+    #[inline]
+    fn span(self, name: &[u8], value: &[u8]) -> HeaderSpan {
+        HeaderSpan {
+            name: (self.of(name), self.of(name) + name.len() as u32),
+            value: (self.of(value), self.of(value) + value.len() as u32),
+        }
+    }
+}
+
+/// The method, the version and where the path and the query lie.
+struct RequestLine {
+    method: Method,
+    http10: bool,
+    path: Range<usize>,
+    query: Range<usize>,
+}
+
+/// Validates the method and the request target (length, no fragment, origin or absolute
+/// form) and splits the target into path and query.
+fn request_line(
+    req: &httparse::Request<'_, '_>,
+    buf: &[u8],
+    at: Offsets,
+    limits: &HeadLimits,
+) -> Result<RequestLine, HeadError> {
     let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
         .map_err(|_| HeadError::BadRequest("malformed method"))?;
     let http10 = req.version == Some(0);
@@ -218,7 +276,7 @@ pub fn parse(
     if target.contains('#') {
         return Err(HeadError::BadRequest("request target with a fragment (#)"));
     }
-    let target_start = off(target.as_bytes()) as usize;
+    let target_start = at.of(target.as_bytes()) as usize;
     // Origin form, or absolute form whose authority is ignored: upstreams come only from
     // the configuration, never from the request.
     let origin_start = if target.starts_with('/') {
@@ -239,103 +297,121 @@ pub fn parse(
         .position(|&b| b == b'?')
         .map(|p| origin_start + p)
         .unwrap_or(target_end);
+    Ok(RequestLine {
+        method,
+        http10,
+        path: origin_start..q,
+        query: q..target_end,
+    })
+}
 
-    let mut content_length: Option<u64> = None;
-    let mut cl_count = 0u32;
-    let mut te_count = 0u32;
-    let mut chunked = false;
-    let mut host_count = 0u32;
-    let mut expect_continue = false;
-    let mut close = http10;
-    for h in req.headers.iter() {
-        let name = h.name.as_bytes();
-        let value = h.value;
-        if name.contains(&b'_') {
-            match limits.underscores {
-                UnderscoreHeaders::Drop => continue,
-                UnderscoreHeaders::Reject => {
-                    return Err(HeadError::BadRequest("header name with an underscore"))
-                }
-                UnderscoreHeaders::Forward => {}
-            }
+/// Applies the underscore policy to a header name: `Ok(false)` drops the field.
+#[inline]
+fn keep_field(name: &[u8], underscores: UnderscoreHeaders) -> Result<bool, HeadError> {
+    if !name.contains(&b'_') {
+        return Ok(true);
+    }
+    match underscores {
+        UnderscoreHeaders::Drop => Ok(false),
+        UnderscoreHeaders::Reject => Err(HeadError::BadRequest("header name with an underscore")),
+        UnderscoreHeaders::Forward => Ok(true),
+    }
+}
+
+/// What the header fields said about framing, Host, Expect and Connection, gathered one
+/// field at a time.
+struct FieldFacts {
+    http10: bool,
+    content_length: Option<u64>,
+    cl_count: u32,
+    te_count: u32,
+    host_count: u32,
+    expect_continue: bool,
+    close: bool,
+}
+
+impl FieldFacts {
+    fn new(http10: bool) -> Self {
+        FieldFacts {
+            http10,
+            content_length: None,
+            cl_count: 0,
+            te_count: 0,
+            host_count: 0,
+            expect_continue: false,
+            close: http10,
         }
-        spans.push(HeaderSpan {
-            name: (off(name), off(name) + name.len() as u32),
-            value: (off(value), off(value) + value.len() as u32),
-        });
+    }
+
+    /// Reads one header field, refusing a value the gateway will not accept.
+    #[inline]
+    fn note(&mut self, name: &[u8], value: &[u8]) -> Result<(), HeadError> {
         if name.eq_ignore_ascii_case(b"content-length") {
-            cl_count += 1;
-            content_length = Some(
+            self.cl_count += 1;
+            self.content_length = Some(
                 parse_content_length(value)
                     .ok_or(HeadError::BadRequest("invalid Content-Length"))?,
             );
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            te_count += 1;
+            self.te_count += 1;
             check_transfer_coding(value)?;
-            chunked = true;
         } else if name.eq_ignore_ascii_case(b"host") {
-            host_count += 1;
+            self.host_count += 1;
             if !valid_host(value) {
                 return Err(HeadError::BadRequest("invalid Host"));
             }
         } else if name.eq_ignore_ascii_case(b"expect") {
-            if http10 {
-                continue;
+            if self.http10 {
+                return Ok(());
             }
-            if trim_ows(value).eq_ignore_ascii_case(b"100-continue") {
-                expect_continue = true;
-            } else {
+            if !trim_ows(value).eq_ignore_ascii_case(b"100-continue") {
                 return Err(HeadError::ExpectationFailed);
             }
+            self.expect_continue = true;
         } else if name.eq_ignore_ascii_case(b"connection") {
-            for t in header_tokens(value) {
-                if t.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                }
+            if header_tokens(value).any(|t| t.eq_ignore_ascii_case(b"close")) {
+                self.close = true;
             }
         } else if name.eq_ignore_ascii_case(b"content-encoding")
             && !trim_ows(value).eq_ignore_ascii_case(b"identity")
         {
             return Err(HeadError::UnsupportedMediaType);
         }
+        Ok(())
     }
-    if cl_count > 1 {
-        return Err(HeadError::BadRequest("multiple Content-Length fields"));
-    }
-    if te_count > 1 {
-        return Err(HeadError::BadRequest("multiple Transfer-Encoding fields"));
-    }
-    if te_count > 0 && http10 {
-        return Err(HeadError::BadRequest(
-            "Transfer-Encoding in an HTTP/1.0 request",
-        ));
-    }
-    if te_count > 0 && cl_count > 0 {
-        return Err(HeadError::BadRequest(
-            "both Content-Length and Transfer-Encoding",
-        ));
-    }
-    if host_count > 1 || (!http10 && host_count == 0) {
-        return Err(HeadError::BadRequest("exactly one Host field is required"));
-    }
-    let framing = if chunked {
-        BodyFraming::Chunked
-    } else {
-        match content_length {
-            Some(0) | None => BodyFraming::None,
-            Some(n) => BodyFraming::Length(n),
+
+    /// Decides how the body is delimited, refusing conflicting or repeated framing fields
+    /// and a missing or repeated Host.
+    fn framing(&self) -> Result<BodyFraming, HeadError> {
+        let (cl, te, http10) = (self.cl_count, self.te_count, self.http10);
+        if cl > 1 {
+            return Err(HeadError::BadRequest("multiple Content-Length fields"));
         }
-    };
-    Ok(Some(RequestHead {
-        len,
-        method,
-        path: origin_start..q,
-        query: q..target_end,
-        http10,
-        framing,
-        expect_continue,
-        close,
-    }))
+        if te > 1 {
+            return Err(HeadError::BadRequest("multiple Transfer-Encoding fields"));
+        }
+        if te > 0 && http10 {
+            return Err(HeadError::BadRequest(
+                "Transfer-Encoding in an HTTP/1.0 request",
+            ));
+        }
+        if te > 0 && cl > 0 {
+            return Err(HeadError::BadRequest(
+                "both Content-Length and Transfer-Encoding",
+            ));
+        }
+        if self.host_count > 1 || (!http10 && self.host_count == 0) {
+            return Err(HeadError::BadRequest("exactly one Host field is required"));
+        }
+        Ok(if te > 0 {
+            BodyFraming::Chunked
+        } else {
+            match self.content_length {
+                Some(0) | None => BodyFraming::None,
+                Some(n) => BodyFraming::Length(n),
+            }
+        })
+    }
 }
 
 fn httparse_error(e: httparse::Error) -> HeadError {

@@ -54,99 +54,156 @@ pub fn parse(
     let mut storage =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut resp,
-        buf,
-        &mut storage,
-    ) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            if buf.len() >= MAX_RESPONSE_HEAD {
-                return Err(RespError::TooLarge);
-            }
-            return Ok(None);
-        }
-        Err(_) => return Err(RespError::Malformed),
+    let Some(len) = tokenise(&mut resp, buf, &mut storage)? else {
+        return Ok(None);
     };
     let status = resp.code.ok_or(RespError::Malformed)?;
-    let http10 = resp.version == Some(0);
-    let mut content_length = None;
-    let mut chunked = false;
-    let mut te_seen = false;
-    let mut keep_alive = !http10;
-    let mut is_sse = false;
-    let mut retry_after = None;
-    let mut wait = None;
-    let mut reset: Option<std::time::Duration> = None;
-    // A Connection field names headers beyond close / keep-alive.
-    let mut names_headers = false;
+    let mut fields = UpstreamFields::new(resp.version == Some(0));
     for h in resp.headers.iter() {
-        let n = h.name.as_bytes();
+        fields.note(h.name.as_bytes(), h.value)?;
+    }
+    let framing = fields.framing(status, head_request)?;
+    forward_headers(resp.headers, fields.names_headers, out);
+    Ok(Some(ResponseHead {
+        len,
+        status,
+        framing,
+        keep_alive: fields.keep_alive && framing != RespFraming::Close,
+        is_sse: fields.is_sse,
+        retry_after: fields.retry_after,
+        wait: fields.wait.or(fields.reset),
+    }))
+}
+
+/// Runs httparse over `buf`: the head's length, or `Ok(None)` while it is incomplete and
+/// still under [`MAX_RESPONSE_HEAD`].
+fn tokenise<'h, 'b>(
+    resp: &mut httparse::Response<'h, 'b>,
+    buf: &'b [u8],
+    storage: &'h mut [std::mem::MaybeUninit<httparse::Header<'b>>],
+) -> Result<Option<usize>, RespError> {
+    match httparse::ParserConfig::default().parse_response_with_uninit_headers(resp, buf, storage) {
+        Ok(httparse::Status::Complete(n)) => Ok(Some(n)),
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_RESPONSE_HEAD => Err(RespError::TooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(_) => Err(RespError::Malformed),
+    }
+}
+
+/// What the upstream's header fields said, gathered one field at a time.
+struct UpstreamFields {
+    http10: bool,
+    content_length: Option<u64>,
+    /// A Transfer-Encoding field was seen, and whether its last coding is chunked.
+    te_seen: bool,
+    chunked: bool,
+    keep_alive: bool,
+    is_sse: bool,
+    retry_after: Option<u64>,
+    wait: Option<std::time::Duration>,
+    /// The shorter of the `x-ratelimit-reset-*` durations.
+    reset: Option<std::time::Duration>,
+    /// A Connection field names headers beyond close / keep-alive.
+    names_headers: bool,
+}
+
+impl UpstreamFields {
+    fn new(http10: bool) -> Self {
+        UpstreamFields {
+            http10,
+            content_length: None,
+            te_seen: false,
+            chunked: false,
+            keep_alive: !http10,
+            is_sse: false,
+            retry_after: None,
+            wait: None,
+            reset: None,
+            names_headers: false,
+        }
+    }
+
+    /// Reads one header field; a bad or conflicting Content-Length is malformed.
+    #[inline]
+    fn note(&mut self, n: &[u8], value: &[u8]) -> Result<(), RespError> {
         if n.eq_ignore_ascii_case(b"content-length") {
-            let v = parse_content_length(h.value).ok_or(RespError::Malformed)?;
-            if content_length.is_some_and(|c| c != v) {
+            let v = parse_content_length(value).ok_or(RespError::Malformed)?;
+            if self.content_length.is_some_and(|c| c != v) {
                 return Err(RespError::Malformed);
             }
-            content_length = Some(v);
+            self.content_length = Some(v);
         } else if n.eq_ignore_ascii_case(b"transfer-encoding") {
-            te_seen = true;
-            chunked = header_tokens(h.value)
+            self.te_seen = true;
+            self.chunked = header_tokens(value)
                 .last()
                 .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
         } else if n.eq_ignore_ascii_case(b"connection") {
-            for t in header_tokens(h.value) {
-                if t.eq_ignore_ascii_case(b"close") {
-                    keep_alive = false;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") {
-                    keep_alive |= http10;
-                } else {
-                    names_headers = true;
-                }
-            }
+            self.connection(value);
         } else if n.eq_ignore_ascii_case(b"content-type") {
-            is_sse = trim_ows(h.value)
+            self.is_sse = trim_ows(value)
                 .get(..17)
                 .is_some_and(|p| p.eq_ignore_ascii_case(b"text/event-stream"));
         } else if n.eq_ignore_ascii_case(b"retry-after") {
-            wait = super::retry_after::retry_after(h.value, std::time::SystemTime::now());
-            retry_after = wait.map(super::retry_after::whole_seconds);
+            self.wait = super::retry_after::retry_after(value, std::time::SystemTime::now());
+            self.retry_after = self.wait.map(super::retry_after::whole_seconds);
         } else if n.eq_ignore_ascii_case(b"x-ratelimit-reset-requests")
             || n.eq_ignore_ascii_case(b"x-ratelimit-reset-tokens")
         {
-            if let Some(d) = super::retry_after::reset_duration(h.value) {
-                reset = Some(reset.map_or(d, |r| r.min(d)));
+            if let Some(d) = super::retry_after::reset_duration(value) {
+                self.reset = Some(self.reset.map_or(d, |r| r.min(d)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the tokens of a Connection field.
+    #[inline]
+    fn connection(&mut self, value: &[u8]) {
+        for t in header_tokens(value) {
+            if t.eq_ignore_ascii_case(b"close") {
+                self.keep_alive = false;
+            } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive |= self.http10;
+            } else {
+                self.names_headers = true;
             }
         }
     }
-    let framing = if head_request || (100..200).contains(&status) || status == 204 || status == 304
-    {
-        RespFraming::Empty
-    } else if te_seen {
-        if chunked {
-            RespFraming::Chunked
-        } else {
-            // A coding the gateway would strip (gzip without chunked): relaying the bytes
-            // without the header would hand the client data it cannot interpret.
-            return Err(RespError::Malformed);
-        }
-    } else if let Some(n) = content_length {
-        RespFraming::Length(n)
-    } else {
-        RespFraming::Close
-    };
-    if framing == RespFraming::Close {
-        keep_alive = false;
+
+    /// Decides how the body is delimited: none for a HEAD request or a bodiless status,
+    /// else chunked, Content-Length or up to the close.
+    fn framing(&self, status: u16, head_request: bool) -> Result<RespFraming, RespError> {
+        Ok(
+            if head_request || (100..200).contains(&status) || status == 204 || status == 304 {
+                RespFraming::Empty
+            } else if self.te_seen {
+                if !self.chunked {
+                    // A coding the gateway would strip (gzip without chunked): relaying the
+                    // bytes without the header would hand the client data it cannot interpret.
+                    return Err(RespError::Malformed);
+                }
+                RespFraming::Chunked
+            } else if let Some(n) = self.content_length {
+                RespFraming::Length(n)
+            } else {
+                RespFraming::Close
+            },
+        )
     }
-    // Forwardable headers.
+}
+
+/// Appends the forwardable headers to `out` as `name: value\r\n` lines: not hop-by-hop or
+/// framing, not named by a Connection field (looked up only when `names_headers`), and not
+/// the upstream's `x-request-id` (the gateway writes the request's own; an echo would make a
+/// second one).
+fn forward_headers(headers: &[httparse::Header<'_>], names_headers: bool, out: &mut Vec<u8>) {
     let connection_named = |name: &[u8]| {
-        resp.headers
+        headers
             .iter()
             .filter(|h| h.name.eq_ignore_ascii_case("connection"))
             .any(|h| header_tokens(h.value).any(|t| t.eq_ignore_ascii_case(name)))
     };
-    for h in resp.headers.iter() {
-        // The gateway writes the request's own `x-request-id`; an upstream's echo of it would
-        // make a second one.
+    for h in headers {
         if is_hop_by_hop(h.name)
             || h.name.eq_ignore_ascii_case("x-request-id")
             || (names_headers && connection_named(h.name.as_bytes()))
@@ -158,15 +215,6 @@ pub fn parse(
         out.extend_from_slice(h.value);
         out.extend_from_slice(b"\r\n");
     }
-    Ok(Some(ResponseHead {
-        len,
-        status,
-        framing,
-        keep_alive,
-        is_sse,
-        retry_after,
-        wait: wait.or(reset),
-    }))
 }
 
 #[cfg(test)]
