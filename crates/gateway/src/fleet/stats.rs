@@ -179,7 +179,7 @@ impl StoreStats {
             "The last store round trip",
             rtt,
         );
-        crate::metrics::append(out, &r);
+        crate::metrics::text::append(out, &r);
     }
 
     /// Registers the store connection's series: `rolter_state_up`, `_connects` and

@@ -23,5 +23,5 @@ pub fn render(stats: &PollStats, out: &mut String) {
         Unit::Seconds,
         c,
     );
-    super::append(out, &r);
+    super::text::append(out, &r);
 }

@@ -57,5 +57,5 @@ pub fn render(target_names: &[String], counts: &[(usize, DnsCounts)], out: &mut 
         "Lookups of targets' host names (every server.dns_refresh and after attempts without a response), by result: unchanged, changed (new connections use the new address), failed (the last good address is kept)",
         family,
     );
-    super::append(out, &r);
+    super::text::append(out, &r);
 }

@@ -68,5 +68,5 @@ pub fn render(book: &KeyBook, out: &mut String) {
         "Tokens used by client API key, by kind (prompt, completion), as the responses' usage reported them",
         tokens,
     );
-    super::append(out, &r);
+    super::text::append(out, &r);
 }

@@ -21,6 +21,7 @@
 //! - [`queue`]: the routes' queues (depth, wait, how waits ended).
 //! - [`busy_poll`]: the time the workers spent busy polling.
 //! - [`process`]: the `process_*` series from `/proc/self` and `rolter_build_info`.
+//! - [`text`]: the text encoding every registry is appended with.
 
 pub mod busy_poll;
 pub mod dns;
@@ -31,6 +32,7 @@ pub mod process;
 pub mod queue;
 pub mod reloads;
 pub mod series;
+pub mod text;
 
 #[cfg(test)]
 mod tests;
@@ -40,15 +42,8 @@ pub use series::{GatewayMetrics, DURATION_BUCKETS, TTFT_BUCKETS};
 
 /// Appends the configuration's series (digest, reload counts) to `out`.
 pub fn render_reloads(stats: &crate::reload::ReloadStats, out: &mut String) {
-    append(out, &reloads::registry(stats));
-}
-
-/// Appends `registry`'s series to `out` in the Prometheus text format.
-pub(crate) fn append(out: &mut String, registry: &prometheus_client::registry::Registry) {
-    // Writing into a String cannot fail; an error could only come from an encoder bug.
-    let written = prometheus_client::encoding::prometheus_text::encode(out, registry);
-    debug_assert!(written.is_ok(), "metrics encoding failed");
+    text::append(out, &reloads::registry(stats));
 }
 
 /// `Content-Type` of what [`GatewayMetrics::render`] writes.
-pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+pub use text::CONTENT_TYPE;

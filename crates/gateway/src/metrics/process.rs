@@ -216,7 +216,7 @@ pub fn render(stats: &ProcessStats, out: &mut String) {
         "Always 1; labelled with the gateway's version and compiled-in optional features",
         info,
     );
-    super::append(out, &r);
+    super::text::append(out, &r);
 }
 
 #[cfg(test)]

@@ -116,6 +116,6 @@ impl QueueMetrics {
             "Requests that found every target of the route full, by how their wait ended: admitted, timeout (503 after queue_timeout), overflow (503 at once, the queue was full), client_gone, unavailable, dropped",
             self.results.clone(),
         );
-        super::append(out, &r);
+        super::text::append(out, &r);
     }
 }

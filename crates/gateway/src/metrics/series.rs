@@ -839,11 +839,11 @@ impl GatewayMetrics {
         kv: Option<&[KvTargetReport]>,
         out: &mut String,
     ) {
-        super::append(out, &self.registry);
+        super::text::append(out, &self.registry);
         let live = gauges::registry(&self.targets, gauges, adaptive_enabled, mesh_dropped);
-        super::append(out, &live);
+        super::text::append(out, &live);
         if let Some(reports) = kv {
-            super::append(out, &super::kv_events::registry(&self.targets, reports));
+            super::text::append(out, &super::kv_events::registry(&self.targets, reports));
         }
     }
 }
