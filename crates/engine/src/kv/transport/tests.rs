@@ -108,14 +108,14 @@ fn subscribes_counts_malformed_and_replays() {
     while rx.try_recv().is_ok() {}
     // The connection is noted from the socket's monitor events, which may come after the
     // first frame: wait for it rather than read it at once.
-    let before = loop {
+    loop {
         let s = t.stats()[0].clone();
         if s.connected && s.connects >= 1 {
-            break s;
+            break;
         }
         assert!(Instant::now() < deadline, "connected never noted: {s:?}");
         std::thread::sleep(Duration::from_millis(5));
-    };
+    }
 
     pubs.send_multipart([&b"other"[..], &1u64.to_be_bytes(), b"x"], 0)
         .unwrap(); // filtered by topic
