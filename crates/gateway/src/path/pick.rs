@@ -79,9 +79,9 @@ pub async fn pick<'s>(
             }
             cands.iter().map(|c| (c.target as u16, c.weight)).collect()
         };
-        let next = rotation
-            .next(link, &state.config, ask.routed.index, members)
-            .await;
+        // Boxed: only routes with a shared rotation wait for the store, and every pick's
+        // future would otherwise carry the wait's space.
+        let next = Box::pin(rotation.next(link, &state.config, ask.routed.index, members)).await;
         let inputs = AsyncInputs {
             rotation: next,
             ..ask.preq.inputs.clone()

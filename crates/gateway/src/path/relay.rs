@@ -307,35 +307,15 @@ async fn send_and_read_head(
             )))
         }
     }
-    read_head(to, up, bufs, deadline).await
-}
-
-/// Reads the response head into `bufs.hdrs` (what follows it stays in `bufs.ubuf`) by
-/// `deadline`, skipping interim (1xx) responses.
-async fn read_head(
-    to: Sending<'_>,
-    mut up: UpstreamConn,
-    bufs: &mut IoBufs,
-    deadline: Instant,
-) -> Head {
-    let target = &to.state.config.targets[to.tid];
+    // The head is read in this same function, not in one it awaits: the exchange's future
+    // is then moved once less on every request.
     bufs.ubuf.clear();
     let mut answered = false;
     loop {
-        // Parse whatever is buffered first: several heads can arrive in one read.
-        loop {
-            bufs.hdrs.clear();
-            match response_head::parse(&bufs.ubuf, false, &mut bufs.hdrs) {
-                Ok(Some(h)) if h.status == 101 => {
-                    return Head::Failed(Outcome::Failed(bad_response(&target.name)))
-                }
-                Ok(Some(h)) if (100..200).contains(&h.status) => {
-                    bufs.ubuf.drain(..h.len);
-                }
-                Ok(Some(h)) => return Head::Read(up, h),
-                Ok(None) => break,
-                Err(_) => return Head::Failed(Outcome::Failed(bad_response(&target.name))),
-            }
+        match buffered_head(&target.name, bufs) {
+            Ok(Some(h)) => return Head::Read(up, h),
+            Ok(None) => {}
+            Err(failed) => return Head::Failed(failed),
         }
         bufs.ubuf.reserve(MIN_UPSTREAM_READ);
         // A Vec read fills from index 0: read into the spare capacity so a partial head
@@ -359,6 +339,23 @@ async fn read_head(
                     &to.limits,
                 )))
             }
+        }
+    }
+}
+
+/// The response head whole in `bufs.ubuf`, if it is, into `bufs.hdrs` (what follows it
+/// stays in `bufs.ubuf`), past any interim (1xx) responses: several heads can arrive in one
+/// read. A malformed head, or a protocol switch, is a bad response of target `name`.
+fn buffered_head(name: &str, bufs: &mut IoBufs) -> Result<Option<ResponseHead>, Outcome> {
+    loop {
+        bufs.hdrs.clear();
+        match response_head::parse(&bufs.ubuf, false, &mut bufs.hdrs) {
+            Ok(Some(h)) if h.status == 101 => return Err(Outcome::Failed(bad_response(name))),
+            Ok(Some(h)) if (100..200).contains(&h.status) => {
+                bufs.ubuf.drain(..h.len);
+            }
+            Ok(head) => return Ok(head),
+            Err(_) => return Err(Outcome::Failed(bad_response(name))),
         }
     }
 }
