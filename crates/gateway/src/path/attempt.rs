@@ -9,9 +9,9 @@
 //!
 //! What the attempts came to is written into the exchange's [`Served`](super::exchange::Served).
 //!
-//! Owns the retry decision, by the kind of the failure (`retry::reason`), and the set of
-//! targets tried. It must not relay bytes itself (that is `relay`) and never retries once
-//! the client has seen a byte of the answer.
+//! Owns the retry decision, by the kind of the failure (`retry::reason`); the attempts so
+//! far are the exchange's (`exchange::Attempts`). It must not relay bytes itself (that is
+//! `relay`) and never retries once the client has seen a byte of the answer.
 
 use std::time::Instant;
 
@@ -40,7 +40,7 @@ struct Tried {
 pub async fn until_answered(ex: &mut Exchange<'_>, io: &mut ClientIo, bufs: &mut IoBufs) -> Fate {
     ex.state.routes[ex.routed.index]
         .retry_budget
-        .request(Instant::now());
+        .request(ex.attempts.started);
     loop {
         // One clock read serves the pick and the routing record (`Picked::at`).
         let pick = queue::pick(ex.state, ex.ask(), Instant::now(), &io.reader);

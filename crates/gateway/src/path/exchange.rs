@@ -49,6 +49,9 @@ pub struct Attempts {
     pub last_err: Option<GatewayError>,
     /// The route's `deadline` for the whole request.
     pub request_end: Option<monoio::time::Instant>,
+    /// When the first attempt was about to be picked (the retry budget counts the request
+    /// then).
+    pub started: Instant,
 }
 
 impl Attempts {
@@ -61,6 +64,7 @@ impl Attempts {
             request_end: policy
                 .deadline
                 .map(|d| monoio::time::Instant::from_std(start + d)),
+            started: start,
         }
     }
 

@@ -10,12 +10,12 @@
 //!    limits (429);
 //! 3. [`inputs`]: what the route's strategy asks for before its pick (token ids, a cache
 //!    lookup, the canonical prompt);
+//!    From here on the request is one [`exchange`]: what the later stages read, and the
+//!    record of its attempts they write.
 //! 4. [`pick`]: the candidates (eligible, serving the model, under their limit, not tried
 //!    yet), the strategy's choice and its admission under `max_concurrent`; [`queue`]
 //!    waits for a place when the route has a queue and every candidate is full
 //!    ([`release`] wakes the waiters);
-//!    From here on the request is one [`exchange`]: what the later stages read, and the
-//!    record of its attempts they write.
 //! 5. [`attempt`]: the attempt layer: one try on the chosen target (an adapter loaded
 //!    first when asked), the upstream request's bytes ([`upstream_request`]; [`outgoing`]
 //!    holds and writes them, a large body from where it was read), and the retry decision

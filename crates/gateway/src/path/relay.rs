@@ -663,7 +663,9 @@ impl BodyCopy {
             BodyState::Empty => (true, !data.is_empty()),
             BodyState::Length(remaining) => {
                 let take = (*remaining).min(data.len() as u64) as usize;
-                // A length-framed body goes to the client as it is (never chunked).
+                // A length-framed body goes to the client as it is (`response_head` never
+                // chunks it).
+                debug_assert!(!client_chunked, "a length-framed body is never rechunked");
                 emit(out, &data[..take]);
                 *remaining -= take as u64;
                 (*remaining == 0, take < data.len())
