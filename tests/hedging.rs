@@ -185,7 +185,7 @@ fn a_percentile_hedge_waits_for_the_routes_head_times_then_hedges() {
         assert_eq!(
             series(&g, "rolter_hedges_sent_total{route=\"r\"}"),
             0.0,
-            "{ctx}"
+            "{ctx}: a hedge was sent before enough head times"
         );
         // The route learns the rest of its head times from healthy answers. A healthy answer
         // slower than the learnt p90 may itself be hedged (that is what p90 means), so what

@@ -126,11 +126,8 @@ pub fn peek_control(path: &Path) -> (u16, Option<std::path::PathBuf>) {
         .and_then(|c| c.as_str())
         .filter(|c| !c.is_empty())
         .map(|c| {
-            let c = Path::new(c);
-            match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                Some(dir) if c.is_relative() => dir.join(c),
-                _ => c.to_path_buf(),
-            }
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            validate::common::config_path(dir, c)
         });
     (port, socket)
 }

@@ -237,9 +237,9 @@ pub fn to_table<O: Serialize>(o: &O) -> toml::Table {
 
 /// The option keys `O` serializes, unset ones included, read off its derived `Serialize`
 /// on the defaults (for the test that every field has help and every help line a field).
-/// Fields of a `#[serde(flatten)]` part count as the option's own; a flattened struct's
-/// optional fields must then be written without `skip_serializing_if` (TOML leaves `None`
-/// out on its own).
+/// Fields of a `#[serde(flatten)]` part count as the option's own; every optional field of
+/// a struct that flattens a part (serde writes that struct as a map) must then be written
+/// without `skip_serializing_if` (TOML leaves `None` out on its own).
 pub fn field_names<O: StrategyOptions>() -> Vec<String> {
     let mut keys = Keys(Vec::new());
     let _ = O::default().serialize(&mut keys);

@@ -38,7 +38,7 @@ pub(crate) struct Host<'a> {
 
 /// A path written in the configuration: relative ones are taken from the configuration
 /// file's directory (`config_dir`), or from the working directory when there is none.
-pub(super) fn config_path(config_dir: Option<&Path>, written: impl AsRef<Path>) -> PathBuf {
+pub(crate) fn config_path(config_dir: Option<&Path>, written: impl AsRef<Path>) -> PathBuf {
     let written = written.as_ref();
     match config_dir {
         Some(dir) if written.is_relative() => dir.join(written),

@@ -3,7 +3,7 @@
 
 mod admin;
 mod api_keys;
-mod common;
+pub(crate) mod common;
 mod health;
 mod kv;
 mod log;

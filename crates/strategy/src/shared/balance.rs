@@ -50,6 +50,10 @@ impl BalanceGuard {
     /// random).
     #[inline]
     pub fn check(&self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
+        debug_assert!(
+            !candidates.is_empty(),
+            "a strategy is never asked among none"
+        );
         let (mut min, mut max) = (u64::MAX, 0);
         for c in candidates {
             min = min.min(c.load);

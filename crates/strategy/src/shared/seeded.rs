@@ -41,6 +41,10 @@ impl<R: Rule> Strategy for Seeded<R> {
         candidates: &[Candidate],
         _now: Instant,
     ) -> Option<Pick> {
+        debug_assert!(
+            !candidates.is_empty(),
+            "a strategy is never asked among none"
+        );
         self.rule.choose(&mut self.rng, candidates).map(Pick::at)
     }
 }
