@@ -575,7 +575,48 @@ pub struct Target {
     pub lmcache_instance: String,
     pub timeouts: UpstreamTimeouts,
     pub pool: PoolConfig,
+    /// The port of the engine's bootstrap server, where a decode engine fetches what this
+    /// engine prefilled (SGLang's `--disaggregation-bootstrap-port`; `bootstrap_port`,
+    /// default 8998). Sent only by `disaggregation = "sglang"` routes.
+    pub bootstrap_port: u16,
+    /// Whose wire conventions the engine follows where they differ (`engine`): how it takes
+    /// a data-parallel rank.
+    pub engine: EngineKind,
+    /// This target is one data-parallel rank of an engine run with `dp_size` ranks behind
+    /// one address; `None`: a single engine.
+    pub dp: Option<DpRank>,
 }
+
+/// `targets[i].engine`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// vLLM: the rank in the `X-data-parallel-rank` header.
+    Vllm,
+    /// SGLang: the rank in the body's `data_parallel_rank` field.
+    Sglang,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
+        }
+    }
+}
+
+/// One data-parallel rank of an engine (`dp_size = N` on a target makes N targets, named
+/// `name[0]` … `name[N-1]`, one per rank).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DpRank {
+    pub rank: u32,
+    pub size: u32,
+    /// The target's name as written (without the rank).
+    pub engine_name: String,
+}
+
+/// The default `bootstrap_port` (SGLang's default bootstrap port).
+pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
 
 impl Target {
     /// Whether this target serves public model `model` (no `models` list: any).
@@ -626,6 +667,62 @@ pub struct Route {
     /// The cache controller the route's strategy asks (`controller = "http://…"`),
     /// resolved at configuration time; `None` when it asks none.
     pub cache_controller: Option<CacheController>,
+    /// `disaggregation`: each request is prefilled on another route's pool (the route's
+    /// `prefill` pool) and decoded on this route's targets (its `decode` pool). `None`: one
+    /// engine serves the whole request.
+    pub disaggregation: Option<Disaggregation>,
+    /// This route is the prefill pool of the route at this index: it matches no request
+    /// itself, and its targets and strategy serve that route's prefill attempts.
+    pub prefill_of: Option<usize>,
+}
+
+/// A disaggregated route's prefill side and the wire protocol between the two pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Disaggregation {
+    pub protocol: PdProtocol,
+    /// The index (in `Config::routes`) of the route that holds the prefill pool.
+    pub prefill_route: usize,
+}
+
+/// `routes[i].disaggregation`: how the prefill and decode engines are asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PdProtocol {
+    /// vLLM's KV connectors (e.g. NixlConnector): prefill first (`kv_transfer_params`
+    /// asking for a remote decode, one token, no stream), then decode with the transfer
+    /// parameters the prefill answered.
+    Vllm,
+    /// SGLang's bootstrap: one request, with `bootstrap_host`, `bootstrap_port` and
+    /// `bootstrap_room`, to both engines at once.
+    Sglang,
+}
+
+impl PdProtocol {
+    pub const ALL: [PdProtocol; 2] = [PdProtocol::Vllm, PdProtocol::Sglang];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PdProtocol::Vllm => "vllm",
+            PdProtocol::Sglang => "sglang",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PdProtocol> {
+        Self::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    /// Whether one engine may be in both pools: a vLLM engine with `kv_role = "kv_both"`
+    /// can prefill and decode; an SGLang engine runs in one disaggregation mode.
+    pub fn allows_shared_targets(self) -> bool {
+        self == PdProtocol::Vllm
+    }
+}
+
+impl Route {
+    /// Whether requests can match this route (a prefill pool's route serves only its
+    /// disaggregated route).
+    pub fn matches_requests(&self) -> bool {
+        self.prefill_of.is_none()
+    }
 }
 
 /// A route's retry policy: which failures are retried, how long one attempt and the whole

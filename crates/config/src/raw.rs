@@ -196,6 +196,9 @@ pub(crate) struct RawTarget {
     pub pool: Option<RawPool>,
     pub kv_events: Option<RawTargetKvEvents>,
     pub lmcache_instance: Option<String>,
+    pub bootstrap_port: Option<i64>,
+    pub dp_size: Option<i64>,
+    pub engine: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -238,6 +241,17 @@ pub(crate) struct RawRoute {
     pub queue_timeout: Option<toml::Value>,
     #[serde(rename = "match")]
     pub matcher: Option<RawMatch>,
+    pub disaggregation: Option<String>,
+    pub prefill: Option<RawPdPool>,
+    pub decode: Option<RawPdPool>,
+}
+
+/// `routes.prefill` / `routes.decode`: one pool of a disaggregated route.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawPdPool {
+    pub targets: Option<Vec<String>>,
+    /// A string (the strategy name) or a table (`name` plus the strategy's options).
+    pub strategy: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -399,6 +413,9 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "pool",
     "kv_events",
     "lmcache_instance",
+    "bootstrap_port",
+    "dp_size",
+    "engine",
 ];
 pub(crate) const PRICE_KEYS: &[&str] = &["input", "output"];
 pub(crate) const TIMEOUTS_KEYS: &[&str] = &["connect", "first_byte", "idle"];
@@ -421,7 +438,11 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "queue_max",
     "queue_timeout",
     "match",
+    "disaggregation",
+    "prefill",
+    "decode",
 ];
+pub(crate) const PD_POOL_KEYS: &[&str] = &["targets", "strategy"];
 pub(crate) const MATCH_KEYS: &[&str] = &["paths", "passthrough", "models", "header"];
 pub(crate) const HEADER_MATCH_KEYS: &[&str] = &["name", "value"];
 pub(crate) const HEALTH_KEYS: &[&str] = &[
@@ -527,6 +548,8 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["targets", "kv_events"] => ("[targets.kv_events]", TARGET_KV_EVENTS_KEYS),
         ["routes"] => ("[[routes]]", ROUTE_KEYS),
         ["routes", "match"] => ("[routes.match]", MATCH_KEYS),
+        ["routes", "prefill"] => ("routes.prefill", PD_POOL_KEYS),
+        ["routes", "decode"] => ("routes.decode", PD_POOL_KEYS),
         ["routes", "match", "header"] => ("routes.match.header", HEADER_MATCH_KEYS),
         ["health"] => ("[health]", HEALTH_KEYS),
         ["metrics_scrape"] => ("[metrics_scrape]", SCRAPE_KEYS),

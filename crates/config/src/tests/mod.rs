@@ -77,6 +77,7 @@ const ONE_TARGET: &str = "[[targets]]\nname = \"a\"\nurl = \"http://10.0.0.1:800
 
 mod api_keys;
 mod examples;
+mod pd;
 mod prices;
 mod reload;
 mod routes;

@@ -110,7 +110,7 @@ fn misspelled_table_is_an_unknown_key() {
 #[test]
 fn known_keys_match_structs() {
     // Every key listed as valid is accepted by the serde types (no unknown-key error).
-    let tables: [(&str, &[&str]); 21] = [
+    let tables: [(&str, &[&str]); 23] = [
         ("", raw::TOP_KEYS),
         ("[server]\n", raw::SERVER_KEYS),
         ("[server.limits]\n", raw::LIMITS_KEYS),
@@ -124,6 +124,8 @@ fn known_keys_match_structs() {
         ),
         ("[[routes]]\n", raw::ROUTE_KEYS),
         ("[[routes]]\n[routes.match]\n", raw::MATCH_KEYS),
+        ("[[routes]]\n[routes.prefill]\n", raw::PD_POOL_KEYS),
+        ("[[routes]]\n[routes.decode]\n", raw::PD_POOL_KEYS),
         (
             "[[routes]]\n[routes.match.header]\n",
             raw::HEADER_MATCH_KEYS,

@@ -16,8 +16,8 @@ pub(super) use crate::error::Collector;
 pub(super) use crate::model::*;
 pub(super) use crate::raw::{
     closest, is_bare_key, join, OrderedPrices, OrderedStrings, RawAdmin, RawConfig, RawHeaderMatch,
-    RawHealth, RawKvEvents, RawLimits, RawLog, RawMatch, RawPool, RawPrice, RawRoute, RawScrape,
-    RawServer, RawServerTls, RawTarget, RawTargetKvEvents, RawTimeouts,
+    RawHealth, RawKvEvents, RawLimits, RawLog, RawMatch, RawPdPool, RawPool, RawPrice, RawRoute,
+    RawScrape, RawServer, RawServerTls, RawTarget, RawTargetKvEvents, RawTimeouts,
 };
 
 /// Resolves a host name and port to socket addresses.

@@ -7,6 +7,7 @@ pub(crate) mod common;
 mod health;
 mod kv;
 mod log;
+mod pd;
 mod prices;
 mod retry;
 mod routes;
@@ -52,6 +53,12 @@ pub(crate) fn validate(
     };
     // Target names as written (even for otherwise invalid targets), for route references.
     let names: Vec<Option<String>> = raw_targets.iter().map(|t| t.name.clone()).collect();
+    let engine_written: Vec<bool> = raw_targets.iter().map(|t| t.engine.is_some()).collect();
+    let dp_sizes: Vec<u32> = raw_targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| targets::dp_size(t.dp_size, &format!("targets[{i}]"), errs))
+        .collect();
     let targets: Vec<Option<Target>> = raw_targets
         .into_iter()
         .enumerate()
@@ -87,12 +94,16 @@ pub(crate) fn validate(
     if !errs.is_empty() {
         return None;
     }
+    let mut targets = targets.into_iter().collect::<Option<Vec<_>>>()?;
+    let mut routes = routes.into_iter().collect::<Option<Vec<_>>>()?;
+    pd::engine_kinds(&mut targets, &engine_written, &routes);
+    let targets = pd::expand_ranks(targets, &dp_sizes, &mut routes);
     Some(Config {
         source: PathBuf::from(source),
         digest: String::new(),
         server: server?,
-        targets: targets.into_iter().collect::<Option<Vec<_>>>()?,
-        routes: routes.into_iter().collect::<Option<Vec<_>>>()?,
+        targets,
+        routes,
         health: health?,
         scrape: scrape?,
         admin: admin?,

@@ -32,10 +32,39 @@ pub(super) fn routes(
         Some(r) => {
             let route_names: Vec<Option<String>> = r.iter().map(|r| r.name.clone()).collect();
             check_unique_names(&route_names, "routes", "route", errs);
-            r.into_iter()
+            let mut pools = Vec::new();
+            let mut out: Vec<Option<Route>> = r
+                .into_iter()
                 .enumerate()
-                .map(|(i, r)| route(r, &format!("routes[{i}]"), names, targets, host, errs))
-                .collect()
+                .map(|(i, r)| {
+                    let (route, pool) =
+                        route(r, &format!("routes[{i}]"), names, targets, host, errs)?;
+                    if let Some(pool) = pool {
+                        pools.push((i, pool));
+                    }
+                    Some(route)
+                })
+                .collect();
+            // The prefill pools follow the file's routes, so a route's index is its place in
+            // the file.
+            for (i, mut pool) in pools {
+                if route_names.iter().flatten().any(|n| *n == pool.name) {
+                    errs.push(
+                        format!("routes[{i}].name"),
+                        format!("the name `{}` is taken by the prefill pool of this route", pool.name),
+                        "rename the other route: a disaggregated route's prefill pool is named `<route>/prefill` in metrics and the admin API",
+                    );
+                }
+                pool.prefill_of = Some(i);
+                let at = out.len();
+                if let Some(Some(main)) = out.get_mut(i) {
+                    if let Some(d) = &mut main.disaggregation {
+                        d.prefill_route = at;
+                    }
+                }
+                out.push(Some(pool));
+            }
+            out
         }
     }
 }
@@ -56,20 +85,22 @@ fn implicit_route(count: usize) -> Route {
         #[cfg(feature = "local-tokenizer")]
         tokenizer: None,
         cache_controller: None,
+        disaggregation: None,
+        prefill_of: None,
     }
 }
 
+/// One `[[routes]]` table, with its prefill pool's route when it is disaggregated.
 pub(super) fn route(
-    raw: RawRoute,
+    mut raw: RawRoute,
     at: &str,
     names: &[Option<String>],
     targets: &[Option<Target>],
     host: &Host<'_>,
     errs: &mut Collector,
-) -> Option<Route> {
-    let config_dir = host.config_dir;
+) -> Option<(Route, Option<Route>)> {
     let retry = retry_policy(&raw, at, errs);
-    let name = match raw.name {
+    let name = match raw.name.take() {
         None => {
             errs.push(
                 join(at, "name"),
@@ -80,18 +111,17 @@ pub(super) fn route(
         }
         Some(n) => check_name(&n, &join(at, "name"), "route", errs).then_some(n),
     };
-
-    let route_targets = route_targets(raw.targets, &join(at, "targets"), names, errs);
-    let strategy = strategy(raw.strategy, &join(at, "strategy"), errs);
-    let requirements = strategy.as_ref().map(StrategySpec::requirements);
-    let tokenizer = match &requirements {
-        Some(r) => local_tokenizer(r, &join(at, "strategy"), config_dir, errs),
-        None => Some(None),
+    let pd = super::pd::pools(&mut raw, at, names, errs);
+    let (route_targets, strategy, prefill) = match pd {
+        None => (None, None, None),
+        Some(None) => (
+            route_targets(raw.targets.take(), &join(at, "targets"), names, errs),
+            strategy(raw.strategy.take(), &join(at, "strategy"), errs),
+            None,
+        ),
+        Some(Some(p)) => (p.decode.targets, p.decode.strategy, Some(p.prefill)),
     };
-    let cache_controller = match &requirements {
-        Some(r) => cache_controller(r, &join(at, "strategy"), host, errs),
-        None => Some(None),
-    };
+    let needs = strategy_clients(strategy.as_ref(), &join(at, "strategy"), host, errs);
 
     let retries = match raw.retries {
         None => Some(DEFAULT_RETRIES),
@@ -120,10 +150,20 @@ pub(super) fn route(
             errs,
         ),
     };
+    if let (Some(p), Some(m), Some(r)) = (&prefill, &matcher, &retry) {
+        super::pd::check_route(p.protocol, m, r, at, errs);
+    }
+    let prefill_needs = prefill.as_ref().map(|p| {
+        strategy_clients(
+            p.pool.strategy.as_ref(),
+            &join(at, "prefill.strategy"),
+            host,
+            errs,
+        )
+    });
 
-    #[cfg(not(feature = "local-tokenizer"))]
-    tokenizer?;
-    Some(Route {
+    let (tokenizer, cache_controller) = needs?;
+    let route = Route {
         name: name?,
         matcher: matcher?,
         targets: route_targets?,
@@ -133,9 +173,60 @@ pub(super) fn route(
         retry: retry?,
         queue: queue?,
         #[cfg(feature = "local-tokenizer")]
-        tokenizer: tokenizer?,
-        cache_controller: cache_controller?,
-    })
+        tokenizer,
+        cache_controller,
+        disaggregation: prefill.as_ref().map(|p| Disaggregation {
+            protocol: p.protocol,
+            // Set once the pool's place among the routes is known.
+            prefill_route: usize::MAX,
+        }),
+        prefill_of: None,
+    };
+    #[cfg(not(feature = "local-tokenizer"))]
+    let _ = tokenizer;
+    let pool = match (prefill, prefill_needs) {
+        (Some(p), Some(needs)) => {
+            let (tokenizer, cache_controller) = needs?;
+            #[cfg(not(feature = "local-tokenizer"))]
+            let _ = tokenizer;
+            Some(Route {
+                name: format!("{}/prefill", route.name),
+                matcher: RouteMatch::default(),
+                targets: p.pool.targets?,
+                strategy: p.pool.strategy?,
+                #[cfg(feature = "local-tokenizer")]
+                tokenizer,
+                cache_controller,
+                disaggregation: None,
+                prefill_of: None,
+                ..route.clone()
+            })
+        }
+        _ => None,
+    };
+    Some((route, pool))
+}
+
+/// What `strategy` needs loaded or resolved now: its local tokenizer and its cache
+/// controller. `None` after an error (or when the strategy itself was invalid).
+#[cfg(feature = "local-tokenizer")]
+type StrategyClients = (
+    Option<Arc<rolter_tokenize::LocalTokenizer>>,
+    Option<CacheController>,
+);
+#[cfg(not(feature = "local-tokenizer"))]
+type StrategyClients = (Option<()>, Option<CacheController>);
+
+fn strategy_clients(
+    strategy: Option<&StrategySpec>,
+    key: &str,
+    host: &Host<'_>,
+    errs: &mut Collector,
+) -> Option<StrategyClients> {
+    let requirements = strategy?.requirements();
+    let tokenizer = local_tokenizer(&requirements, key, host.config_dir, errs);
+    let cache_controller = cache_controller(&requirements, key, host, errs);
+    Some((tokenizer?, cache_controller?))
 }
 
 /// The LMCache controller the strategy asks (`lmcache_aware`, also inside a wrapper): a

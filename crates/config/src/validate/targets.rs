@@ -61,6 +61,8 @@ pub(super) fn target(
         errs,
     );
     let pool = pool(raw.pool.unwrap_or_default(), &join(at, "pool"), errs);
+    let bootstrap_port = bootstrap_port(raw.bootstrap_port, at, errs);
+    let engine = engine_kind(raw.engine.as_deref(), at, errs);
 
     let lmcache_instance = match lmcache_instance {
         Some(Some(id)) => Some(id),
@@ -94,7 +96,63 @@ pub(super) fn target(
         pool: pool?,
         kv_events: kv_events?,
         lmcache_instance: lmcache_instance?,
+        bootstrap_port: bootstrap_port?,
+        engine: engine?,
+        // Set when `dp_size` makes one target per rank.
+        dp: None,
     })
+}
+
+/// `bootstrap_port`: a TCP port, default [`DEFAULT_BOOTSTRAP_PORT`].
+fn bootstrap_port(v: Option<i64>, at: &str, errs: &mut Collector) -> Option<u16> {
+    match v {
+        None => Some(DEFAULT_BOOTSTRAP_PORT),
+        Some(p) if (1..=65535).contains(&p) => Some(p as u16),
+        Some(p) => {
+            errs.push(
+                join(at, "bootstrap_port"),
+                format!("bootstrap_port is {p}; it must be a TCP port, 1 to 65535"),
+                format!("set it to the engine's --disaggregation-bootstrap-port (SGLang's default is {DEFAULT_BOOTSTRAP_PORT})"),
+            );
+            None
+        }
+    }
+}
+
+/// Most data-parallel ranks one target may declare.
+pub const MAX_DP_SIZE: i64 = 256;
+
+/// `dp_size`: the engine's data-parallel ranks behind its address (default 1).
+pub(super) fn dp_size(v: Option<i64>, at: &str, errs: &mut Collector) -> u32 {
+    match v {
+        None => 1,
+        Some(n) if (1..=MAX_DP_SIZE).contains(&n) => n as u32,
+        Some(n) => {
+            errs.push(
+                join(at, "dp_size"),
+                format!("dp_size is {n}; it must be between 1 and {MAX_DP_SIZE}"),
+                "set dp_size to the engine's --data-parallel-size (vLLM) or --dp-size (SGLang)",
+            );
+            1
+        }
+    }
+}
+
+/// `engine`: whose conventions the target follows (default vLLM's; SGLang's for a target
+/// of a `disaggregation = "sglang"` route).
+fn engine_kind(v: Option<&str>, at: &str, errs: &mut Collector) -> Option<EngineKind> {
+    match v {
+        None | Some("vllm") => Some(EngineKind::Vllm),
+        Some("sglang") => Some(EngineKind::Sglang),
+        Some(other) => {
+            errs.push(
+                join(at, "engine"),
+                format!("unknown engine `{other}`"),
+                "write engine = \"vllm\" (a data-parallel rank goes in the X-data-parallel-rank header) or \"sglang\" (in the body's data_parallel_rank field)",
+            );
+            None
+        }
+    }
 }
 
 /// A target's `name`: required, and a valid target name ([`check_name`]).
