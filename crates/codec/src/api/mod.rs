@@ -9,6 +9,7 @@
 pub mod canonical;
 pub mod deltas;
 pub mod facts;
+pub mod fields;
 pub mod key_search;
 pub mod multipart;
 pub mod sequence;
