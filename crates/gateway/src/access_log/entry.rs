@@ -204,6 +204,21 @@ pub struct Entry {
     pub fallback: Option<&'static str>,
     /// The client API key's index in `[[keys]]`, once identified (its name is logged).
     pub key: Option<u32>,
+    /// On a disaggregated route: what the prefill legs came to (`target` and the fields
+    /// above are the decode's).
+    pub prefill: Option<PrefillLeg>,
+}
+
+/// The prefill side of a disaggregated request, for its access-log line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrefillLeg {
+    /// The last prefill target tried.
+    pub target: Option<u16>,
+    /// Its response status (0: none).
+    pub status: u16,
+    pub attempts: u8,
+    /// How long the last prefill leg took, from its request being written to its end.
+    pub time: Option<Duration>,
 }
 
 impl Entry {
@@ -238,6 +253,7 @@ impl Entry {
             tokens_estimated: false,
             fallback: None,
             key: None,
+            prefill: None,
         }
     }
 

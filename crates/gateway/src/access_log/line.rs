@@ -36,6 +36,18 @@ struct Line<'a> {
     tokens_estimated: bool,
     fallback: Option<&'a str>,
     key: Option<&'a str>,
+    /// Only on a disaggregated route: the prefill legs (the fields above are the decode's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prefill: Option<Prefill<'a>>,
+}
+
+/// A disaggregated request's prefill side.
+#[derive(Serialize)]
+struct Prefill<'a> {
+    target: Option<&'a str>,
+    status: Option<u16>,
+    attempts: u8,
+    time_ms: Option<f64>,
 }
 
 /// Milliseconds with microsecond precision.
@@ -77,6 +89,15 @@ fn fields<'a>(e: &'a Entry, config: &'a Config) -> Line<'a> {
             .key
             .and_then(|k| config.keys.keys.get(k as usize))
             .map(|k| k.name.as_str()),
+        prefill: e.prefill.map(|p| Prefill {
+            target: p
+                .target
+                .and_then(|t| config.targets.get(t as usize))
+                .map(|t| t.name.as_str()),
+            status: (p.status != 0).then_some(p.status),
+            attempts: p.attempts,
+            time_ms: p.time.map(ms),
+        }),
     };
     line
 }

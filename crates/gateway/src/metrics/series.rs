@@ -34,11 +34,20 @@ pub const DURATION_BUCKETS: [f64; 16] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 ];
 
+/// `rolter_time_per_output_token_seconds` bucket bounds: 1 ms to 1 s between tokens.
+pub const TPOT_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0,
+];
+
 /// The `codes` key of cut-off responses (no HTTP status is 1).
 const INTERRUPTED: u16 = 1;
 
 fn ttft_histogram() -> Histogram {
     Histogram::new(TTFT_BUCKETS)
+}
+
+fn tpot_histogram() -> Histogram {
+    Histogram::new(TPOT_BUCKETS)
 }
 
 fn handshake_histogram() -> Histogram {
@@ -148,6 +157,7 @@ struct PairSeries {
     /// `rolter_stream_interrupted_total` per cause seen.
     cuts: Vec<(&'static str, Counter)>,
     ttft: Option<Histogram>,
+    tpot: Option<Histogram>,
     duration: Option<Histogram>,
     decisions: Option<Counter>,
 }
@@ -171,6 +181,7 @@ pub struct GatewayMetrics {
     targets: Vec<String>,
     requests: Family<RouteTargetCode, Counter>,
     ttft: HistogramFamily<RouteTarget>,
+    tpot: HistogramFamily<RouteTarget>,
     duration: HistogramFamily<RouteTarget>,
     decisions: Family<Decision, Counter>,
     fallbacks: Family<Fallback, Counter>,
@@ -217,13 +228,15 @@ fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str
 struct AttemptFamilies {
     requests: Family<RouteTargetCode, Counter>,
     ttft: HistogramFamily<RouteTarget>,
+    tpot: HistogramFamily<RouteTarget>,
     duration: HistogramFamily<RouteTarget>,
     tokens: Family<TargetKind, Counter>,
 }
 
 impl AttemptFamilies {
-    /// Registers `rolter_requests`, `rolter_ttft_seconds`, `rolter_request_duration_seconds`
-    /// and `rolter_tokens`, in that order.
+    /// Registers `rolter_requests`, `rolter_ttft_seconds`,
+    /// `rolter_time_per_output_token_seconds`, `rolter_request_duration_seconds` and
+    /// `rolter_tokens`, in that order.
     fn register(registry: &mut Registry) -> Self {
         AttemptFamilies {
             requests: registered(
@@ -237,6 +250,12 @@ impl AttemptFamilies {
                 "rolter_ttft_seconds",
                 "Time from sending an upstream request to the first body byte of its event stream (successful streams only)",
                 HistogramFamily::new_with_constructor(ttft_histogram),
+            ),
+            tpot: registered(
+                registry,
+                "rolter_time_per_output_token_seconds",
+                "Time per output token after the first, of successful event streams with at least two completion tokens: (end - first body byte) / (completion tokens - 1)",
+                HistogramFamily::new_with_constructor(tpot_histogram),
             ),
             duration: registered(
                 registry,
@@ -510,6 +529,7 @@ impl GatewayMetrics {
             targets: target_names.to_vec(),
             requests: attempts.requests,
             ttft: attempts.ttft,
+            tpot: attempts.tpot,
             duration: attempts.duration,
             decisions: picks.decisions,
             fallbacks: picks.fallbacks,
@@ -621,6 +641,15 @@ impl GatewayMetrics {
             pair.ttft
                 .get_or_insert_with(|| self.ttft.get_or_create_owned(&labels()))
                 .observe(ttft.as_secs_f64());
+            let completion = sample
+                .usage
+                .map_or(estimated_completion, |u| u.completion_tokens);
+            if completion >= 2 {
+                let after = sample.duration.saturating_sub(ttft).as_secs_f64();
+                pair.tpot
+                    .get_or_insert_with(|| self.tpot.get_or_create_owned(&labels()))
+                    .observe(after / f64::from(completion - 1));
+            }
         }
         pair.duration
             .get_or_insert_with(|| self.duration.get_or_create_owned(&labels()))

@@ -68,7 +68,7 @@ pub async fn until_answered(ex: &mut Exchange<'_>, io: &mut ClientIo, bufs: &mut
 
 /// No candidate could be picked (`e`): the last failure that allowed a retry is answered,
 /// or the pick's own error (no healthy target, a full queue).
-async fn no_candidate(
+pub(super) async fn no_candidate(
     ex: &mut Exchange<'_>,
     io: &mut ClientIo,
     bufs: &mut IoBufs,
@@ -117,7 +117,7 @@ async fn one(
         Box::pin(load).await;
     }
     let target = &state.config.targets[tid];
-    upstream_request::build(&mut bufs.up, ex.req, routed, target);
+    upstream_request::build_leg(&mut bufs.up, ex, target);
     let retries_left = (routed.route.retries as usize)
         .saturating_sub(ex.attempts.n)
         .min(picked.others);
@@ -184,7 +184,7 @@ async fn one(
 
 /// What the relay is told about the client, and what bounds the attempt: the statuses it
 /// may still hold back for a retry, its own timeout and the request's deadline.
-fn leg_terms(
+pub(super) fn leg_terms(
     ex: &Exchange<'_>,
     picked: &Picked<'_>,
     retries_left: usize,
@@ -219,12 +219,13 @@ fn leg_terms(
 }
 
 /// Notes a finished attempt in the exchange's record of what the attempts came to.
-fn note(served: &mut Served, a: &Attempted) {
+pub(super) fn note(served: &mut Served, a: &Attempted) {
     let report = &a.report;
     served.target = Some(a.target);
     served.upstream_status = report.status;
     served.status = report.client_status;
     served.first_byte = report.first_byte;
+    served.last_time = report.sent.map(|t| t.elapsed());
     served.bytes_out += report.bytes_out;
     served.usage = report.usage;
     served.estimated_completion = record::estimated_completion(report);
@@ -234,7 +235,7 @@ fn note(served: &mut Served, a: &Attempted) {
 }
 
 /// What follows a failed attempt.
-enum Next {
+pub(super) enum Next {
     /// Try another target (after the back-off), answering this failure if none is left.
     Retry(GatewayError),
     /// Answer the failure.
@@ -246,7 +247,7 @@ enum Next {
 /// The retry decision for the failure `e` of an attempt that left `retries_left`: by its
 /// kind and the route's `retry_on`, within the retries, the attempts, the deadline and the
 /// retry budget, then the back-off.
-async fn after_failure(
+pub(super) async fn after_failure(
     ex: &mut Exchange<'_>,
     io: &ClientIo,
     e: GatewayError,
@@ -302,7 +303,7 @@ async fn after_failure(
 }
 
 /// Answers the client with the gateway's error `e`, noting it in the exchange's record.
-async fn answer(
+pub(super) async fn answer(
     ex: &mut Exchange<'_>,
     io: &mut ClientIo,
     bufs: &mut IoBufs,

@@ -15,11 +15,12 @@ use rolter_config::{RetryPolicy, MAX_RETRIES};
 use rolter_core::{PickRequest, TargetId, Usage};
 
 use super::inputs::Inputs;
+use super::leg_body::LegBody;
 use super::pick::Ask;
 use super::relay::{Outcome, Report};
 use super::request::Request;
 use super::route::Routed;
-use crate::access_log::entry::Inline;
+use crate::access_log::entry::{Inline, PrefillLeg};
 use crate::access_log::{Entry, Flags};
 use crate::path::state::WorkerState;
 
@@ -34,16 +35,22 @@ pub struct Exchange<'a> {
     pub attempts: Attempts,
     /// What the attempts came to, written by each as it ends.
     pub served: Served,
+    /// What this exchange's legs change in the client's body (a disaggregated route's
+    /// fields); empty for a co-located request.
+    pub body: LegBody,
 }
 
 /// Most attempts one request can make: the first try and the most retries the
 /// configuration allows (a hedge counts as one of them).
 pub const MAX_ATTEMPTS: usize = MAX_RETRIES as usize + 1;
 
-/// The attempts of one request so far.
+/// The attempts of one request so far (of one pool's legs, on a disaggregated route).
 pub struct Attempts {
-    /// The targets tried, in order (the first `n`).
+    /// The targets no longer candidates, in order (the first `tried_n`): every target
+    /// tried, or on a disaggregated route's pool those whose leg failed.
     tried: [TargetId; MAX_ATTEMPTS],
+    tried_n: usize,
+    /// Attempts made.
     pub n: usize,
     /// The last failure that allowed a retry: what the client gets when no candidate is left.
     pub last_err: Option<GatewayError>,
@@ -59,6 +66,7 @@ impl Attempts {
     pub fn new(policy: &RetryPolicy, start: Instant) -> Self {
         Attempts {
             tried: [usize::MAX; MAX_ATTEMPTS],
+            tried_n: 0,
             n: 0,
             last_err: None,
             request_end: policy
@@ -68,14 +76,23 @@ impl Attempts {
         }
     }
 
-    /// The targets tried so far, in order.
+    /// The targets no longer candidates, in order.
     pub fn tried(&self) -> &[TargetId] {
-        &self.tried[..self.n]
+        &self.tried[..self.tried_n]
     }
 
-    /// One more attempt, on `target`.
+    /// One more attempt, on `target`, which is then no candidate again.
     pub fn push(&mut self, target: TargetId) {
-        self.tried[self.n] = target;
+        self.note(target, true);
+    }
+
+    /// One more attempt, on `target`; it stays a candidate unless `failed` (a pool's leg
+    /// that succeeded may serve the request's next pair).
+    pub fn note(&mut self, target: TargetId, failed: bool) {
+        if failed && self.tried_n < MAX_ATTEMPTS {
+            self.tried[self.tried_n] = target;
+            self.tried_n += 1;
+        }
         self.n += 1;
     }
 }
@@ -109,6 +126,8 @@ pub struct Served {
     /// Completion tokens counted from the stream when it reported no usage.
     pub estimated_completion: u32,
     pub fallback: Option<&'static str>,
+    /// How long the last attempt took, from its request being written to its end.
+    pub last_time: Option<std::time::Duration>,
 }
 
 impl Served {
@@ -167,5 +186,25 @@ impl<'a> Exchange<'a> {
             None => {}
         }
         e.fallback = s.fallback;
+    }
+
+    /// Adds what a disaggregated request's prefill legs (this exchange's) came to into the
+    /// entry the decode exchange filled: the prefill side, its flags, and the gateway's
+    /// answer when it was the prefill pool's (no prefill candidate, a prefill failure).
+    pub fn fill_prefill(&self, e: &mut Entry) {
+        let s = &self.served;
+        e.prefill = Some(PrefillLeg {
+            target: s.target.map(|t| t as u16),
+            status: s.upstream_status,
+            attempts: s.attempts,
+            time: s.last_time,
+        });
+        e.flags.insert(s.flags);
+        if e.status == 0 {
+            e.status = s.status;
+            e.error = e.error.or(s.error);
+        }
+        e.bytes_out += s.bytes_out;
+        e.fallback = e.fallback.or(s.fallback);
     }
 }

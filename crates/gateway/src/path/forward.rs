@@ -13,13 +13,16 @@ use rolter_codec::GatewayError;
 use rolter_core::{PickRequest, SessionKey};
 
 use super::client::{respond, ClientIo, Fate};
+use super::disaggregated::{self, Legs};
 use super::exchange::{Attempts, Exchange, Served};
 use super::inputs::Inputs;
+use super::leg_body::LegBody;
 use super::request::{IoBufs, Request};
 use super::route::Routed;
 use super::{attempt, auth, inputs, record, route};
 use crate::access_log::Flags;
 use crate::path::state::WorkerState;
+use rolter_config::Disaggregation;
 
 /// Routes, picks and proxies one request, retrying elsewhere while allowed.
 pub async fn forward(
@@ -59,6 +62,14 @@ pub async fn forward(
         }
         routed.key_header = Some(c.header);
     }
+    if let Some(d) = routed
+        .route
+        .disaggregation
+        .filter(|_| disaggregates(req.head.path(req.buf)))
+    {
+        // Boxed: two exchanges' state, on disaggregated routes only.
+        return Box::pin(disaggregated(state, io, req, bufs, (routed, caller, d))).await;
+    }
     let inputs = inputs::resolve(state, &routed, req, bufs).await;
     // The canonical prompt lives in a buffer lent for the request (taken out of `bufs`,
     // which the attempts borrow mutably meanwhile).
@@ -72,17 +83,87 @@ pub async fn forward(
         pick: &pick,
         attempts: Attempts::new(&routed.route.retry, Instant::now()),
         served: Served::default(),
+        body: LegBody::default(),
     };
     let fate = attempt::until_answered(&mut ex, io, bufs).await;
+    let fate = conclude(&ex, caller, io, fate, |_| {});
+    bufs.prompt = canonical;
+    fate
+}
+
+/// The paths a disaggregated route prefills and decodes on two engines (vLLM's and SGLang's
+/// P/D servers take them); any other goes to the decode pool as one request.
+fn disaggregates(path: &str) -> bool {
+    matches!(
+        path,
+        "/v1/chat/completions" | "/v1/completions" | "/v1/messages"
+    )
+}
+
+/// A request on a disaggregated route: its prefill exchange over the prefill pool's route
+/// (with that strategy's inputs), its decode exchange over the route itself.
+async fn disaggregated(
+    state: &WorkerState,
+    io: &mut ClientIo,
+    req: &Request<'_>,
+    bufs: &mut IoBufs,
+    (routed, caller, d): (Routed<'_>, Option<auth::Caller>, Disaggregation),
+) -> Fate {
+    let pool = Routed {
+        facts: routed.facts.clone(),
+        index: d.prefill_route,
+        route: &state.config.routes[d.prefill_route],
+        passthrough: false,
+        key_header: routed.key_header,
+    };
+    let pool_inputs = inputs::resolve(state, &pool, req, bufs).await;
+    let decode_inputs = inputs::resolve(state, &routed, req, bufs).await;
+    let mut pool_canonical = std::mem::take(&mut bufs.prompt);
+    let mut decode_canonical = Vec::new();
+    let pool_pick = pick_request(state, req, &pool, &pool_inputs, &mut pool_canonical);
+    let decode_pick = pick_request(state, req, &routed, &decode_inputs, &mut decode_canonical);
+    let start = Instant::now();
+    let exchange = |routed, inputs, pick| Exchange {
+        state,
+        req,
+        routed,
+        inputs,
+        pick,
+        attempts: Attempts::new(&routed.route.retry, start),
+        served: Served::default(),
+        body: LegBody::default(),
+    };
+    let mut prefill = exchange(&pool, &pool_inputs, &pool_pick);
+    let mut decode = exchange(&routed, &decode_inputs, &decode_pick);
+    let legs = Legs {
+        prefill: &mut prefill,
+        decode: &mut decode,
+    };
+    let fate = disaggregated::until_answered(legs, io, bufs).await;
+    let fate = conclude(&decode, caller, io, fate, |e| prefill.fill_prefill(e));
+    bufs.prompt = pool_canonical;
+    fate
+}
+
+/// The end of a forwarded request: the caller's tokens charged, its access-log entry
+/// (`more` adds to it), and the connection's fate.
+fn conclude(
+    ex: &Exchange<'_>,
+    caller: Option<auth::Caller>,
+    io: &ClientIo,
+    fate: Fate,
+    more: impl FnOnce(&mut crate::access_log::Entry),
+) -> Fate {
+    let state = ex.state;
     if let Some(c) = caller {
         let (prompt, completion) = ex.served.tokens();
         auth::charge(state, c, prompt, completion);
     }
-    record::finished(state, req, |e| {
-        e.key = key;
+    record::finished(state, ex.req, |e| {
+        e.key = caller.map(|c| c.key as u32);
         ex.fill(e);
+        more(e);
     });
-    bufs.prompt = canonical;
     // The client's reader kept watching throughout: a client that closed while the
     // response was being written ends the connection.
     if io.reader.is_gone() {

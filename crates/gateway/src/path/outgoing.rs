@@ -45,6 +45,8 @@ pub struct Outgoing {
     iov: Vec<libc::iovec>,
     /// The first segment not written in full yet.
     next: usize,
+    /// A body written again (a leg's changed fields), before it is copied after the head.
+    pub scratch: Vec<u8>,
 }
 
 impl Outgoing {

@@ -93,7 +93,8 @@ pub fn match_route(
 ) -> Option<usize> {
     routes.iter().position(|r| {
         let m = &r.matcher;
-        m.takes_proxied(path)
+        r.matches_requests()
+            && m.takes_proxied(path)
             && (m.models.is_empty() || m.models.iter().any(|x| x == model))
             && m.header
                 .as_ref()
@@ -107,7 +108,8 @@ pub fn match_route(
 pub fn match_passthrough(routes: &[Route], path: &str, req: &Request<'_>) -> Option<usize> {
     routes.iter().position(|r| {
         let m = &r.matcher;
-        m.takes_passthrough(path)
+        r.matches_requests()
+            && m.takes_passthrough(path)
             && m.header
                 .as_ref()
                 .is_none_or(|(n, v)| req.header(n) == Some(v.as_bytes()))

@@ -16,8 +16,10 @@
 
 use rolter_codec::h1::write::{write_content_length, write_header};
 use rolter_codec::h1::{header_tokens, is_hop_by_hop};
-use rolter_config::Target;
+use rolter_config::{EngineKind, Target};
 
+use super::exchange::Exchange;
+use super::leg_body::{self, LegBody};
 use super::outgoing::Outgoing;
 use super::request::Request;
 use super::route::Routed;
@@ -82,6 +84,8 @@ fn withheld(
         || name.eq_ignore_ascii_case(b"x-real-ip")
         || name.eq_ignore_ascii_case(b"content-encoding")
         || name.eq_ignore_ascii_case(b"x-request-id")
+        // The gateway chose the rank.
+        || (target.dp.is_some() && name.eq_ignore_ascii_case(b"x-data-parallel-rank"))
     {
         return true;
     }
@@ -106,12 +110,85 @@ fn withheld(
     connection.names(name, req)
 }
 
-/// Writes the upstream request: a fresh head and framing, then the body (with the model name
-/// swapped for the target's upstream name when one is configured), copied or in place.
+/// Writes the upstream request of exchange `ex` to `target`: [`build`] with what the
+/// exchange's legs change in the body (a disaggregated route's fields).
+pub fn build_leg(up: &mut Outgoing, ex: &Exchange<'_>, target: &Target) {
+    write(up, ex.req, ex.routed, &ex.body, target);
+}
+
+/// Writes the upstream request of a co-located request to `target`: a fresh head and
+/// framing, then the body (with the model name swapped for the target's upstream name
+/// when one is configured), copied or in place; or, when the target takes a data-parallel
+/// rank in the body, the body written again with it.
 pub fn build(up: &mut Outgoing, req: &Request<'_>, routed: &Routed<'_>, target: &Target) {
+    write(up, req, routed, &LegBody::default(), target);
+}
+
+fn write(
+    up: &mut Outgoing,
+    req: &Request<'_>,
+    routed: &Routed<'_>,
+    leg: &LegBody,
+    target: &Target,
+) {
     let facts = &routed.facts;
     up.clear();
+    write_head(&mut up.bytes, req, routed, target);
+    let upstream_model = target
+        .upstream_models
+        .get(facts.model.as_ref())
+        .filter(|_| facts.model_span.is_some());
+    if !leg.is_empty() || leg_body::rank_in_body(target) {
+        let model = upstream_model.map(|m| serde_json::to_string(m).unwrap_or_default());
+        let mut body = std::mem::take(&mut up.scratch);
+        body.clear();
+        if leg_body::write(req.body, leg, target, model.as_deref(), &mut body) {
+            write_content_length(&mut up.bytes, body.len() as u64);
+            up.bytes.extend_from_slice(b"\r\n");
+            up.bytes.extend_from_slice(&body);
+            up.scratch = body;
+            return;
+        }
+        up.scratch = body;
+    }
     let out = &mut up.bytes;
+    match (upstream_model, &facts.model_span) {
+        (Some(m), Some(span)) => {
+            // A form field's value is its raw bytes; a JSON one is a quoted string.
+            let quoted = if facts.model_is_json {
+                serde_json::to_string(m).unwrap_or_default()
+            } else {
+                m.clone()
+            };
+            let len = req.body.len() - span.len() + quoted.len();
+            write_content_length(out, len as u64);
+            out.extend_from_slice(b"\r\n");
+            if let Some(p) = req.body_in_place {
+                let end = p.at + req.body.len();
+                up.body_in_place(p.buf, p.at..p.at + span.start, p.at + span.end..end);
+                up.bytes.extend_from_slice(quoted.as_bytes());
+            } else {
+                out.extend_from_slice(&req.body[..span.start]);
+                out.extend_from_slice(quoted.as_bytes());
+                out.extend_from_slice(&req.body[span.end..]);
+            }
+        }
+        _ => {
+            write_content_length(out, req.body.len() as u64);
+            out.extend_from_slice(b"\r\n");
+            if let Some(p) = req.body_in_place {
+                up.body_in_place(p.buf, p.at..p.at + req.body.len(), 0..0);
+            } else {
+                out.extend_from_slice(req.body);
+            }
+        }
+    }
+}
+
+/// The request line and the headers, up to the framing: the client's forwardable headers,
+/// the target's, `X-Forwarded-For`, the request id and (for a vLLM data-parallel rank)
+/// `X-data-parallel-rank`.
+fn write_head(out: &mut Vec<u8>, req: &Request<'_>, routed: &Routed<'_>, target: &Target) {
     out.extend_from_slice(req.head.method.as_str().as_bytes());
     out.push(b' ');
     // Like an SDK's base URL: a target URL with a path (".../v1") replaces the request's
@@ -150,39 +227,15 @@ pub fn build(up: &mut Outgoing, req: &Request<'_>, routed: &Routed<'_>, target: 
     write_header(out, b"x-forwarded-for", req.peer_ip.as_bytes());
     // Every attempt carries the same id, so the engines' logs of a retried request match.
     write_header(out, b"x-request-id", req.id.as_bytes());
-    let upstream_model = target
-        .upstream_models
-        .get(facts.model.as_ref())
-        .filter(|_| facts.model_span.is_some());
-    match (upstream_model, &facts.model_span) {
-        (Some(m), Some(span)) => {
-            // A form field's value is its raw bytes; a JSON one is a quoted string.
-            let quoted = if facts.model_is_json {
-                serde_json::to_string(m).unwrap_or_default()
-            } else {
-                m.clone()
-            };
-            let len = req.body.len() - span.len() + quoted.len();
-            write_content_length(out, len as u64);
-            out.extend_from_slice(b"\r\n");
-            if let Some(p) = req.body_in_place {
-                let end = p.at + req.body.len();
-                up.body_in_place(p.buf, p.at..p.at + span.start, p.at + span.end..end);
-                up.bytes.extend_from_slice(quoted.as_bytes());
-            } else {
-                out.extend_from_slice(&req.body[..span.start]);
-                out.extend_from_slice(quoted.as_bytes());
-                out.extend_from_slice(&req.body[span.end..]);
-            }
-        }
-        _ => {
-            write_content_length(out, req.body.len() as u64);
-            out.extend_from_slice(b"\r\n");
-            if let Some(p) = req.body_in_place {
-                up.body_in_place(p.buf, p.at..p.at + req.body.len(), 0..0);
-            } else {
-                out.extend_from_slice(req.body);
-            }
-        }
+    if let Some(dp) = target
+        .dp
+        .as_ref()
+        .filter(|_| target.engine == EngineKind::Vllm)
+    {
+        write_header(
+            out,
+            b"x-data-parallel-rank",
+            itoa::Buffer::new().format(dp.rank).as_bytes(),
+        );
     }
 }

@@ -1,0 +1,580 @@
+//! The attempt layer of a disaggregated route (`disaggregation`): each request is prefilled
+//! on an engine of the route's prefill pool and decoded on one of its decode pool, as two
+//! exchanges of their own ([`Exchange`]): one over the prefill pool's route (its strategy,
+//! its inputs, the prefill targets it tried), one over the route itself (the decode pool).
+//! Each leg is picked, admitted, sent, recorded and learnt from as any attempt is, so what
+//! each pool's strategy learns comes from its own legs only.
+//!
+//! - `vllm`: the prefill leg first (the client's body with `kv_transfer_params` asking for a
+//!   remote decode, one token, no stream; its answer read whole, not relayed); then the
+//!   decode leg, the client's body with the prefill's `kv_transfer_params`, relayed as any
+//!   attempt. The transfer parameters name one prefill's blocks, so a decode that fails
+//!   before the client saw a byte is retried with a fresh prefill.
+//! - `sglang`: both legs at once with the same `bootstrap_host`, `bootstrap_port` and
+//!   `bootstrap_room` (the decode engine fetches the KV cache from the prefill engine's
+//!   bootstrap server). The prefill's answer is drained; the decode's head is relayed once
+//!   the prefill's answer has ended well, so a prefill failure fails the attempt before any
+//!   byte reached the client, and a new pair (a new room) is tried.
+//!
+//! A leg's failure is retried within the route's `retries` (counted over both legs), its
+//! `retry_on`, its deadline and the pool's retry budget; a prefill answer that is not a
+//! success and not retried is relayed to the client as the engine's answer.
+//!
+//! Owns the order of the legs and the pairing of their retries. It must not relay bytes
+//! itself (`relay`), read a whole answer (`drain`) or write a body (`leg_body`).
+
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Instant;
+
+use rolter_codec::api::fields::Fields;
+use rolter_codec::{GatewayError, UpstreamFailure};
+use rolter_config::PdProtocol;
+
+use super::attempt::{self, Next};
+use super::client::{ClientIo, Fate};
+use super::drain;
+use super::exchange::{Attempted, Exchange};
+use super::leg_body::{self, LegBody};
+use super::pick::Picked;
+use super::relay::{self, Leg, Opened, Outcome, Report, Sending};
+use super::release::Released;
+use super::request::IoBufs;
+use super::{queue, record, upstream_request};
+use crate::access_log::Flags;
+use crate::mesh::load::InFlight;
+
+/// Which pool a leg ran on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pool {
+    Prefill,
+    Decode,
+}
+
+/// What one try of the pair came to.
+enum Pair {
+    /// The client was answered (or went away): the connection's fate.
+    Done(Fate),
+    /// A leg failed before any byte reached the client.
+    Failed {
+        pool: Pool,
+        e: GatewayError,
+        /// Other candidates the failed leg's pool had.
+        others: usize,
+    },
+    /// No candidate could be picked in a pool.
+    NoCandidate(Pool, GatewayError),
+}
+
+/// The two exchanges of one disaggregated request.
+pub struct Legs<'p, 'e, 's> {
+    pub prefill: &'p mut Exchange<'s>,
+    pub decode: &'e mut Exchange<'s>,
+}
+
+/// Prefills and decodes until the request is answered; the connection's fate afterwards.
+pub async fn until_answered(legs: Legs<'_, '_, '_>, io: &mut ClientIo, bufs: &mut IoBufs) -> Fate {
+    let Legs { prefill, decode } = legs;
+    let state = decode.state;
+    let protocol = decode
+        .routed
+        .route
+        .disaggregation
+        .map_or(PdProtocol::Vllm, |d| d.protocol);
+    // Each pool's retry budget counts the route's requests.
+    for ex in [&*prefill, &*decode] {
+        state.routes[ex.routed.index]
+            .retry_budget
+            .request(ex.attempts.started);
+    }
+    let mut failures = 0;
+    loop {
+        let tried = match protocol {
+            PdProtocol::Vllm => vllm(prefill, decode, io, failures).await,
+            PdProtocol::Sglang => sglang(prefill, decode, io, bufs, failures).await,
+        };
+        let (pool, e, others) = match tried {
+            Pair::Done(fate) => return fate,
+            Pair::NoCandidate(pool, e) => {
+                let ex = match pool {
+                    Pool::Prefill => &mut *prefill,
+                    Pool::Decode => &mut *decode,
+                };
+                return attempt::no_candidate(ex, io, bufs, e).await;
+            }
+            Pair::Failed { pool, e, others } => (pool, e, others),
+        };
+        failures += 1;
+        let ex = match pool {
+            Pool::Prefill => &mut *prefill,
+            Pool::Decode => &mut *decode,
+        };
+        let left = retries_left(ex, failures, others);
+        match attempt::after_failure(ex, io, e, left).await {
+            Next::Retry(e) => ex.attempts.last_err = Some(e),
+            Next::Answer(e) => return attempt::answer(ex, io, bufs, &e).await,
+            Next::ClientGone => return Fate::Close,
+        }
+    }
+}
+
+/// The retries a request still has after `failures` failed legs: the route's `retries`
+/// count both pools' failures, and a pool can retry only on another candidate.
+fn retries_left(ex: &Exchange<'_>, failures: usize, others: usize) -> usize {
+    (ex.routed.route.retries as usize)
+        .saturating_sub(failures.saturating_sub(1))
+        .min(others)
+}
+
+/// Picks in `ex`'s pool among the candidates it has not failed on.
+async fn pick<'s>(ex: &Exchange<'s>, io: &ClientIo) -> Result<Picked<'s>, GatewayError> {
+    queue::pick(ex.state, ex.ask(), Instant::now(), &io.reader).await
+}
+
+/// A leg's places held while it runs: the target's place under `max_concurrent` and its
+/// in-flight count.
+type Held<'s> = (Released<'s>, InFlight<'s>);
+
+/// A picked leg ready to send: its request written into its buffers, the strategy told.
+struct Ready<'s> {
+    picked: Picked<'s>,
+    load_at_send: u64,
+}
+
+/// Tells the strategy where the leg goes and writes its request into `bufs.up`.
+fn prepare<'s>(ex: &mut Exchange<'s>, picked: Picked<'s>, bufs: &mut IoBufs) -> Ready<'s> {
+    let state = ex.state;
+    ex.served.fallback = picked.pick.fallback.or(ex.served.fallback);
+    record::routed(ex, picked.target, picked.at);
+    upstream_request::build_leg(&mut bufs.up, ex, &state.config.targets[picked.target]);
+    Ready {
+        load_at_send: state.load.load(picked.target),
+        picked,
+    }
+}
+
+/// Records a finished leg and notes it in its exchange; a failed one is tried no more.
+fn finish(ex: &mut Exchange<'_>, a: &Attempted) {
+    record::attempt(ex, a);
+    attempt::note(&mut ex.served, a);
+    ex.attempts
+        .note(a.target, matches!(a.outcome, Outcome::Failed(_)));
+    ex.served.attempts = ex.attempts.n as u8;
+}
+
+/// vLLM's pair: the prefill leg, then the decode leg with its transfer parameters.
+async fn vllm(
+    pre: &mut Exchange<'_>,
+    ex: &mut Exchange<'_>,
+    io: &mut ClientIo,
+    failures: usize,
+) -> Pair {
+    let state = ex.state;
+    let picked = match pick(pre, io).await {
+        Ok(p) => p,
+        Err(e) => return Pair::NoCandidate(Pool::Prefill, e),
+    };
+    let others = picked.others;
+    let mut pbufs = state.core.take_bufs();
+    pre.body = LegBody::vllm_prefill();
+    let ready = prepare(pre, picked, &mut pbufs);
+    let left = retries_left(pre, failures + 1, others);
+    let (mut a, whole) = prefill_leg(pre, io, &mut pbufs, ready, left).await;
+    if whole {
+        match transfer_params(&pbufs.body, &state.config.targets[a.target].name) {
+            Ok(p) => ex.body = LegBody::vllm_decode(p),
+            Err(e) => {
+                // Not the answer a prefill gives: the target failed the leg.
+                a.report.completed = false;
+                a.outcome = Outcome::Failed(e);
+            }
+        }
+    }
+    drop(pbufs);
+    finish(pre, &a);
+    match a.outcome {
+        Outcome::Relayed { close } if !whole => {
+            // The prefill engine's own answer (an error it gave) went to the client.
+            return Pair::Done(if close { Fate::Close } else { Fate::KeepAlive });
+        }
+        Outcome::Relayed { .. } => {}
+        Outcome::ClientGone => return gone(ex),
+        Outcome::Failed(e) => {
+            return Pair::Failed {
+                pool: Pool::Prefill,
+                e,
+                others,
+            }
+        }
+    }
+    decode_alone(ex, io, failures).await
+}
+
+/// The decode leg of vLLM's pair, relayed to the client as any attempt is.
+async fn decode_alone(ex: &mut Exchange<'_>, io: &mut ClientIo, failures: usize) -> Pair {
+    let state = ex.state;
+    let picked = match pick(ex, io).await {
+        Ok(p) => p,
+        Err(e) => return Pair::NoCandidate(Pool::Decode, e),
+    };
+    let others = picked.others;
+    let mut bufs = state.core.take_bufs();
+    let ready = prepare(ex, picked, &mut bufs);
+    let left = retries_left(ex, failures + 1, others);
+    let (client, limits) = attempt::leg_terms(ex, &ready.picked, left);
+    let tid = ready.picked.target;
+    let mut report = Report::default();
+    let mut held: Option<Held<'_>> = Some((
+        Released::new(ready.picked.admitted, &state.core.waiters),
+        state.load.enter(tid),
+    ));
+    let leg = Leg {
+        state,
+        target: tid,
+        client,
+        limits,
+        held: &mut held,
+        report: &mut report,
+    };
+    let outcome = relay::exchange(io, &mut bufs, leg).await;
+    drop(held);
+    let a = Attempted {
+        target: tid,
+        outcome,
+        report,
+        load_at_send: ready.load_at_send,
+    };
+    finish(ex, &a);
+    decoded(ex, a, others)
+}
+
+/// What the decode leg's outcome makes of the pair.
+fn decoded(ex: &mut Exchange<'_>, a: Attempted, others: usize) -> Pair {
+    match a.outcome {
+        Outcome::Relayed { close } => Pair::Done(if close { Fate::Close } else { Fate::KeepAlive }),
+        Outcome::ClientGone => gone(ex),
+        Outcome::Failed(e) => Pair::Failed {
+            pool: Pool::Decode,
+            e,
+            others,
+        },
+    }
+}
+
+/// The client went away.
+fn gone(ex: &mut Exchange<'_>) -> Pair {
+    ex.served.flags.insert(Flags::DC);
+    Pair::Done(Fate::Close)
+}
+
+/// Runs a prefill leg: opened, its answer read whole (into `pbufs.body`; `true` then) when
+/// it is a success, relayed to the client when it is an answer the route does not retry.
+async fn prefill_leg(
+    pre: &Exchange<'_>,
+    io: &mut ClientIo,
+    pbufs: &mut IoBufs,
+    ready: Ready<'_>,
+    retries_left: usize,
+) -> (Attempted, bool) {
+    let state = pre.state;
+    let (client, limits) = attempt::leg_terms(pre, &ready.picked, retries_left);
+    let tid = ready.picked.target;
+    let mut report = Report::default();
+    let mut held: Option<Held<'_>> = Some((
+        Released::new(ready.picked.admitted, &state.core.waiters),
+        state.load.enter(tid),
+    ));
+    let to = Sending {
+        state,
+        tid,
+        watch: &io.reader,
+        limits,
+    };
+    let opened = Box::pin(relay::open(to, pbufs, &mut report)).await;
+    let (outcome, prefilled) = match opened {
+        Opened::Done(o) => (o, false),
+        Opened::Head(start) if (200..300).contains(&start.head.status) => {
+            match drain::read_whole(to, pbufs, start, &mut report).await {
+                // Read whole, as a relayed answer is: a success for the target.
+                Ok(()) => (Outcome::Relayed { close: false }, true),
+                Err(o) => (o, false),
+            }
+        }
+        Opened::Head(start) => {
+            let leg = Leg {
+                state,
+                target: tid,
+                client,
+                limits,
+                held: &mut held,
+                report: &mut report,
+            };
+            (relay::relay(io, pbufs, start, leg).await, false)
+        }
+    };
+    drop(held);
+    let a = Attempted {
+        target: tid,
+        outcome,
+        report,
+        load_at_send: ready.load_at_send,
+    };
+    (a, prefilled)
+}
+
+/// The `kv_transfer_params` of a vLLM prefill answer, verbatim; the failure when it has none.
+fn transfer_params(answer: &[u8], target: &str) -> Result<String, GatewayError> {
+    let params = Fields::parse(answer)
+        .ok()
+        .and_then(|f| f.get("kv_transfer_params"))
+        .map(|v| v.get())
+        .filter(|v| *v != "null");
+    params.map(str::to_string).ok_or_else(|| {
+        GatewayError::upstream(
+            UpstreamFailure::BadResponse,
+            format!("target `{target}` answered the prefill without kv_transfer_params: is it started with a KV connector (--kv-transfer-config with kv_role kv_producer or kv_both)?"),
+        )
+    })
+}
+
+/// SGLang's pair: both legs at once with the same bootstrap fields; the decode relayed once
+/// the prefill's answer has ended well.
+async fn sglang<'s>(
+    pre: &mut Exchange<'s>,
+    ex: &mut Exchange<'s>,
+    io: &mut ClientIo,
+    bufs: &mut IoBufs,
+    failures: usize,
+) -> Pair {
+    let state = ex.state;
+    let p = match pick(pre, io).await {
+        Ok(p) => p,
+        Err(e) => return Pair::NoCandidate(Pool::Prefill, e),
+    };
+    let d = match pick(ex, io).await {
+        Ok(d) => d,
+        Err(e) => return Pair::NoCandidate(Pool::Decode, e),
+    };
+    let (p_others, d_others) = (p.others, d.others);
+    let prefill_target = &state.config.targets[p.target];
+    let batch = Fields::parse(ex.req.body).ok().and_then(|f| f.batch_size());
+    let rooms: Vec<u64> = (0..batch.unwrap_or(1).max(1))
+        .map(|_| leg_body::bootstrap_room())
+        .collect();
+    let body = LegBody::sglang(
+        &leg_body::bootstrap_host(prefill_target),
+        prefill_target.bootstrap_port,
+        &rooms,
+        batch.is_some(),
+    );
+    pre.body = body.clone();
+    ex.body = body;
+    let mut pbufs = state.core.take_bufs();
+    let p = prepare(pre, p, &mut pbufs);
+    let d = prepare(ex, d, bufs);
+    let (p_left, d_left) = (
+        retries_left(pre, failures + 1, p_others),
+        retries_left(ex, failures + 1, d_others),
+    );
+    let both = Both {
+        pre: &mut *pre,
+        ex: &mut *ex,
+        io: &mut *io,
+        p,
+        d,
+        p_left,
+        d_left,
+    };
+    let ran = both.run(&mut pbufs, bufs).await;
+    drop(pbufs);
+    match ran {
+        Ran::PrefillFailed(e) => Pair::Failed {
+            pool: Pool::Prefill,
+            e,
+            others: p_others,
+        },
+        Ran::Decoded(a) => decoded(ex, a, d_others),
+        Ran::Gone => gone(ex),
+    }
+}
+
+/// SGLang's two legs, picked and written, with the retries each leaves.
+struct Both<'a, 's> {
+    pre: &'a mut Exchange<'s>,
+    ex: &'a mut Exchange<'s>,
+    io: &'a mut ClientIo,
+    p: Ready<'s>,
+    d: Ready<'s>,
+    p_left: usize,
+    d_left: usize,
+}
+
+/// What running both legs came to (each recorded already).
+enum Ran {
+    /// The prefill failed before any byte reached the client.
+    PrefillFailed(GatewayError),
+    /// The decode leg ended (relayed, or failed before a byte reached the client).
+    Decoded(Attempted),
+    /// The client went away.
+    Gone,
+}
+
+impl Both<'_, '_> {
+    /// Sends both legs, waits for the prefill's answer to end and the decode's head, then
+    /// relays the decode's answer.
+    async fn run(self, pbufs: &mut IoBufs, bufs: &mut IoBufs) -> Ran {
+        let Both {
+            pre,
+            ex,
+            io,
+            p,
+            d,
+            p_left,
+            d_left,
+        } = self;
+        let state = ex.state;
+        let (_, p_limits) = attempt::leg_terms(pre, &p.picked, p_left);
+        let (d_client, d_limits) = attempt::leg_terms(ex, &d.picked, d_left);
+        let (pt, dt) = (p.picked.target, d.picked.target);
+        let p_held: Option<Held<'_>> = Some((
+            Released::new(p.picked.admitted, &state.core.waiters),
+            state.load.enter(pt),
+        ));
+        let mut d_held: Option<Held<'_>> = Some((
+            Released::new(d.picked.admitted, &state.core.waiters),
+            state.load.enter(dt),
+        ));
+        let (mut p_report, mut d_report) = (Report::default(), Report::default());
+        let p_to = Sending {
+            state,
+            tid: pt,
+            watch: &io.reader,
+            limits: p_limits,
+        };
+        let d_to = Sending {
+            tid: dt,
+            limits: d_limits,
+            ..p_to
+        };
+        let (p_end, d_opened) = {
+            let prefill = async {
+                match relay::open(p_to, pbufs, &mut p_report).await {
+                    Opened::Head(start) if (200..300).contains(&start.head.status) => {
+                        drain::read_whole(p_to, pbufs, start, &mut p_report).await
+                    }
+                    Opened::Head(_) => Err(Outcome::Failed(prefill_refused(
+                        &state.config.targets[pt].name,
+                        p_report.status,
+                    ))),
+                    Opened::Done(o) => Err(o),
+                }
+            };
+            until_both(prefill, relay::open(d_to, bufs, &mut d_report)).await
+        };
+        // The prefill leg: recorded when it ended; dropped (its engine sees the close)
+        // when the decode failed first.
+        let p_outcome = match p_end {
+            Some(Ok(())) => Some(Outcome::Relayed { close: false }),
+            Some(Err(o)) => Some(o),
+            None => None,
+        };
+        drop(p_held);
+        let prefill_failed = match p_outcome {
+            Some(outcome) => {
+                let failed = match &outcome {
+                    Outcome::Failed(e) => Some(Ok(e.clone())),
+                    Outcome::ClientGone => Some(Err(())),
+                    Outcome::Relayed { .. } => None,
+                };
+                finish(
+                    pre,
+                    &Attempted {
+                        target: pt,
+                        outcome,
+                        report: p_report,
+                        load_at_send: p.load_at_send,
+                    },
+                );
+                failed
+            }
+            None => None,
+        };
+        match prefill_failed {
+            Some(Ok(e)) => return Ran::PrefillFailed(e),
+            Some(Err(())) => return Ran::Gone,
+            None => {}
+        }
+        let outcome = match d_opened {
+            Some(Opened::Done(o)) => o,
+            Some(Opened::Head(start)) => {
+                let leg = Leg {
+                    state,
+                    target: dt,
+                    client: d_client,
+                    limits: d_limits,
+                    held: &mut d_held,
+                    report: &mut d_report,
+                };
+                relay::relay(io, bufs, start, leg).await
+            }
+            None => Outcome::ClientGone,
+        };
+        drop(d_held);
+        let a = Attempted {
+            target: dt,
+            outcome,
+            report: d_report,
+            load_at_send: d.load_at_send,
+        };
+        finish(ex, &a);
+        Ran::Decoded(a)
+    }
+}
+
+/// A prefill that answered a status other than a success: the pair fails (the client gets
+/// the decode's answer or nothing).
+fn prefill_refused(target: &str, status: u16) -> GatewayError {
+    GatewayError::upstream(
+        if status >= 500 || status == 429 {
+            UpstreamFailure::Refused(status)
+        } else {
+            UpstreamFailure::BadResponse
+        },
+        format!("prefill target `{target}` answered {status}"),
+    )
+}
+
+/// Polls both legs until the prefill has ended and the decode's head is in, or either
+/// failed; the one still running is dropped then (`None`).
+async fn until_both<P, D>(prefill: P, decode: D) -> (Option<Result<(), Outcome>>, Option<Opened>)
+where
+    P: Future<Output = Result<(), Outcome>>,
+    D: Future<Output = Opened>,
+{
+    let mut prefill = pin!(prefill);
+    let mut decode = pin!(decode);
+    let (mut p, mut d) = (None, None);
+    poll_fn(|cx| {
+        if p.is_none() {
+            if let Poll::Ready(r) = prefill.as_mut().poll(cx) {
+                p = Some(r);
+            }
+        }
+        if d.is_none() {
+            if let Poll::Ready(r) = decode.as_mut().poll(cx) {
+                d = Some(r);
+            }
+        }
+        let over = matches!(p, Some(Err(_)))
+            || matches!(d, Some(Opened::Done(_)))
+            || (p.is_some() && d.is_some());
+        if over {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    (p, d)
+}
