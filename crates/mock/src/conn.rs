@@ -47,6 +47,8 @@ const READ_CHUNK: usize = 16 * 1024;
 const READ_AHEAD_LIMIT: usize = 1024 * 1024;
 /// A stream's buffered events are written once they reach this size.
 const STREAM_FLUSH_BYTES: usize = 64 * 1024;
+/// A P/D handshake's time beyond the bootstrap server's own wait, for its answer.
+const SLACK: Duration = Duration::from_secs(1);
 
 /// Per-thread state.
 pub(crate) struct Local {
@@ -950,7 +952,8 @@ impl Conn {
     ) -> Result<(), Flow> {
         let body = serde_json::json!({ "room": room }).to_string().into_bytes();
         let (host, port) = (remote.host.as_str(), remote.port);
-        let call = pd::post_json(host, port, "/mock/bootstrap", body, limit + limit / 2);
+        // The server waits up to its own limit for the prefill: allow for its answer.
+        let call = pd::post_json(host, port, "/mock/bootstrap", body, limit + SLACK);
         let (status, msg) = match self.race(call).await {
             None => return Err(self.abort(head, 0)),
             Some(Ok(200)) => return Ok(()),
