@@ -484,6 +484,21 @@ mod tests {
     }
 
     #[test]
+    fn held_blocks_expire_after_the_handshake_timeout() {
+        let cfg = PdConfig {
+            handshake_timeout: Duration::from_millis(1),
+            ..PdConfig::default()
+        };
+        let p = Pd::new(cfg, "e", "127.0.0.1:7000".parse().unwrap());
+        let params = p.hold_blocks(1);
+        assert_eq!(params["remote_block_ids"].as_array().unwrap().len(), 1);
+        std::thread::sleep(Duration::from_millis(20));
+        let body = serde_json::json!({"engine_id": p.engine_id,
+            "block_ids": params["remote_block_ids"]});
+        assert_eq!(p.pull(body.to_string().as_bytes()).unwrap_err().0, 404);
+    }
+
+    #[test]
     fn legs_read_their_fields() {
         let p = pd(PdProtocol::Vllm, PdRole::Decode);
         assert!(p.leg(br#"{"prompt":"x"}"#).is_err());
