@@ -790,18 +790,16 @@ impl Conn {
     /// whole body or a stream).
     async fn inference(&mut self, route: Route, head: Head, input: InferenceInput) -> Flow {
         let shared = self.shared.clone();
-        let queries = input.queries;
-        let (gb, plan, leg) =
-            match self.prepare(&head, input.parsed, input.rank, input.leg, &queries) {
-                Ok(prepared) => prepared,
-                Err(Refusal::Reset) => return self.reset(0).await,
-                Err(Refusal::Error(status, msg, retry_after)) => {
-                    self.count(|s| inc(&s.completed));
-                    return self
-                        .respond_error(status, &msg, head.close, retry_after)
-                        .await;
-                }
-            };
+        let (gb, plan, leg, queries) = match self.prepare(&head, input) {
+            Ok(prepared) => prepared,
+            Err(Refusal::Reset) => return self.reset(0).await,
+            Err(Refusal::Error(status, msg, retry_after)) => {
+                self.count(|s| inc(&s.completed));
+                return self
+                    .respond_error(status, &msg, head.close, retry_after)
+                    .await;
+            }
+        };
         let model = gb.model.as_deref().unwrap_or(&shared.default_model);
         self.count(|s| {
             s.prompt_tokens.fetch_add(plan.prompt, Relaxed);
@@ -863,11 +861,14 @@ impl Conn {
     fn prepare(
         &mut self,
         head: &Head,
-        parsed: Result<GenBody, String>,
-        rank: Result<u32, String>,
-        leg: Option<Result<Leg, String>>,
-        queries: &PromptQueries,
-    ) -> Result<(GenBody, Plan, Option<Leg>), Refusal> {
+        input: InferenceInput,
+    ) -> Result<(GenBody, Plan, Option<Leg>, PromptQueries), Refusal> {
+        let InferenceInput {
+            parsed,
+            queries,
+            leg,
+            rank,
+        } = input;
         self.rank = None;
         inc(&self.shared.stats.requests);
         let rank = rank.map_err(|msg| Refusal::Error(400, msg, None))?;
@@ -876,7 +877,7 @@ impl Conn {
             inc(&self.shared.ranks[rank as usize].requests);
         }
         let fault = self.shared.fault();
-        let (gb, plan) = Plan::new(&head.ov, parsed, fault.as_ref(), &self.shared.cfg, queries)?;
+        let (gb, plan) = Plan::new(&head.ov, parsed, fault.as_ref(), &self.shared.cfg, &queries)?;
         let leg = match leg {
             Some(Err(msg)) => {
                 if let Some(pd) = &self.shared.pd {
@@ -887,7 +888,7 @@ impl Conn {
             Some(Ok(leg)) => Some(leg),
             None => None,
         };
-        Ok((gb, plan, leg))
+        Ok((gb, plan, leg, queries))
     }
 
     /// A P/D leg's wait for its peer, raced against the client: a vLLM decode pulls its
