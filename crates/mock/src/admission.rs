@@ -17,7 +17,8 @@ pub(crate) struct Admission {
     limit: usize,
     running: Cell<usize>,
     queue: RefCell<VecDeque<Rc<Waiter>>>,
-    stats: Arc<Stats>,
+    /// The engine's counters, and the data-parallel rank's when it has its own.
+    stats: Vec<Arc<Stats>>,
 }
 
 #[derive(Default)]
@@ -34,14 +35,16 @@ pub(crate) struct Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        dec(&self.adm.stats.running);
+        for s in &self.adm.stats {
+            dec(&s.running);
+        }
         self.adm.release();
     }
 }
 
 impl Admission {
-    /// `limit` 0 means unlimited.
-    pub fn new(limit: usize, stats: Arc<Stats>) -> Rc<Self> {
+    /// `limit` 0 means unlimited; `stats` are the counters whose gauges it keeps.
+    pub fn new(limit: usize, stats: Vec<Arc<Stats>>) -> Rc<Self> {
         Rc::new(Admission {
             limit,
             running: Cell::new(0),
@@ -66,8 +69,10 @@ impl Admission {
             }
             // The slot passes directly to the next waiter.
             w.granted.set(true);
-            dec(&self.stats.waiting);
-            self.stats.admit();
+            for s in &self.stats {
+                dec(&s.waiting);
+                s.admit();
+            }
             if let Some(waker) = w.waker.borrow_mut().take() {
                 waker.wake();
             }
@@ -95,13 +100,13 @@ impl Future for Acquire {
                     || (adm.running.get() < adm.limit && adm.queue.borrow().is_empty())
                 {
                     adm.running.set(adm.running.get() + 1);
-                    adm.stats.admit();
+                    adm.stats.iter().for_each(|s| s.admit());
                     this.done = true;
                     return Poll::Ready(Permit { adm: adm.clone() });
                 }
                 let w = Rc::new(Waiter::default());
                 *w.waker.borrow_mut() = Some(cx.waker().clone());
-                inc(&adm.stats.waiting);
+                adm.stats.iter().for_each(|s| inc(&s.waiting));
                 adm.queue.borrow_mut().push_back(w.clone());
                 this.waiter = Some(w);
                 Poll::Pending
@@ -135,7 +140,7 @@ impl Drop for Acquire {
                 });
             } else {
                 w.cancelled.set(true);
-                dec(&self.adm.stats.waiting);
+                self.adm.stats.iter().for_each(|s| dec(&s.waiting));
                 self.adm.queue.borrow_mut().retain(|x| !Rc::ptr_eq(x, &w));
             }
         }

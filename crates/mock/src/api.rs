@@ -156,6 +156,8 @@ pub(crate) struct GenBody {
     pub input: TextLen,
     pub system: TextLen,
     pub instructions: TextLen,
+    /// SGLang's rank pin (`data_parallel_rank`).
+    pub data_parallel_rank: Option<u64>,
 }
 
 impl GenBody {

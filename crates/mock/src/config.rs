@@ -83,6 +83,13 @@ pub struct MockConfig {
     /// controller over ZMQ); `None` (the default) runs none. Needs the prefix cache's
     /// token ids: when `prefix_cache` is `None`, the default [`PrefixCacheConfig`] is used.
     pub lmcache: Option<LmcacheWorkerConfig>,
+    /// The engine's leg in a disaggregated prefill/decode fleet (see the crate's `pd`
+    /// module); `None` (the default) serves whole requests.
+    pub pd: Option<crate::pd::PdConfig>,
+    /// Data-parallel ranks behind the one HTTP port (see the crate's `dp` module); 1 (the
+    /// default) is one engine. `max_running` is split over the ranks (the remainder to
+    /// the first ones, at least 1 each), then each rank's share over the threads.
+    pub dp_size: u32,
 }
 
 impl Default for MockConfig {
@@ -102,6 +109,8 @@ impl Default for MockConfig {
             lora: None,
             kv_events: None,
             lmcache: None,
+            pd: None,
+            dp_size: 1,
         }
     }
 }

@@ -6,6 +6,12 @@
 //! noticed at once, and bytes of a pipelined next request are appended to the read
 //! buffer instead of being lost. The read op is only ever cancelled (and then awaited)
 //! when the connection itself is closed.
+//!
+//! With P/D on, an inference request's leg waits for its peer here (a decode's pull or
+//! handshake, a prefill's wait for its decode), raced against the client like every other
+//! wait, so a client that goes away during one is counted as an abort. With several
+//! data-parallel ranks, each request runs on its rank's admission queue and prefix cache
+//! and is counted in the rank's counters too.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -31,6 +37,7 @@ use crate::http::{self, Body, Head, Length, Overrides, Parse, Route};
 #[cfg(feature = "zmq")]
 use crate::lmcache_worker::LmcacheQuery;
 use crate::lora::{self, LoraSlot};
+use crate::pd::{self, Leg, PdRole};
 use crate::prefix::{self, PrefixQuery};
 use crate::stats::{inc, Stats};
 use crate::{Fault, MockConfig, Shared};
@@ -40,18 +47,29 @@ const READ_CHUNK: usize = 16 * 1024;
 const READ_AHEAD_LIMIT: usize = 1024 * 1024;
 /// A stream's buffered events are written once they reach this size.
 const STREAM_FLUSH_BYTES: usize = 64 * 1024;
+/// A P/D handshake's time beyond the bootstrap server's own wait, for its answer.
+const SLACK: Duration = Duration::from_secs(1);
 
 /// Per-thread state.
 pub(crate) struct Local {
-    pub admission: Rc<Admission>,
+    /// One admission queue per data-parallel rank.
+    pub admission: Vec<Rc<Admission>>,
     conns: RefCell<HashMap<u64, RawFd>>,
     next_id: Cell<u64>,
 }
 
 impl Local {
-    pub fn new(limit: usize, stats: Arc<Stats>) -> Local {
+    /// `limits`: this thread's share of each rank's `max_running`.
+    pub fn new(limits: &[usize], shared: &Shared) -> Local {
+        let admission = limits.iter().enumerate().map(|(r, &limit)| {
+            let mut stats = vec![shared.stats.clone()];
+            if shared.multi_rank() {
+                stats.push(shared.ranks[r].clone());
+            }
+            Admission::new(limit, stats)
+        });
         Local {
-            admission: Admission::new(limit, stats),
+            admission: admission.collect(),
             conns: RefCell::new(HashMap::new()),
             next_id: Cell::new(0),
         }
@@ -169,6 +187,8 @@ struct Conn {
     ev: Vec<u8>,
     shared: Arc<Shared>,
     local: Rc<Local>,
+    /// The data-parallel rank of the request being answered (`None` before it is known).
+    rank: Option<usize>,
 }
 
 fn emit(out: &mut Vec<u8>, ev: &mut Vec<u8>, chunked: bool) {
@@ -190,8 +210,10 @@ fn ms(v: Option<u64>, default: Duration) -> Duration {
 enum RouteInput {
     /// The route reads no body.
     Nothing,
-    /// An inference request's parsed body and its prompt keyed for the caches.
-    Inference(Result<GenBody, String>, PromptQueries),
+    /// An inference request's parsed body, prompt keys, P/D leg and rank.
+    Inference(Box<InferenceInput>),
+    /// An answer with its status (the P/D pull).
+    Status(u16, Vec<u8>),
     /// `/mock/fault`'s parsed body.
     Fault(Result<FaultBody, String>),
     /// A JSON answer computed from the body (`/tokenize` and the task endpoints), or why
@@ -205,12 +227,22 @@ impl RouteInput {
     /// Reads `body` as `route` needs it.
     fn take(shared: &Shared, route: Route, body: &[u8]) -> RouteInput {
         match route {
-            r if r.is_inference() => {
-                RouteInput::Inference(gen_body(body), prompt_queries(shared, route, body))
-            }
+            r if r.is_inference() => RouteInput::Inference(Box::new(InferenceInput {
+                parsed: gen_body(body),
+                queries: prompt_queries(shared, route, body),
+                leg: pd_leg(shared, route, body),
+                rank: Ok(0),
+            })),
             Route::MockFault => RouteInput::Fault(fault_body(body)),
+            Route::PdPull => match &shared.pd {
+                Some(pd) if pd.cfg.role == PdRole::Prefill => match pd.pull(body) {
+                    Ok(()) => RouteInput::Status(200, br#"{"status":"ok"}"#.to_vec()),
+                    Err((status, msg)) => RouteInput::Status(status, api::error_body(status, &msg)),
+                },
+                _ => RouteInput::Status(404, api::error_body(404, "Not Found")),
+            },
             Route::Tokenize => {
-                let cpt = shared.prefix.as_ref().map_or(
+                let cpt = shared.cache().map_or(
                     crate::PrefixCacheConfig::default().chars_per_token as usize,
                     |c| c.chars_per_token(),
                 );
@@ -221,6 +253,22 @@ impl RouteInput {
             _ => RouteInput::Nothing,
         }
     }
+}
+
+/// What an inference request brings: its body, prompt keys, P/D leg and rank.
+struct InferenceInput {
+    parsed: Result<GenBody, String>,
+    queries: PromptQueries,
+    /// The P/D leg (with P/D on, for chat, completions and messages), or the 400's message.
+    leg: Option<Result<Leg, String>>,
+    /// The data-parallel rank it runs on, or the 400's message.
+    rank: Result<u32, String>,
+}
+
+/// With P/D on, what a chat, completions or messages request's leg must do.
+fn pd_leg(shared: &Shared, route: Route, body: &[u8]) -> Option<Result<Leg, String>> {
+    let pd = shared.pd.as_ref()?;
+    matches!(route, Route::Chat | Route::Completions | Route::Messages).then(|| pd.leg(body))
 }
 
 /// An inference request's body; required, and JSON.
@@ -243,7 +291,7 @@ fn fault_body(body: &[u8]) -> Result<FaultBody, String> {
 /// the LMCache worker) while the body bytes are at hand; the lookups themselves happen on
 /// admission.
 fn prompt_queries(shared: &Shared, route: Route, body: &[u8]) -> PromptQueries {
-    let prompt = match (&shared.prefix, route) {
+    let prompt = match (shared.cache(), route) {
         (Some(cache), Route::Chat | Route::Completions) => {
             prefix::canonical_prompt(body).map(|p| (cache, p))
         }
@@ -259,11 +307,13 @@ fn prompt_queries(shared: &Shared, route: Route, body: &[u8]) -> PromptQueries {
     }
 }
 
-/// The `/metrics` text: the engine's counters, then LoRA's and the LMCache worker's.
+/// The `/metrics` text: each rank's counters, then LoRA's and the LMCache worker's.
 fn metrics_text(shared: &Shared) -> String {
-    let mut text = shared
-        .stats
-        .render_metrics(&shared.metrics_model, shared.cfg.max_running);
+    let (max_running, dp_size) = (shared.cfg.max_running, shared.cfg.dp_size);
+    let ranks: Vec<(&Stats, usize)> = (shared.ranks.iter().enumerate())
+        .map(|(r, s)| (&**s, crate::dp::rank_limit(max_running, dp_size, r as u32)))
+        .collect();
+    let mut text = crate::stats::render_metrics(&ranks, &shared.metrics_model);
     if let Some(l) = &shared.lora {
         l.render_metrics(&mut text);
     }
@@ -380,6 +430,8 @@ struct Answer {
     admitted: Admitted,
     /// From admission to the first token: the TTFT plus the prefill of uncached tokens.
     first_token: Duration,
+    /// A vLLM-protocol prefill: the whole answer carries `kv_transfer_params`.
+    kv_params: bool,
     #[cfg(feature = "zmq")]
     lmcache: Option<LmcacheQuery>,
 }
@@ -413,6 +465,7 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>, local: Rc<Loca
         ev: Vec::with_capacity(1024),
         shared,
         local,
+        rank: None,
     };
     conn.reader.arm();
     let flow = conn.run().await;
@@ -565,10 +618,7 @@ impl Conn {
     /// Answers one parsed request: takes what its route needs from the body, frees the
     /// request's bytes from the read buffer, then answers.
     async fn handle(&mut self, mut head: Head, body: Body, consumed: usize) -> Flow {
-        if let Some(r) = head.record.take() {
-            self.shared.recorded.lock().unwrap().push(r);
-        }
-        let input = {
+        let mut input = {
             let body_bytes: &[u8] = match &body {
                 Body::Range(a, b) => &self.rbuf[*a..*b],
                 Body::Owned(v) => v,
@@ -577,10 +627,30 @@ impl Conn {
         };
         drop(body);
         self.rbuf.drain(..consumed);
+        let mut record = head.record.take();
+        if let RouteInput::Inference(inf) = &mut input {
+            let body_rank = inf.parsed.as_ref().ok().and_then(|g| g.data_parallel_rank);
+            let (asked, rank) = crate::dp::choose(
+                head.dp_rank.as_deref(),
+                body_rank,
+                self.shared.cfg.dp_size,
+                &self.shared.rank_turn,
+            );
+            if let Some(r) = record.as_mut() {
+                r.dp_rank = asked;
+                r.ran_on_rank = *rank.as_ref().unwrap_or(&0);
+            }
+            inf.rank = rank;
+        }
+        if let Some(r) = record {
+            self.shared.recorded.lock().unwrap().push(r);
+        }
         let close = head.close;
         match input {
-            RouteInput::Inference(parsed, prompt) => {
-                self.inference(head.route, head, parsed, prompt).await
+            RouteInput::Inference(inf) => self.inference(head.route, head, *inf).await,
+            RouteInput::Status(status, body) => {
+                self.respond(status, "application/json", &body, close, None)
+                    .await
             }
             RouteInput::Fault(fault_body) => self.set_fault(fault_body, close).await,
             RouteInput::Answer(Ok(body)) => {
@@ -628,7 +698,7 @@ impl Conn {
                     .await
             }
             Route::ResetPrefixCache => {
-                if let Some(cache) = &shared.prefix {
+                for cache in &shared.caches {
                     cache.clear();
                 }
                 self.respond(200, "application/json", b"", close, None)
@@ -675,11 +745,21 @@ impl Conn {
             .await
     }
 
+    /// Applies `f` to the engine's counters and, with several ranks, to the current
+    /// request's rank's.
+    fn count(&self, f: impl Fn(&Stats)) {
+        f(&self.shared.stats);
+        if let (true, Some(r)) = (self.shared.multi_rank(), self.rank) {
+            f(&self.shared.ranks[r]);
+        }
+    }
+
     fn abort(&mut self, head: &Head, emitted: u64) -> Flow {
-        let stats = &self.shared.stats;
-        inc(&stats.aborted);
-        inc(&stats.finished_abort);
-        stats.generation_tokens.fetch_add(emitted, Relaxed);
+        self.count(|stats| {
+            inc(&stats.aborted);
+            inc(&stats.finished_abort);
+            stats.generation_tokens.fetch_add(emitted, Relaxed);
+        });
         self.shared
             .aborted_ids
             .lock()
@@ -698,45 +778,37 @@ impl Conn {
 
     async fn reset(&mut self, emitted: u64) -> Flow {
         let _ = self.flush().await;
-        let stats = &self.shared.stats;
-        inc(&stats.faulted);
-        stats.generation_tokens.fetch_add(emitted, Relaxed);
+        inc(&self.shared.stats.faulted);
+        self.count(|stats| {
+            stats.generation_tokens.fetch_add(emitted, Relaxed);
+        });
         Flow::Reset
     }
 
-    /// Answers an inference request: the refusals decided up front, then admission, the
-    /// prefix-cache lookup, and the answer (an embedding, a whole body or a stream).
-    async fn inference(
-        &mut self,
-        route: Route,
-        head: Head,
-        parsed: Result<GenBody, String>,
-        prompt_queries: PromptQueries,
-    ) -> Flow {
+    /// Answers an inference request: the refusals decided up front, the P/D leg's wait for
+    /// its peer, then admission, the prefix-cache lookup, and the answer (an embedding, a
+    /// whole body or a stream).
+    async fn inference(&mut self, route: Route, head: Head, input: InferenceInput) -> Flow {
         let shared = self.shared.clone();
-        let stats = &shared.stats;
-        inc(&stats.requests);
-        let engine_fault = shared.fault();
-        let planned = Plan::new(
-            &head.ov,
-            parsed,
-            engine_fault.as_ref(),
-            &shared.cfg,
-            &prompt_queries,
-        );
-        let (gb, plan) = match planned {
-            Ok(planned) => planned,
+        let (gb, plan, leg, queries) = match self.prepare(&head, input) {
+            Ok(prepared) => prepared,
             Err(Refusal::Reset) => return self.reset(0).await,
             Err(Refusal::Error(status, msg, retry_after)) => {
-                inc(&stats.completed);
+                self.count(|s| inc(&s.completed));
                 return self
                     .respond_error(status, &msg, head.close, retry_after)
                     .await;
             }
         };
         let model = gb.model.as_deref().unwrap_or(&shared.default_model);
-        stats.prompt_tokens.fetch_add(plan.prompt, Relaxed);
-
+        self.count(|s| {
+            s.prompt_tokens.fetch_add(plan.prompt, Relaxed);
+        });
+        if let Some(leg) = &leg {
+            if let Err(flow) = self.pd_gate(&head, leg).await {
+                return flow;
+            }
+        }
         let (admitted, _lora_slot) = match self.admit(&head, model).await {
             Ok(admitted) => admitted,
             Err(flow) => return flow,
@@ -744,7 +816,12 @@ impl Conn {
         if plan.stall_after == Some(0) {
             return self.stall(&head, 0).await;
         }
-        let (first_token, cached_tokens) = self.cache_lookup(plan.ttft, &prompt_queries);
+        let decode = matches!(leg, Some(Leg::VllmDecode(..) | Leg::SglangDecode(..)));
+        // A decode's prompt was prefilled elsewhere: all of it counts as cached.
+        let (first_token, cached_tokens) = match decode {
+            true => (plan.ttft, Some(plan.prompt)),
+            false => self.cache_lookup(plan.ttft, &queries),
+        };
         let Some(api) = generating_api(route) else {
             return self.embeddings(&head, model, &plan, admitted).await;
         };
@@ -762,19 +839,144 @@ impl Conn {
             include_usage,
         );
         gen.cached_tokens = cached_tokens;
+        let kv_params = leg == Some(Leg::VllmPrefill);
         let answer = Answer {
             gen,
             plan,
             admitted,
             first_token,
+            kv_params,
             #[cfg(feature = "zmq")]
-            lmcache: prompt_queries.lmcache,
+            lmcache: queries.lmcache.filter(|_| !decode),
         };
-        if gb.stream.unwrap_or(false) {
+        if gb.stream.unwrap_or(false) && !kv_params {
             self.answer_stream(&head, answer).await
         } else {
             self.answer_whole(&head, answer).await
         }
+    }
+
+    /// The refusals decided before anything waits: a rank out of range, the overrides and
+    /// faults of [`Plan::new`], and a P/D leg without its fields (counted as refused).
+    fn prepare(
+        &mut self,
+        head: &Head,
+        input: InferenceInput,
+    ) -> Result<(GenBody, Plan, Option<Leg>, PromptQueries), Refusal> {
+        let InferenceInput {
+            parsed,
+            queries,
+            leg,
+            rank,
+        } = input;
+        self.rank = None;
+        inc(&self.shared.stats.requests);
+        let rank = rank.map_err(|msg| Refusal::Error(400, msg, None))?;
+        self.rank = Some(rank as usize);
+        if self.shared.multi_rank() {
+            inc(&self.shared.ranks[rank as usize].requests);
+        }
+        let fault = self.shared.fault();
+        let (gb, plan) = Plan::new(&head.ov, parsed, fault.as_ref(), &self.shared.cfg, &queries)?;
+        let leg = match leg {
+            Some(Err(msg)) => {
+                if let Some(pd) = &self.shared.pd {
+                    inc(&pd.counters.refused);
+                }
+                return Err(Refusal::Error(400, msg, None));
+            }
+            Some(Ok(leg)) => Some(leg),
+            None => None,
+        };
+        Ok((gb, plan, leg, queries))
+    }
+
+    /// A P/D leg's wait for its peer, raced against the client: a vLLM decode pulls its
+    /// blocks, an SGLang prefill waits for the decode of each room, an SGLang decode
+    /// hand-shakes each room. `Err`: the flow of the refusal or of the abort.
+    async fn pd_gate(&mut self, head: &Head, leg: &Leg) -> Result<(), Flow> {
+        let Some(pd) = self.shared.pd.clone() else {
+            return Ok(());
+        };
+        let limit = pd.cfg.handshake_timeout;
+        match leg {
+            Leg::VllmPrefill => {}
+            Leg::VllmDecode(remote, engine_id, blocks) => {
+                let body = serde_json::json!({
+                    "engine_id": engine_id, "block_ids": blocks, "request_id": head.request_id,
+                });
+                let body = body.to_string().into_bytes();
+                let pull = pd::post_json(&remote.host, remote.port, "/mock/pd/pull", body, limit);
+                match self.race(pull).await {
+                    None => return Err(self.abort(head, 0)),
+                    Some(Ok(200)) => {}
+                    Some(_) => return Err(self.pd_refuse(head, 400, "unknown blocks").await),
+                }
+            }
+            Leg::SglangPrefill(rooms) => {
+                pd.register_rooms(rooms);
+                match self.race(pd.await_decodes(rooms)).await {
+                    None => {
+                        pd.forget_rooms(rooms);
+                        return Err(self.abort(head, 0));
+                    }
+                    Some(Ok(())) => {}
+                    Some(Err(room)) => {
+                        inc(&pd.counters.handshake_timeouts);
+                        self.count(|s| inc(&s.completed));
+                        let msg = format!("no decode connected for bootstrap_room {room}");
+                        return Err(self.respond_error(500, &msg, head.close, None).await);
+                    }
+                }
+            }
+            Leg::SglangDecode(remote, rooms) => {
+                for room in rooms {
+                    self.handshake(head, remote, *room, limit).await?;
+                }
+            }
+        }
+        inc(match pd.cfg.role {
+            PdRole::Prefill => &pd.counters.prefills,
+            PdRole::Decode => &pd.counters.decodes,
+        });
+        Ok(())
+    }
+
+    /// An SGLang decode's handshake for one room with the prefill's bootstrap server (which
+    /// itself waits up to the time limit for the prefill's request).
+    async fn handshake(
+        &mut self,
+        head: &Head,
+        remote: &pd::Remote,
+        room: u64,
+        limit: Duration,
+    ) -> Result<(), Flow> {
+        let body = serde_json::json!({ "room": room }).to_string().into_bytes();
+        let (host, port) = (remote.host.as_str(), remote.port);
+        // The server waits up to its own limit for the prefill: allow for its answer.
+        let call = pd::post_json(host, port, "/mock/bootstrap", body, limit + SLACK);
+        let (status, msg) = match self.race(call).await {
+            None => return Err(self.abort(head, 0)),
+            Some(Ok(200)) => return Ok(()),
+            Some(Ok(status)) => (
+                400,
+                format!("bootstrap_room {room} is unknown to the prefill at {host}:{port} (status {status})"),
+            ),
+            Some(Err(e)) => (
+                500,
+                format!("cannot hand-shake bootstrap_room {room} with {host}:{port}: {e}"),
+            ),
+        };
+        Err(self.pd_refuse(head, status, &msg).await)
+    }
+
+    /// Answers a P/D leg whose peer failed it, counted as refused.
+    async fn pd_refuse(&mut self, head: &Head, status: u16, msg: &str) -> Flow {
+        if let Some(pd) = &self.shared.pd {
+            inc(&pd.counters.refused);
+        }
+        self.count(|s| inc(&s.completed));
+        self.respond_error(status, msg, head.close, None).await
     }
 
     /// Admits the request while watching the client: a LoRA adapter's slot (with LoRA on),
@@ -789,7 +991,7 @@ impl Conn {
             return Err(self.abort(head, 0));
         }
         let lora_slot = self.lora_admit(head, model).await?;
-        let admission = self.local.admission.clone();
+        let admission = self.local.admission[self.rank.unwrap_or(0)].clone();
         let Some(permit) = self.race(admission.acquire()).await else {
             return Err(self.abort(head, 0));
         };
@@ -802,18 +1004,20 @@ impl Conn {
     /// to the first token and, with the cache on, the cached prompt tokens.
     fn cache_lookup(&self, ttft: Duration, queries: &PromptQueries) -> (Duration, Option<u64>) {
         let shared = &self.shared;
-        let (Some(cache), Some(q)) = (&shared.prefix, &queries.prefix) else {
+        let cache = shared.caches.get(self.rank.unwrap_or(0));
+        let (Some(cache), Some(q)) = (cache, &queries.prefix) else {
             return (ttft, None);
         };
         #[cfg_attr(not(feature = "zmq"), allow(unused_mut))]
         let mut hit = cache.lookup(q);
-        let stats = &shared.stats;
-        stats
-            .prefix_cache_queries
-            .fetch_add(hit.prompt_tokens, Relaxed);
-        stats
-            .prefix_cache_hits
-            .fetch_add(hit.cached_tokens, Relaxed);
+        self.count(|stats| {
+            stats
+                .prefix_cache_queries
+                .fetch_add(hit.prompt_tokens, Relaxed);
+            stats
+                .prefix_cache_hits
+                .fetch_add(hit.cached_tokens, Relaxed);
+        });
         #[cfg(feature = "zmq")]
         if let (Some(w), Some(lq)) = (&shared.lmcache, &queries.lmcache) {
             let external = w.lookup(lq).min(hit.prompt_tokens);
@@ -831,9 +1035,10 @@ impl Conn {
         body.clear();
         api::embeddings_body(&mut body, model, plan.prompt);
         // Counters first, so a client that has read the answer sees them.
-        let stats = &self.shared.stats;
-        inc(&stats.completed);
-        inc(&stats.finished_stop);
+        self.count(|stats| {
+            inc(&stats.completed);
+            inc(&stats.finished_stop);
+        });
         drop(a.permit);
         let flow = self
             .respond(200, "application/json", &body, head.close, None)
@@ -873,6 +1078,13 @@ impl Conn {
         let mut body = std::mem::take(&mut self.ev);
         body.clear();
         a.gen.full_body(&mut body);
+        if let (true, Some(pd)) = (a.kv_params, &self.shared.pd) {
+            // The answer's top-level `kv_transfer_params`, before its closing brace.
+            let params = pd.hold_blocks(plan.prompt);
+            if body.pop() == Some(b'}') {
+                let _ = write!(body, ",\"kv_transfer_params\":{params}}}");
+            }
+        }
         self.finish(tokens as u64, plan.length, a.admitted.permit);
         let close = head.close;
         let ok = self.flush_response(&body, close).await;
@@ -1008,7 +1220,7 @@ impl Conn {
         match l.classify(model, &self.shared.cfg.models) {
             lora::Kind::Base => Ok(None),
             lora::Kind::Unknown => {
-                inc(&self.shared.stats.completed);
+                self.count(|s| inc(&s.completed));
                 let (status, ctype, body) = lora::unknown_model(model);
                 Err(self.respond(status, ctype, &body, head.close, None).await)
             }
@@ -1046,13 +1258,14 @@ impl Conn {
     /// has read the answer sees the counters updated) and frees its slot.
     fn finish(&mut self, tokens: u64, length: bool, permit: Permit) {
         drop(permit);
-        let stats = &self.shared.stats;
-        stats.generation_tokens.fetch_add(tokens, Relaxed);
-        inc(&stats.completed);
-        inc(if length {
-            &stats.finished_length
-        } else {
-            &stats.finished_stop
+        self.count(|stats| {
+            stats.generation_tokens.fetch_add(tokens, Relaxed);
+            inc(&stats.completed);
+            inc(if length {
+                &stats.finished_length
+            } else {
+                &stats.finished_stop
+            });
         });
     }
 }

@@ -34,6 +34,8 @@ pub(crate) enum Route {
     /// `/mock/echo/...`, any method: the body back, for passthrough tests.
     Echo,
     ResetPrefixCache,
+    /// `POST /mock/pd/pull`: a decode takes the KV blocks a prefill holds for it.
+    PdPull,
     NotFound,
     MethodNotAllowed,
 }
@@ -63,6 +65,7 @@ impl Route {
             "/v1/audio/transcriptions" => (true, Route::Transcription),
             "/v1/audio/translations" => (true, Route::Translation),
             "/reset_prefix_cache" => (true, Route::ResetPrefixCache),
+            "/mock/pd/pull" => (true, Route::PdPull),
             "/v1/models" => (false, Route::Models),
             "/health" => (false, Route::Health),
             "/metrics" => (false, Route::Metrics),
@@ -133,6 +136,8 @@ pub(crate) struct Head {
     pub close: bool,
     pub ov: Overrides,
     pub request_id: Option<String>,
+    /// The `X-data-parallel-rank` header's value.
+    pub dp_rank: Option<String>,
     pub record: Option<RecordedRequest>,
 }
 
@@ -187,6 +192,7 @@ pub(crate) fn parse(buf: &[u8], record: bool) -> Parse {
         close: fields.close,
         ov: fields.ov,
         request_id: fields.request_id,
+        dp_rank: fields.dp_rank,
         record,
     };
     Parse::Done(head, body, consumed)
@@ -218,6 +224,7 @@ struct Fields {
     expect_continue: bool,
     ov: Overrides,
     request_id: Option<String>,
+    dp_rank: Option<String>,
 }
 
 impl Fields {
@@ -230,6 +237,7 @@ impl Fields {
             expect_continue: false,
             ov: Overrides::default(),
             request_id: None,
+            dp_rank: None,
         }
     }
 
@@ -250,6 +258,8 @@ impl Fields {
             self.expect_continue = has_token(v, "100-continue");
         } else if n.eq_ignore_ascii_case("x-request-id") {
             self.request_id = Some(String::from_utf8_lossy(v).into_owned());
+        } else if n.eq_ignore_ascii_case("x-data-parallel-rank") {
+            self.dp_rank = Some(String::from_utf8_lossy(v).into_owned());
         } else if n.len() > 7 && n[..7].eq_ignore_ascii_case("x-mock-") {
             self.ov.set(&n[7..], v);
         }
@@ -329,6 +339,8 @@ fn recorded(
             Body::Range(a, b) => buf[*a..*b].to_vec(),
             Body::Owned(v) => v.clone(),
         },
+        dp_rank: None,
+        ran_on_rank: 0,
     }
 }
 

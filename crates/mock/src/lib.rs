@@ -12,7 +12,16 @@
 //! [`lmcache_wire`] (LMCache's worker messages and chunk keys),
 //! [`lmcache_controller`] (an LMCache controller stand-in: `/lookup` over HTTP, fed by
 //! workers over ZMQ), [`lora`] (LoRA adapters: slots, load/unload,
-//! `vllm:lora_requests_info`), [`stats`] (counters and `/metrics`).
+//! `vllm:lora_requests_info`), [`stats`] (counters and `/metrics`), [`pd`] (disaggregated
+//! prefill/decode legs: vLLM's KV-transfer params and pull, SGLang's bootstrap rooms),
+//! `bootstrap` (an SGLang prefill's bootstrap server), `dp` (data-parallel ranks: which rank serves a request).
+//!
+//! **Disaggregated prefill/decode** (`MockConfig::pd`, CLI `--pd-role prefill|decode`,
+//! `--pd-protocol vllm|sglang`, `--bootstrap-port N`, `--pd-handshake-timeout 5s`): the
+//! engine serves one leg of vLLM's or SGLang's P/D protocol; see the [`pd`] module.
+//! **Data-parallel ranks** (`MockConfig::dp_size`, CLI `--dp-size N`): N ranks behind one
+//! port, pinned by `X-data-parallel-rank` or `data_parallel_rank`, each with its own
+//! queue, prefix cache and `engine="r"` metric series.
 
 pub mod client;
 pub mod config;
@@ -20,11 +29,14 @@ pub mod config;
 pub mod lmcache_controller;
 pub mod lmcache_wire;
 pub mod lora;
+pub mod pd;
 pub mod stats;
 
 mod admission;
 mod api;
+mod bootstrap;
 mod conn;
+mod dp;
 mod endpoints;
 mod http;
 #[cfg(feature = "zmq")]
@@ -35,7 +47,7 @@ mod prefix;
 mod server;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -45,7 +57,8 @@ pub use config::{
 #[cfg(feature = "zmq")]
 pub use lmcache_controller::{Controller, ControllerConfig, LayoutEntry};
 pub use lora::{LoraConfig, LoraStats};
-pub use stats::{LmcacheStats, PrefixCacheStats, StatsSnapshot};
+pub use pd::{PdConfig, PdProtocol, PdRole, PdStats};
+pub use stats::{LmcacheStats, PrefixCacheStats, RankStats, StatsSnapshot};
 
 /// A request as received (kept when `MockConfig::record_requests` is set).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +69,11 @@ pub struct RecordedRequest {
     pub headers: Vec<(String, String)>,
     /// The body (de-chunked).
     pub body: Vec<u8>,
+    /// The data-parallel rank an inference request asked for (`X-data-parallel-rank` or
+    /// `data_parallel_rank`); `None` when it named none (and for other requests).
+    pub dp_rank: Option<u32>,
+    /// The rank an inference request ran on (0 for other requests and with one rank).
+    pub ran_on_rank: u32,
 }
 
 impl RecordedRequest {
@@ -76,8 +94,14 @@ pub(crate) struct Shared {
     pub metrics_model: String,
     pub models_body: Vec<u8>,
     pub stats: Arc<stats::Stats>,
-    /// The prefix cache, when `cfg.prefix_cache` is set.
-    pub prefix: Option<prefix::PrefixCache>,
+    /// Each data-parallel rank's counters; with one rank, `stats` itself.
+    pub ranks: Vec<Arc<stats::Stats>>,
+    /// The next rank of the round-robin (requests that name none).
+    pub rank_turn: AtomicU32,
+    /// One prefix cache per data-parallel rank, when `cfg.prefix_cache` is set (else none).
+    pub caches: Vec<prefix::PrefixCache>,
+    /// The P/D leg's state, when `cfg.pd` is set.
+    pub pd: Option<Arc<pd::Pd>>,
     /// LoRA adapters, when `cfg.lora` is set.
     pub lora: Option<Arc<lora::Lora>>,
     /// The KV-event publisher, when `cfg.kv_events` is set.
@@ -94,6 +118,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Rank 0's prefix cache (all ranks' caches share one configuration); `None` when off.
+    pub fn cache(&self) -> Option<&prefix::PrefixCache> {
+        self.caches.first()
+    }
+
+    /// Whether the ranks keep counters of their own (more than one rank).
+    pub fn multi_rank(&self) -> bool {
+        self.ranks.len() > 1
+    }
+
     /// The engine-wide fault; a single atomic load when none is set.
     pub fn fault(&self) -> Option<Fault> {
         if !self.fault_set.load(Ordering::Acquire) {
@@ -113,6 +147,7 @@ impl Shared {
 pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
     let mut cfg = cfg;
     cfg.threads = cfg.threads.max(1);
+    cfg.dp_size = cfg.dp_size.max(1);
     if cfg.models.is_empty() {
         cfg.models.push("mock-model".to_string());
     }
@@ -144,19 +179,31 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
         None => None,
     };
     let default_model = cfg.models[0].clone();
+    let stats = Arc::new(stats::Stats::default());
+    let ranks = stats::rank_counters(&stats, cfg.dp_size);
+    let (pd, bootstrap) = start_pd(&cfg, addr)?;
     let shared = Arc::new(Shared {
         engine_header: format!("x-mock-engine: {}\r\n", cfg.name).into_bytes(),
         metrics_model: default_model.replace('\\', "\\\\").replace('"', "\\\""),
         default_model,
         models_body: api::models_body(&cfg.models),
-        stats: Arc::new(stats::Stats::default()),
-        prefix: cfg.prefix_cache.as_ref().map(|p| {
-            prefix::PrefixCache::new(
-                p,
-                #[cfg(feature = "zmq")]
-                kv.clone(),
-            )
-        }),
+        stats,
+        ranks,
+        rank_turn: AtomicU32::new(0),
+        caches: match &cfg.prefix_cache {
+            // One cache per rank, all publishing on the one KV-event socket.
+            Some(p) => (0..cfg.dp_size)
+                .map(|_| {
+                    prefix::PrefixCache::new(
+                        p,
+                        #[cfg(feature = "zmq")]
+                        kv.clone(),
+                    )
+                })
+                .collect(),
+            None => Vec::new(),
+        },
+        pd,
         #[cfg(feature = "zmq")]
         kv,
         #[cfg(feature = "zmq")]
@@ -174,17 +221,18 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
         threads: Vec::new(),
         addr,
         driver: Driver::Epoll,
+        bootstrap,
     };
     let (tx, rx) = mpsc::channel();
     let n = listeners.len();
     for (i, l) in listeners.into_iter().enumerate() {
         let shared = shared.clone();
         let tx = tx.clone();
-        let limit = server::thread_limit(shared.cfg.max_running, n, i);
+        let limits = thread_limits(&shared.cfg, n, i);
         let driver = shared.cfg.driver;
         let t = std::thread::Builder::new()
             .name(format!("rolter-mock-{}-{i}", shared.cfg.name))
-            .spawn(move || server::run_thread(l, shared, limit, driver, tx))?;
+            .spawn(move || server::run_thread(l, shared, limits, driver, tx))?;
         handle.threads.push(t);
     }
     for _ in 0..n {
@@ -197,12 +245,40 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
     Ok(handle)
 }
 
+/// Thread `i`'s (of `n`) share of each data-parallel rank's `max_running`.
+fn thread_limits(cfg: &MockConfig, n: usize, i: usize) -> Vec<usize> {
+    let rank_limit = |r| dp::rank_limit(cfg.max_running, cfg.dp_size, r);
+    let limits = (0..cfg.dp_size).map(|r| server::thread_limit(rank_limit(r), n, i));
+    limits.collect()
+}
+
+/// The P/D state (with `cfg.pd`) and, for an SGLang prefill, its bootstrap server.
+fn start_pd(
+    cfg: &MockConfig,
+    addr: SocketAddr,
+) -> std::io::Result<(Option<Arc<pd::Pd>>, Option<bootstrap::Bootstrap>)> {
+    let Some(p) = cfg.pd else {
+        return Ok((None, None));
+    };
+    let state = Arc::new(pd::Pd::new(p, &cfg.name, addr));
+    let server = match p.serves_bootstrap() {
+        true => {
+            let at = SocketAddr::new(cfg.listen.ip(), p.bootstrap_port);
+            Some(bootstrap::Bootstrap::start(at, state.clone())?)
+        }
+        false => None,
+    };
+    Ok((Some(state), server))
+}
+
 /// A running engine; stops its threads on [`MockHandle::shutdown`] or drop.
 pub struct MockHandle {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     addr: SocketAddr,
     driver: Driver,
+    /// The SGLang prefill's bootstrap server.
+    bootstrap: Option<bootstrap::Bootstrap>,
 }
 
 impl MockHandle {
@@ -225,16 +301,47 @@ impl MockHandle {
         self.shared.stats.snapshot()
     }
 
-    /// The prefix cache's counters and occupancy; `None` when the cache is off.
+    /// The prefix cache's counters and occupancy (over all data-parallel ranks); `None`
+    /// when the cache is off.
     pub fn prefix_cache_stats(&self) -> Option<PrefixCacheStats> {
-        let cache = self.shared.prefix.as_ref()?;
+        let caches = &self.shared.caches;
+        if caches.is_empty() {
+            return None;
+        }
         let s = self.shared.stats.snapshot();
         Some(PrefixCacheStats {
             queries: s.prefix_cache_queries,
             hits: s.prefix_cache_hits,
-            resident_blocks: cache.resident_blocks(),
-            evicted_blocks: cache.evicted_blocks(),
+            resident_blocks: caches.iter().map(|c| c.resident_blocks()).sum(),
+            evicted_blocks: caches.iter().map(|c| c.evicted_blocks()).sum(),
         })
+    }
+
+    /// Each data-parallel rank's counters, by rank (one entry with `dp_size` 1).
+    pub fn rank_stats(&self) -> Vec<RankStats> {
+        let ranks = self.shared.ranks.iter().enumerate();
+        ranks.map(|(r, s)| s.rank_snapshot(r as u32)).collect()
+    }
+
+    /// The P/D counters (all zero without `pd`).
+    pub fn pd_stats(&self) -> PdStats {
+        self.shared
+            .pd
+            .as_ref()
+            .map(|p| p.stats())
+            .unwrap_or_default()
+    }
+
+    /// The engine id a vLLM-protocol prefill names in its `kv_transfer_params`; `None`
+    /// without `pd`.
+    pub fn pd_engine_id(&self) -> Option<&str> {
+        Some(&self.shared.pd.as_ref()?.engine_id)
+    }
+
+    /// The SGLang prefill's bootstrap server address (loopback when it listens on any
+    /// address); `None` for other engines.
+    pub fn bootstrap_addr(&self) -> Option<SocketAddr> {
+        Some(self.bootstrap.as_ref()?.addr())
     }
 
     /// LoRA counters (slot loads, load/unload calls) and adapter state; `None` when LoRA
@@ -265,7 +372,7 @@ impl MockHandle {
     /// Resets the prefix cache and publishes `AllBlocksCleared` (as vLLM's
     /// `/reset_prefix_cache` does); also served as `POST /reset_prefix_cache`.
     pub fn publish_clear(&self) {
-        if let Some(cache) = &self.shared.prefix {
+        for cache in &self.shared.caches {
             cache.clear();
         }
     }
@@ -307,7 +414,7 @@ impl MockHandle {
     /// empty replay buffer, its subscribers disconnected and then reconnecting. The HTTP
     /// side keeps serving.
     pub fn restart_kv_cache(&self) -> std::io::Result<()> {
-        if let Some(cache) = &self.shared.prefix {
+        for cache in &self.shared.caches {
             cache.forget();
         }
         match &self.shared.kv {
@@ -362,6 +469,9 @@ impl MockHandle {
         self.shared.shutdown.store(true, Ordering::Release);
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(b) = &self.bootstrap {
+            b.shutdown();
         }
         #[cfg(feature = "zmq")]
         if let Some(kv) = &self.shared.kv {

@@ -8,7 +8,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 #[cfg(feature = "zmq")]
 use rolter_mock::{Controller, ControllerConfig};
-use rolter_mock::{Driver, KvEventsConfig, LmcacheWorkerConfig, MockConfig, PrefixCacheConfig};
+use rolter_mock::{
+    Driver, KvEventsConfig, LmcacheWorkerConfig, MockConfig, PdConfig, PdProtocol, PdRole,
+    PrefixCacheConfig,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -123,9 +126,39 @@ struct Args {
     /// Chunks the LMCache CPU store holds (LRU).
     #[arg(long, default_value_t = LmcacheWorkerConfig::default().capacity_chunks)]
     lmcache_capacity_chunks: usize,
+    /// Serve one leg of disaggregated prefill/decode: prefill or decode.
+    #[arg(long)]
+    pd_role: Option<PdRole>,
+    /// The P/D proxy protocol: vllm (KV-transfer params, then a pull) or sglang (bootstrap
+    /// rooms, both legs at once).
+    #[arg(long, default_value = "vllm", requires = "pd_role")]
+    pd_protocol: PdProtocol,
+    /// The SGLang prefill's bootstrap server port (0 picks one).
+    #[arg(long, default_value_t = 8998)]
+    bootstrap_port: u16,
+    /// How long a P/D leg waits for its peer: e.g. 5s, 500ms, 1m (a bare number is seconds).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pd_handshake_timeout: Duration,
+    /// Data-parallel ranks behind the one port (vLLM's --data-parallel-size).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    dp_size: u32,
     /// Keep received requests in memory (tests only).
     #[arg(long, hide = true)]
     record_requests: bool,
+}
+
+/// A duration such as `5s`, `500ms` or `1m`; a bare number is seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("invalid duration {s:?} (e.g. 5s, 500ms, 1m)")),
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -229,6 +262,13 @@ fn run_engine(args: Args) {
                 capacity_chunks: args.lmcache_capacity_chunks,
                 ..LmcacheWorkerConfig::default()
             }),
+        pd: args.pd_role.map(|role| PdConfig {
+            role,
+            protocol: args.pd_protocol,
+            bootstrap_port: args.bootstrap_port,
+            handshake_timeout: args.pd_handshake_timeout,
+        }),
+        dp_size: args.dp_size,
         lora: (args.max_loras.is_some() || !args.lora_adapters.is_empty()).then(|| {
             rolter_mock::LoraConfig {
                 max_loras: args.max_loras.unwrap_or(1),
@@ -251,6 +291,9 @@ fn run_engine(args: Args) {
         handle.addr(),
         handle.driver()
     );
+    if let Some(b) = handle.bootstrap_addr() {
+        println!("bootstrap server on {b}");
+    }
     #[cfg(feature = "zmq")]
     if let Some(ep) = handle.kv_events_endpoint() {
         match handle.kv_replay_endpoint() {

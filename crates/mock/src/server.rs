@@ -46,11 +46,12 @@ pub(crate) fn thread_limit(max_running: usize, threads: usize, idx: usize) -> us
 }
 
 /// Thread body: builds the runtime, reports the driver in use (or the build error)
-/// through `ready`, then serves until shutdown.
+/// through `ready`, then serves until shutdown. `limits`: the thread's share of each
+/// data-parallel rank's `max_running`.
 pub(crate) fn run_thread(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
-    limit: usize,
+    limits: Vec<usize>,
     driver: Driver,
     ready: mpsc::Sender<io::Result<Driver>>,
 ) {
@@ -66,7 +67,7 @@ pub(crate) fn run_thread(
         {
             Ok(mut rt) => {
                 let _ = ready.send(Ok(Driver::IoUring));
-                rt.block_on(thread_main(listener, shared, limit));
+                rt.block_on(thread_main(listener, shared, limits));
                 return;
             }
             Err(e) if driver == Driver::IoUring => {
@@ -79,7 +80,7 @@ pub(crate) fn run_thread(
     match RuntimeBuilder::<LegacyDriver>::new().enable_timer().build() {
         Ok(mut rt) => {
             let _ = ready.send(Ok(Driver::Epoll));
-            rt.block_on(thread_main(listener, shared, limit));
+            rt.block_on(thread_main(listener, shared, limits));
         }
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -101,12 +102,12 @@ async fn first<A: Future, B: Future>(a: A, b: B) {
     .await
 }
 
-async fn thread_main(listener: std::net::TcpListener, shared: Arc<Shared>, limit: usize) {
+async fn thread_main(listener: std::net::TcpListener, shared: Arc<Shared>, limits: Vec<usize>) {
     let listener = match monoio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(_) => return,
     };
-    let local = Rc::new(Local::new(limit, shared.stats.clone()));
+    let local = Rc::new(Local::new(&limits, &shared));
     let accept = async {
         loop {
             match listener.accept().await {

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -32,6 +33,26 @@ pub struct StatsSnapshot {
     /// the prefix cache is off.
     pub prefix_cache_queries: u64,
     /// Prefix-cache hits, in cached prompt tokens (`vllm:prefix_cache_hits_total`).
+    pub prefix_cache_hits: u64,
+}
+
+/// One data-parallel rank's counters (see `MockHandle::rank_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RankStats {
+    pub rank: u32,
+    /// Inference requests that ran (or were answered) on this rank.
+    pub requests: u64,
+    /// Of those, the ones whose answer was written completely.
+    pub completed: u64,
+    /// Requests running on the rank now.
+    pub running: u64,
+    /// Requests queued behind the rank's share of `max_running`.
+    pub waiting: u64,
+    /// Tokens the rank generated.
+    pub generation_tokens: u64,
+    /// The rank's prefix-cache queries, in prompt tokens.
+    pub prefix_cache_queries: u64,
+    /// The rank's prefix-cache hits, in cached prompt tokens.
     pub prefix_cache_hits: u64,
 }
 
@@ -91,6 +112,14 @@ pub(crate) struct Stats {
     pub finished_abort: AtomicU64,
 }
 
+/// Each data-parallel rank's counters: with one rank, the engine's own.
+pub(crate) fn rank_counters(engine: &Arc<Stats>, dp_size: u32) -> Vec<Arc<Stats>> {
+    match dp_size {
+        0 | 1 => vec![engine.clone()],
+        n => (0..n).map(|_| Arc::default()).collect(),
+    }
+}
+
 pub(crate) fn inc(c: &AtomicU64) {
     c.fetch_add(1, Relaxed);
 }
@@ -122,83 +151,117 @@ impl Stats {
         }
     }
 
-    /// Renders `/metrics`. `model` is the first served model name (already label-escaped).
-    pub fn render_metrics(&self, model: &str, max_running: usize) -> String {
-        let running = self.running.load(Relaxed);
-        let waiting = self.waiting.load(Relaxed);
-        let usage = if max_running > 0 {
-            (running as f64 / max_running as f64).min(1.0)
-        } else {
-            0.0
-        };
-        let labels = format!("engine=\"0\",model_name=\"{model}\"");
-        let mut out = String::with_capacity(2048);
-        let load = |c: &AtomicU64| c.load(Relaxed) as f64;
-        for (name, kind, help, value) in [
-            (
-                "vllm:num_requests_running",
-                "gauge",
-                "Number of requests in model execution batches.",
-                running as f64,
-            ),
-            (
-                "vllm:num_requests_waiting",
-                "gauge",
-                "Number of requests waiting to be processed.",
-                waiting as f64,
-            ),
-            (
-                "vllm:kv_cache_usage_perc",
-                "gauge",
-                "KV-cache usage. 1 means 100 percent usage.",
-                usage,
-            ),
-            (
-                "vllm:prefix_cache_queries_total",
-                "counter",
-                "Prefix cache queries, in terms of number of queried tokens.",
-                load(&self.prefix_cache_queries),
-            ),
-            (
-                "vllm:prefix_cache_hits_total",
-                "counter",
-                "Prefix cache hits, in terms of number of cached tokens.",
-                load(&self.prefix_cache_hits),
-            ),
-            (
-                "vllm:prompt_tokens_total",
-                "counter",
-                "Number of prefill tokens processed.",
-                load(&self.prompt_tokens),
-            ),
-            (
-                "vllm:generation_tokens_total",
-                "counter",
-                "Number of generation tokens processed.",
-                load(&self.generation_tokens),
-            ),
-        ] {
-            let _ = write!(
+    /// The counters of one data-parallel rank (see `MockHandle::rank_stats`).
+    pub fn rank_snapshot(&self, rank: u32) -> RankStats {
+        RankStats {
+            rank,
+            requests: self.requests.load(Relaxed),
+            completed: self.completed.load(Relaxed),
+            running: self.running.load(Relaxed),
+            waiting: self.waiting.load(Relaxed),
+            generation_tokens: self.generation_tokens.load(Relaxed),
+            prefix_cache_queries: self.prefix_cache_queries.load(Relaxed),
+            prefix_cache_hits: self.prefix_cache_hits.load(Relaxed),
+        }
+    }
+}
+
+/// One metric family of `/metrics`: name, type, help and the value of one rank.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Stats, usize) -> f64,
+);
+
+fn load(c: &AtomicU64) -> f64 {
+    c.load(Relaxed) as f64
+}
+
+const FAMILIES: [Family; 7] = [
+    (
+        "vllm:num_requests_running",
+        "gauge",
+        "Number of requests in model execution batches.",
+        |s, _| load(&s.running),
+    ),
+    (
+        "vllm:num_requests_waiting",
+        "gauge",
+        "Number of requests waiting to be processed.",
+        |s, _| load(&s.waiting),
+    ),
+    (
+        "vllm:kv_cache_usage_perc",
+        "gauge",
+        "KV-cache usage. 1 means 100 percent usage.",
+        |s, max_running| {
+            if max_running > 0 {
+                (load(&s.running) / max_running as f64).min(1.0)
+            } else {
+                0.0
+            }
+        },
+    ),
+    (
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        |s, _| load(&s.prefix_cache_queries),
+    ),
+    (
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        |s, _| load(&s.prefix_cache_hits),
+    ),
+    (
+        "vllm:prompt_tokens_total",
+        "counter",
+        "Number of prefill tokens processed.",
+        |s, _| load(&s.prompt_tokens),
+    ),
+    (
+        "vllm:generation_tokens_total",
+        "counter",
+        "Number of generation tokens processed.",
+        |s, _| load(&s.generation_tokens),
+    ),
+];
+
+/// Renders `/metrics`: each family once, with one series per data-parallel rank labelled
+/// `engine="<rank>"` (as vLLM labels its engine cores). `ranks` holds each rank's counters
+/// and `max_running` share; `model` is the first served model name (already
+/// label-escaped).
+pub(crate) fn render_metrics(ranks: &[(&Stats, usize)], model: &str) -> String {
+    let mut out = String::with_capacity(2048 * ranks.len());
+    for (name, kind, help, value) in FAMILIES {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (rank, (stats, max_running)) in ranks.iter().enumerate() {
+            let v = value(stats, *max_running);
+            let _ = writeln!(
                 out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value:?}\n"
+                "{name}{{engine=\"{rank}\",model_name=\"{model}\"}} {v:?}"
             );
         }
-        let _ = write!(
-            out,
-            "# HELP vllm:request_success_total Count of successfully processed requests.\n\
-             # TYPE vllm:request_success_total counter\n"
-        );
+    }
+    let _ = write!(
+        out,
+        "# HELP vllm:request_success_total Count of successfully processed requests.\n\
+         # TYPE vllm:request_success_total counter\n"
+    );
+    for (rank, (stats, _)) in ranks.iter().enumerate() {
         for (reason, c) in [
-            ("abort", &self.finished_abort),
-            ("length", &self.finished_length),
-            ("stop", &self.finished_stop),
+            ("abort", &stats.finished_abort),
+            ("length", &stats.finished_length),
+            ("stop", &stats.finished_stop),
         ] {
             let _ = writeln!(
                 out,
-                "vllm:request_success_total{{engine=\"0\",finished_reason=\"{reason}\",model_name=\"{model}\"}} {:?}",
-                c.load(Relaxed) as f64
+                "vllm:request_success_total{{engine=\"{rank}\",finished_reason=\"{reason}\",model_name=\"{model}\"}} {:?}",
+                load(c)
             );
         }
-        out
     }
+    out
 }
