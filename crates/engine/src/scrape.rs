@@ -146,6 +146,29 @@ impl Acc {
 
 /// The routing signals in parsed metric families.
 pub fn extract(metrics: &[Metric]) -> EngineMetrics {
+    extract_where(metrics, |_| true)
+}
+
+/// The labels that name a data-parallel rank: vLLM's `engine`, SGLang's `dp_rank`.
+pub const RANK_LABELS: [&str; 2] = ["engine", "dp_rank"];
+
+/// The routing signals of one data-parallel rank of an engine: only its series (labelled
+/// `engine="rank"` by vLLM, `dp_rank="rank"` by SGLang); a series without a rank label is
+/// the whole engine's, and counts for every rank.
+pub fn extract_rank(metrics: &[Metric], rank: u32) -> EngineMetrics {
+    let want = rank.to_string();
+    extract_where(metrics, |s| {
+        s.labels
+            .iter()
+            .find(|l| RANK_LABELS.contains(&l.key.as_str()))
+            .is_none_or(|l| l.value == want)
+    })
+}
+
+fn extract_where(
+    metrics: &[Metric],
+    keep: impl Fn(&prom_text_format_parser::Sample) -> bool,
+) -> EngineMetrics {
     let mut acc = [Acc::default(); SLOTS];
     for metric in metrics {
         let Some(slot) = slot(&metric.name) else {
@@ -156,7 +179,7 @@ pub fn extract(metrics: &[Metric]) -> EngineMetrics {
             continue;
         }
         let a = &mut acc[slot as usize];
-        for sample in &metric.samples {
+        for sample in metric.samples.iter().filter(|s| keep(s)) {
             if sample.value.value_type != ValueType::Sample {
                 continue;
             }
@@ -224,6 +247,36 @@ mod tests {
 
     fn ok(text: &str) -> EngineMetrics {
         parse(text).unwrap_or_else(|e| panic!("{e}\n--- input ---\n{text}"))
+    }
+
+    #[test]
+    fn a_rank_reads_its_own_series_and_the_engines_unlabelled_ones() {
+        let text = "\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3
+vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 5
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name=\"m\"} 2
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.25
+vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"m\"} 0.75
+";
+        let f = parse_families(text).unwrap();
+        let r1 = extract_rank(&f, 1);
+        assert_eq!(
+            (r1.running, r1.waiting, r1.kv_usage),
+            (Some(5.0), Some(2.0), Some(0.75))
+        );
+        let r0 = extract_rank(&f, 0);
+        assert_eq!((r0.running, r0.kv_usage), (Some(3.0), Some(0.25)));
+        // The whole engine: the ranks summed, the fullest cache.
+        let all = extract(&f);
+        assert_eq!((all.running, all.kv_usage), (Some(8.0), Some(0.75)));
+        let sglang = "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{dp_rank=\"0\"} 1\nsglang:num_running_reqs{dp_rank=\"1\"} 4\n";
+        let f = parse_families(sglang).unwrap();
+        assert_eq!(extract_rank(&f, 1).running, Some(4.0));
+        // A rank the engine does not report has no value.
+        assert_eq!(extract_rank(&f, 7).running, None);
     }
 
     #[test]

@@ -115,7 +115,16 @@ pub async fn scrape_loop(l: TargetLoop) {
             p.lora
                 .scraped(t, rolter_engine::lora::lora_info(families), now);
         }
-        p.scraped(t, result.map(|f| scrape::extract(&f)), now);
+        // A data-parallel rank reads its own series of the engine's exposition.
+        let rank = l.config.targets[t].dp.as_ref().map(|d| d.rank);
+        p.scraped(
+            t,
+            result.map(|f| match rank {
+                Some(r) => scrape::extract_rank(&f, r),
+                None => scrape::extract(&f),
+            }),
+            now,
+        );
     })
     .await;
 }

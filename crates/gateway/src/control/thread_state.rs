@@ -860,6 +860,13 @@ impl Plane {
                     "ttft_ewma_ms": ttft,
                     "ttft_samples": samples,
                     "lora": self.lora.target_json(t, now),
+                    "pools": self.pools_of(t),
+                    "dp": target.dp.as_ref().map(|d| serde_json::json!({
+                        "engine": d.engine_name,
+                        "rank": d.rank,
+                        "size": d.size,
+                        "rank_in": if target.engine == rolter_config::EngineKind::Sglang { "body" } else { "header" },
+                    })),
                 })
             })
             .collect();
@@ -883,14 +890,42 @@ impl Plane {
                         })
                     })
                     .collect();
-                serde_json::json!({
+                let mut route = serde_json::json!({
                     "name": r.name,
                     "strategy": r.strategy.name(),
                     "learned": learned,
-                })
+                });
+                if let Some(d) = r.disaggregation {
+                    route["disaggregation"] = serde_json::json!({
+                        "protocol": d.protocol.name(),
+                        "prefill_pool": self.config.routes[d.prefill_route].name,
+                    });
+                }
+                if let Some(of) = r.prefill_of {
+                    route["prefill_pool_of"] = self.config.routes[of].name.clone().into();
+                }
+                route
             })
             .collect();
         serde_json::json!({ "targets": items, "routes": routes })
+    }
+
+    /// The routes' pools target `t` is in: `{"route", "pool"}` with the pool `prefill`
+    /// or `decode` on a disaggregated route, `all` on a co-located one.
+    fn pools_of(&self, t: usize) -> Vec<serde_json::Value> {
+        let routes = &self.config.routes;
+        routes
+            .iter()
+            .filter(|r| r.targets.contains(&t))
+            .map(|r| {
+                let (route, pool) = match (r.prefill_of, r.disaggregation) {
+                    (Some(of), _) => (&routes[of].name, "prefill"),
+                    (None, Some(_)) => (&r.name, "decode"),
+                    (None, None) => (&r.name, "all"),
+                };
+                serde_json::json!({ "route": route, "pool": pool })
+            })
+            .collect()
     }
 
     /// Ready: every route has at least one eligible target that is not drained
