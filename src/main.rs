@@ -76,6 +76,9 @@ enum Command {
         /// this one is taken.
         #[arg(long, default_value = "127.0.0.1:9091")]
         admin: SocketAddr,
+        /// A disaggregated fleet instead: prefill and decode engines behind a P/D route.
+        #[arg(long)]
+        pd: bool,
     },
     /// List every strategy with its aliases, traits and options.
     Strategies,
@@ -542,9 +545,15 @@ fn main() -> ExitCode {
             listen,
             workers,
             admin,
+            pd,
         } => {
             init_logging(config::LogFormat::Text);
-            let demo = match rolter::demo::start(listen, workers, admin) {
+            let fleet = if pd {
+                rolter::demo::Fleet::Disaggregated
+            } else {
+                rolter::demo::Fleet::Speeds
+            };
+            let demo = match rolter::demo::start(listen, workers, admin, fleet) {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::error!("cannot start the demo: {e}");

@@ -25,8 +25,13 @@ struct Demo {
 }
 
 fn demo() -> Demo {
+    demo_with(&[])
+}
+
+fn demo_with(extra: &[&str]) -> Demo {
     let child = Command::new(BIN)
         .args(["demo", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .args(extra)
         .args(["--admin", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -173,6 +178,72 @@ fn fastest_sends_streams_to_the_fastest_first_token_after_plain_and_streamed_cal
         streams, ["fast"; 4],
         "streams after plain calls (warm-up: {served:?})"
     );
+}
+
+/// `rolter demo --pd`: every request is prefilled on a prefill engine and decoded on a
+/// decode engine (or one of `decode-a`'s two ranks), which the admin listener shows as two
+/// pools.
+#[test]
+fn demo_pd_prefills_and_decodes_on_two_pools() {
+    let d = demo_with(&["--pd"]);
+    let text = d.banner.join("\n");
+    assert!(
+        text.contains("prefill-a") && text.contains("2 data-parallel ranks"),
+        "{text}"
+    );
+    let mut decoders = Vec::new();
+    for stream in [false, true, false, true] {
+        decoders.push(chat(d.addr, stream));
+    }
+    assert!(
+        decoders.iter().all(|e| e.starts_with("decode-")),
+        "answers come from decode engines: {decoders:?}"
+    );
+    let admin: SocketAddr = d
+        .banner
+        .iter()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("curl http://")?
+                .strip_suffix("/admin/targets")
+        })
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in banner: {:?}", d.banner));
+    let mut a = TcpStream::connect(admin).unwrap();
+    a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        a,
+        "GET /admin/targets HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut targets = String::new();
+    a.read_to_string(&mut targets).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(targets.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let pools: Vec<(String, String)> = json["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["pools"][0]["pool"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pools,
+        [
+            ("prefill-a", "prefill"),
+            ("prefill-b", "prefill"),
+            ("decode-a[0]", "decode"),
+            ("decode-a[1]", "decode"),
+            ("decode-b", "decode"),
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    assert_eq!(json["routes"][1]["name"], "demo/prefill");
+    assert_eq!(json["routes"][0]["disaggregation"]["protocol"], "vllm");
 }
 
 #[test]

@@ -297,6 +297,11 @@ impl MockHandle {
         &self.shared.cfg.name
     }
 
+    /// The data-parallel ranks behind its port.
+    pub fn dp_size(&self) -> u32 {
+        self.shared.cfg.dp_size.max(1)
+    }
+
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot()
     }

@@ -578,3 +578,71 @@ where
     .await;
     (p, d)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::{Context, Waker};
+
+    /// A future that is pending `n` times, then ready with `v`.
+    fn after<T: Unpin>(n: usize, v: T) -> impl Future<Output = T> {
+        let (mut left, mut v) = (n, Some(v));
+        poll_fn(move |cx| {
+            if left == 0 {
+                return Poll::Ready(v.take().unwrap());
+            }
+            left -= 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+    }
+
+    fn run<F: Future>(f: F) -> F::Output {
+        let mut f = pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+
+    fn failed() -> Outcome {
+        Outcome::Failed(GatewayError::upstream(UpstreamFailure::ConnectFailed, "x"))
+    }
+
+    #[test]
+    fn until_both_waits_for_the_prefills_end_and_the_decodes_head() {
+        // A decode that ended before its head ends the wait at once: the prefill still
+        // running is dropped.
+        let (p, d) = run(until_both(
+            after(5, Ok(())),
+            after(1, Opened::Done(Outcome::ClientGone)),
+        ));
+        assert!(p.is_none());
+        assert!(matches!(d, Some(Opened::Done(Outcome::ClientGone))));
+        let (p, d) = run(until_both(
+            after(0, Err(failed())),
+            after(9, Opened::Done(failed())),
+        ));
+        assert!(matches!(p, Some(Err(Outcome::Failed(_)))));
+        assert!(d.is_none(), "a failed prefill stops the decode");
+    }
+
+    #[test]
+    fn until_both_keeps_both_when_both_succeed() {
+        struct Never;
+        impl Future for Never {
+            type Output = Opened;
+            fn poll(self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Opened> {
+                Poll::Pending
+            }
+        }
+        // A successful prefill alone does not end the wait.
+        let mut f = pin!(until_both(after(0, Ok(())), Never));
+        let mut cx = Context::from_waker(Waker::noop());
+        for _ in 0..10 {
+            assert!(f.as_mut().poll(&mut cx).is_pending());
+        }
+    }
+}

@@ -29,7 +29,7 @@ const VLLM_PREFILL_EDITS: [Edit<'static>; 7] = [
 /// The fields one leg sets in the body (raw JSON values), and whether it is vLLM's prefill.
 #[derive(Debug, Default, Clone)]
 pub struct LegBody {
-    /// vLLM's prefill leg ([`VLLM_PREFILL_EDITS`]).
+    /// vLLM's prefill leg (`VLLM_PREFILL_EDITS`).
     pub vllm_prefill: bool,
     /// Fields set: the decode's `kv_transfer_params`, SGLang's bootstrap fields.
     pub set: Vec<(&'static str, String)>,

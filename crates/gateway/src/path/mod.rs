@@ -21,7 +21,9 @@
 //!    holds and writes them, a large body from where it was read), and the retry decision
 //!    by the failure's kind (with [`retry`]: the reasons, the route's budget and the
 //!    back-off); [`hedge`] races a second attempt against a slow first one ([`head_times`]
-//!    learns the delay);
+//!    learns the delay); on a disaggregated route [`disaggregated`] runs a prefill leg and a
+//!    decode leg instead, each an exchange over its pool ([`leg_body`]: what each leg
+//!    changes in the body; [`drain`]: a prefill answer read whole, not relayed);
 //! 6. [`relay`]: the exchange with the target, streaming the answer to the client;
 //! 7. [`record`]: what the attempt teaches, to this core's strategies and, by message, to
 //!    the other cores and the control thread.

@@ -9,7 +9,10 @@
 //! a form field) swapped for the target's upstream name.
 //!
 //! A large body is not copied: the request's bytes then name where in the read buffer it
-//! lies ([`Outgoing::body_in_place`]), and the write gathers the parts.
+//! lies ([`Outgoing::body_in_place`]), and the write gathers the parts. A leg that changes
+//! the body (a disaggregated route's fields, a data-parallel rank in the body: see
+//! [`leg_body`]) writes it again after the head instead. A vLLM data-parallel rank is sent
+//! as `X-data-parallel-rank`.
 //!
 //! Owns those bytes only; it writes into a reused buffer and must not allocate per
 //! request beyond what the buffer needs.
