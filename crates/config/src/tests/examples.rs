@@ -6,6 +6,30 @@ use super::*;
 // ------------------------------------------------------------------ examples
 
 #[test]
+fn pd_fleet_example_loads() {
+    let c =
+        load(include_str!("../../../../config/pd-fleet.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = c.targets.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "prefill-0",
+            "prefill-1",
+            "decode-0[0]",
+            "decode-0[1]",
+            "decode-0[2]",
+            "decode-0[3]",
+            "decode-1"
+        ]
+    );
+    assert_eq!(c.routes.len(), 2);
+    assert_eq!(c.routes[0].targets, vec![2, 3, 4, 5, 6]);
+    assert_eq!(c.routes[1].name, "chat/prefill");
+    assert_eq!(c.routes[1].targets, vec![0, 1]);
+    assert_eq!(c.targets[3].max_concurrent, Some(64));
+}
+
+#[test]
 fn vllm_fleet_example_loads() {
     let c = load(FLEET).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.targets.len(), 3);
