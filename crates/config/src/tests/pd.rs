@@ -222,3 +222,14 @@ bootstrap_port = 70000
         .message
         .contains("70000"));
 }
+
+#[test]
+fn a_pool_strategy_that_loads_adapters_is_refused() {
+    let text = pd_route("vllm").replace(
+        "decode = { targets = [\"d0\", \"d1\"], strategy = \"least_loaded\" }",
+        "decode = { targets = [\"d0\", \"d1\"], strategy = { name = \"lora_aware\", adapters = \"a\", load_from = \"/adapters\" } }",
+    );
+    let errs = errors(&text);
+    let e = error_at(&errs, "routes[0].decode.strategy.load_from");
+    assert!(e.message.contains("loads LoRA adapters"), "{e}");
+}

@@ -115,9 +115,20 @@ fn pool(
         );
         return None;
     };
+    let strategy_key = join(&key, "strategy");
+    let strategy = strategy(raw.strategy, &strategy_key, errs);
+    if let Some(s) = &strategy {
+        if s.requirements().adapter_loading.is_some() {
+            errs.push(
+                join(&strategy_key, "load_from"),
+                format!("the {which} pool's strategy loads LoRA adapters, which a disaggregated route does not do"),
+                "remove load_from: load the adapters on the engines beforehand, and lora_aware routes to where they are",
+            );
+        }
+    }
     Some(Pool {
         targets: route_targets(raw.targets, &join(&key, "targets"), names, errs),
-        strategy: strategy(raw.strategy, &join(&key, "strategy"), errs),
+        strategy,
     })
 }
 
