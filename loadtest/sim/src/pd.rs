@@ -410,8 +410,10 @@ impl State<'_> {
     fn kick(&mut self, node: usize, now: Duration) {
         if let Some(it) = self.nodes[node].start(now) {
             if let Some((req, hit)) = it.prefill {
-                self.traces[req].prefill_start = now;
-                self.traces[req].hit_tokens = hit;
+                let t = &mut self.traces[req];
+                t.prefill_start = now;
+                t.prefill_end = it.end;
+                t.hit_tokens = hit;
             }
             self.push(it.end, Event::Step { node: node as u32 });
         }

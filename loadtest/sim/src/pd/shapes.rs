@@ -37,12 +37,12 @@ impl Shape {
     pub fn sizes(self, scale: f64, rate: f64) -> Sizes {
         let full = Sizes::full();
         let s = match self {
-            // 15 users/s, ~3.5 turns each: ~50 requests/s once the first users are on
-            // their later turns.
+            // 12 users/s, ~3.5 turns each: ~41 requests/s once the first users are on
+            // their later turns, near what four co-located engines carry.
             Shape::LongPrompt => Sizes {
                 systems: 8,
                 system_tokens: 6000,
-                users: 6000,
+                users: 4800,
                 user_window_s: 400.0,
                 min_turns: 2,
                 max_turns: 5,
@@ -50,7 +50,8 @@ impl Shape {
                 answer_tokens: (64, 128),
                 ..full
             },
-            // 14 requests/s.
+            // 14 requests/s, near what four co-located engines carry (64 sequences of
+            // ~1000 steps of ~16 ms each: ~15.7 requests/s).
             Shape::LongOutput => Sizes {
                 systems: 4,
                 system_tokens: 100,
