@@ -126,7 +126,11 @@ fn ms(v: f64) -> Duration {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(args) {
+    let done = match &args.command {
+        Some(Command::Pd(pd)) => run_pd(pd),
+        None => run(args),
+    };
+    match done {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rolter-sim: {e}");
@@ -136,9 +140,6 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<(), String> {
-    if let Some(Command::Pd(pd)) = &args.command {
-        return run_pd(pd);
-    }
     let mut sizes = if args.quick {
         Sizes::quick()
     } else {

@@ -17,17 +17,19 @@ pub mod shapes;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rolter::core::{Price, PriceBook, Residency};
+use rolter::core::{KvCacheView, Price, PriceBook, Residency};
 use rolter::strategy::{
-    AsyncInputs, BuildContext, Candidate, PickRequest, Sample, SessionKey, ShareSink, Strategy,
-    StrategySpec, Switches, Usage,
+    AsyncInputs, BuildContext, Candidate, Needs, PickRequest, Sample, SessionKey, ShareSink,
+    Strategy, StrategySpec, Switches, Usage,
 };
 use serde::Serialize;
 
 use crate::engine::block_hashes;
+use crate::sim::{token_ids, KvFeed};
 use crate::workload::{Workload, BASE_MODEL};
 use node::{Job, Node, NodeParams, Role};
 
@@ -161,6 +163,11 @@ pub struct Trace {
     prefill_load: u64,
     decode_sent: Duration,
     job: Option<Job>,
+    /// Until its prefill starts: the prompt's blocks, for its engine's KV events.
+    blocks: Arc<[u64]>,
+    /// Until its decode target is picked: the prompt's token ids, for strategies that
+    /// read them.
+    tokens: Option<Rc<[u32]>>,
 }
 
 /// The metrics of one run.
@@ -172,6 +179,8 @@ pub struct PdResult {
     pub requests: u64,
     /// Picks that returned no target (counted, not timed).
     pub rejected: u64,
+    /// Picks (of both pools) that took a strategy's fallback path.
+    pub fallbacks: u64,
     pub prompt_tokens: u64,
     pub hit_tokens: u64,
     /// Hit tokens ÷ prompt tokens on the engines that prefill (the prefill pool for P/D).
@@ -232,10 +241,17 @@ struct PoolState {
     in_flight: Vec<u64>,
     routed: Vec<u64>,
     sink: ShareSink,
+    fallbacks: u64,
 }
 
 impl PoolState {
-    fn new(spec: &StrategySpec, targets: Vec<usize>, names: &[String], seed: u64) -> Self {
+    fn new(
+        spec: &StrategySpec,
+        targets: Vec<usize>,
+        names: &[String],
+        seed: u64,
+        kv: &Arc<dyn KvCacheView>,
+    ) -> Self {
         let n = names.len();
         let weights = vec![1.0; n];
         let price = Price {
@@ -252,7 +268,7 @@ impl PoolState {
             route_targets: &targets,
             prices: &prices,
             switches: &switches,
-            kv: None,
+            kv: Some(kv),
         });
         PoolState {
             strategy,
@@ -260,6 +276,7 @@ impl PoolState {
             in_flight: vec![0; n],
             routed: vec![0; n],
             sink: ShareSink::default(),
+            fallbacks: 0,
         }
     }
 
@@ -280,6 +297,7 @@ impl PoolState {
             })
             .collect();
         let pick = self.strategy.pick(req, &candidates, at)?;
+        self.fallbacks += pick.fallback.is_some() as u64;
         let c = &candidates[pick.index];
         self.strategy
             .routed(req, c.target, self.sink.for_route(0), at);
@@ -313,7 +331,8 @@ struct State<'a> {
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     seq: u64,
     base: Instant,
-    inputs: AsyncInputs,
+    /// The prefilling engines' KV events, for strategies that read token ids.
+    kv: Option<KvFeed>,
     rejected: u64,
 }
 
@@ -323,6 +342,8 @@ pub fn run(workload: &Workload, setup: &Setup, params: &PdParams) -> PdRun {
     let names: Vec<String> = engines.iter().map(|(_, n)| n.clone()).collect();
     let roles: Vec<Role> = engines.iter().map(|(r, _)| *r).collect();
     let seed = |k: u64| params.seed.wrapping_mul(0x9e37_79b9).wrapping_add(k);
+    let kv = KvFeed::new(names.len());
+    let view = kv.view();
     let (prefill, decode, protocol) = match setup {
         Setup::Disaggregated {
             prefill,
@@ -332,34 +353,51 @@ pub fn run(workload: &Workload, setup: &Setup, params: &PdParams) -> PdRun {
             let p = prefill.engines;
             let d = decode.engines;
             (
-                PoolState::new(&prefill.strategy, (0..p).collect(), &names, seed(0)),
+                PoolState::new(&prefill.strategy, (0..p).collect(), &names, seed(0), &view),
                 Some(PoolState::new(
                     &decode.strategy,
                     (p..p + d).collect(),
                     &names,
                     seed(1),
+                    &view,
                 )),
                 *protocol,
             )
         }
         Setup::Colocated(pool) => (
-            PoolState::new(&pool.strategy, (0..pool.engines).collect(), &names, seed(0)),
+            PoolState::new(
+                &pool.strategy,
+                (0..pool.engines).collect(),
+                &names,
+                seed(0),
+                &view,
+            ),
             None,
             Protocol::Vllm,
         ),
     };
+    // Only the pools' strategies that read token ids need the engines' KV events.
+    let wants_tokens = std::iter::once(&prefill)
+        .chain(decode.as_ref())
+        .any(|p| p.strategy.needs().contains(Needs::TOKEN_IDS));
+    let mut nodes: Vec<Node> = roles.iter().map(|&r| Node::new(r, params.node)).collect();
+    if wants_tokens {
+        for n in &mut nodes {
+            n.cache.enable_log();
+        }
+    }
     let mut st = State {
         workload,
         params,
         protocol,
-        nodes: roles.iter().map(|&r| Node::new(r, params.node)).collect(),
+        nodes,
         prefill,
         decode,
         traces: Vec::new(),
         heap: BinaryHeap::new(),
         seq: 0,
         base: Instant::now(),
-        inputs: AsyncInputs::default(),
+        kv: wants_tokens.then_some(kv),
         rejected: 0,
     };
     for (i, s) in workload.sessions.iter().enumerate() {
@@ -414,6 +452,16 @@ impl State<'_> {
                 t.prefill_start = now;
                 t.prefill_end = it.end;
                 t.hit_tokens = hit;
+                let blocks = std::mem::take(&mut t.blocks);
+                // A vLLM decode pick still reads the token ids; nothing else does.
+                let tokens = match (&self.decode, self.protocol) {
+                    (Some(_), Protocol::Vllm) => t.tokens.clone(),
+                    _ => t.tokens.take(),
+                };
+                if let Some(kv) = &mut self.kv {
+                    let cache = &mut self.nodes[node].cache;
+                    kv.publish_cache(node, cache, &blocks, tokens.as_deref(), self.base + now);
+                }
             }
             self.push(it.end, Event::Step { node: node as u32 });
         }
@@ -424,6 +472,7 @@ impl State<'_> {
         let tr = &self.workload.sessions[session as usize].turns[turn as usize];
         let (prompt_tokens, output_tokens) = (tr.prompt_tokens, tr.output_tokens);
         let blocks: Arc<[u64]> = block_hashes(&tr.prompt).into();
+        let tokens: Option<Rc<[u32]>> = self.kv.is_some().then(|| token_ids(&tr.prompt).into());
         let both = self.decode.is_some() && self.protocol == Protocol::Sglang;
         let prefill_max = if self.decode.is_some() && !both {
             1
@@ -434,7 +483,7 @@ impl State<'_> {
             let (nodes, pp, dp) = (&self.nodes, &mut self.prefill, &mut self.decode);
             with_request(
                 self.workload,
-                &self.inputs,
+                tokens.clone(),
                 (session, turn),
                 prefill_max,
                 |req| {
@@ -471,6 +520,8 @@ impl State<'_> {
             prefill_load: load,
             prompt_tokens,
             output_tokens,
+            blocks: job.blocks.clone(),
+            tokens,
             ..Trace::default()
         });
         self.nodes[target].push_prefill(job);
@@ -511,13 +562,10 @@ impl State<'_> {
             let (session, turn) = (self.traces[id].session, self.traces[id].turn);
             let output = self.traces[id].output_tokens as u64;
             let (nodes, dp) = (&self.nodes, self.decode.as_mut().expect("P/D"));
-            let picked = with_request(
-                self.workload,
-                &self.inputs,
-                (session, turn),
-                output,
-                |req| dp.pick(nodes, req, at),
-            );
+            let tokens = self.traces[id].tokens.take();
+            let picked = with_request(self.workload, tokens, (session, turn), output, |req| {
+                dp.pick(nodes, req, at)
+            });
             let Some((d, load)) = picked else {
                 self.rejected += 1;
                 self.next_turn(session, turn, now);
@@ -578,7 +626,7 @@ impl State<'_> {
 /// prefill attempt asks for one token).
 fn with_request<R>(
     workload: &Workload,
-    inputs: &AsyncInputs,
+    token_ids: Option<Rc<[u32]>>,
     (session, turn): (u32, u32),
     max_tokens: u64,
     f: impl FnOnce(&PickRequest) -> R,
@@ -595,7 +643,10 @@ fn with_request<R>(
         prompt: &tr.prompt,
         prompt_tokens: tr.prompt_tokens,
         max_tokens: Some(max_tokens),
-        inputs,
+        inputs: &AsyncInputs {
+            token_ids,
+            ..AsyncInputs::default()
+        },
     };
     f(&req)
 }
@@ -678,6 +729,7 @@ fn summarize(st: &State, setup: &Setup) -> PdResult {
         strategies: setup.strategies(),
         requests: done.len() as u64,
         rejected: st.rejected,
+        fallbacks: st.prefill.fallbacks + st.decode.as_ref().map_or(0, |d| d.fallbacks),
         prompt_tokens: prompt,
         hit_tokens: hit,
         hit_rate: hit as f64 / prompt.max(1) as f64,

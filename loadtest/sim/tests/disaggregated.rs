@@ -196,3 +196,32 @@ fn long_prompts_stall_colocated_decodes_and_long_outputs_favour_colocated() {
         split.goodput_per_s
     );
 }
+
+#[test]
+fn precise_cache_aware_reads_the_prefill_engines_kv_events() {
+    let options = rolter_sim::parse_options(&["precise_cache_aware.min_blocks=32".into()])
+        .expect("valid option");
+    let precise = |engines| Pool {
+        engines,
+        strategy: spec("precise_cache_aware", &options).expect("registered strategy"),
+    };
+    let w = chat(1);
+    let p = params(1);
+    let split = Setup::Disaggregated {
+        prefill: precise(2),
+        decode: pool(2, "least_loaded"),
+        protocol: Protocol::Vllm,
+    };
+    let split = run(&w, &split, &p);
+    check_pd_traces(&w, &split, &p);
+    let same = run(&w, &Setup::Colocated(precise(2)), &p).result;
+    // Without the events every pick would fall back to the least loaded.
+    assert_eq!(split.result.fallbacks, 0);
+    assert!(split.result.hit_rate > 0.7, "{:.3}", split.result.hit_rate);
+    assert!(
+        (split.result.hit_rate - same.hit_rate).abs() <= 0.02,
+        "P/D prefill pool {:.3} vs co-located on the same 2 engines {:.3}",
+        split.result.hit_rate,
+        same.hit_rate
+    );
+}
