@@ -158,10 +158,12 @@ pub struct Trace {
     pub finished: Duration,
     pub prompt_tokens: u32,
     pub output_tokens: u32,
-    /// The load the decode pool's strategy saw on its pick (P/D only).
-    decode_load: u64,
+    /// The loads the pools' strategies saw on their picks, and when the decode attempt
+    /// was sent (for the samples the strategies observe).
     prefill_load: u64,
+    decode_load: u64,
     decode_sent: Duration,
+    /// While its KV cache is in transfer: the request as the decode engine will see it.
     job: Option<Job>,
     /// Until its prefill starts: the prompt's blocks, for its engine's KV events.
     blocks: Arc<[u64]>,
@@ -550,10 +552,8 @@ impl State<'_> {
         let t = &mut self.traces[id];
         t.prefill_end = now;
         let sample = sample(
-            t.prefill_engine,
-            t.sent,
-            now,
-            t.prefill_load,
+            (t.prefill_engine, t.prefill_load),
+            (t.sent, now),
             (t.prompt_tokens, 1),
             at,
         );
@@ -600,10 +600,8 @@ impl State<'_> {
         match self.decode.as_mut() {
             Some(dp) => {
                 let mut s = sample(
-                    t.decode_engine,
-                    t.decode_sent,
-                    now,
-                    t.decode_load,
+                    (t.decode_engine, t.decode_load),
+                    (t.decode_sent, now),
                     usage,
                     at,
                 );
@@ -612,7 +610,8 @@ impl State<'_> {
                 dp.answered(&s);
             }
             None => {
-                let mut s = sample(t.prefill_engine, t.sent, now, t.prefill_load, usage, at);
+                let attempt = (t.prefill_engine, t.prefill_load);
+                let mut s = sample(attempt, (t.sent, now), usage, at);
                 s.ttft = Some(t.first_token - t.sent);
                 s.first_byte = s.ttft;
                 self.prefill.answered(&s);
@@ -651,13 +650,12 @@ fn with_request<R>(
     f(&req)
 }
 
-/// A successful attempt's sample, sent at `sent` and answered whole at `now` (its TTFT is
-/// set by the caller when it streamed more than one token).
+/// A successful attempt's sample: on `target` (which had `load_at_send`), sent at `sent`
+/// and answered whole at `now` (its TTFT is set by the caller when it streamed more than
+/// one token).
 fn sample(
-    target: usize,
-    sent: Duration,
-    now: Duration,
-    load_at_send: u64,
+    (target, load_at_send): (usize, u64),
+    (sent, now): (Duration, Duration),
     (prompt_tokens, completion_tokens): (u32, u32),
     at: Instant,
 ) -> Sample {
