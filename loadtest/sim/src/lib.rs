@@ -13,11 +13,13 @@
 //! - [`store`]: the store the replicas share state through, with its delay.
 //! - [`lora_feed`]: the gateway's LoRA residency signal (scraped, published, looked up).
 //! - [`report`]: Markdown and JSON.
+//! - [`pd`]: disaggregated prefill/decode fleets against co-located ones (`rolter-sim pd`).
 
 pub mod adapters;
 pub mod engine;
 pub mod fleet;
 pub mod lora_feed;
+pub mod pd;
 pub mod report;
 pub mod sim;
 pub mod store;

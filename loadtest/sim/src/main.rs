@@ -16,6 +16,8 @@ use rolter_sim::FleetDefaults;
     about = "Fleet simulator: Rolter's strategies on modelled engines over generated workloads"
 )]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Small workloads: every workload and strategy in a few seconds.
     #[arg(long)]
     quick: bool,
@@ -111,13 +113,24 @@ struct Args {
     markdown: Option<std::path::PathBuf>,
 }
 
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Disaggregated prefill/decode fleets (P prefill + D decode engines) against
+    /// co-located fleets of P + D engines, per workload shape and P:D ratio.
+    Pd(rolter_sim::pd::cli::PdArgs),
+}
+
 fn ms(v: f64) -> Duration {
     Duration::from_secs_f64(v.max(0.0) / 1e3)
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(args) {
+    let done = match &args.command {
+        Some(Command::Pd(pd)) => run_pd(pd),
+        None => run(args),
+    };
+    match done {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rolter-sim: {e}");
@@ -245,6 +258,31 @@ fn run(args: Args) -> Result<(), String> {
                 .unwrap_or_default()
         )
     });
+    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
+    let md = report.to_markdown();
+    print!("{md}");
+    if let Some(p) = &args.markdown {
+        std::fs::write(p, &md).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &args.json {
+        std::fs::write(p, report.to_json()).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn run_pd(args: &rolter_sim::pd::cli::PdArgs) -> Result<(), String> {
+    let started = Instant::now();
+    let report = rolter_sim::pd::cli::run_pd(args, &|r| {
+        eprintln!(
+            "  {:<12} {:<14} {:<28} hit {:>5.1}%  ttft p99 {:>7.0} ms  tpot p99 {:>5.1} ms",
+            r.workload,
+            r.layout,
+            r.strategies,
+            r.hit_rate * 100.0,
+            r.ttft_p99_ms,
+            r.tpot_p99_ms
+        )
+    })?;
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
     let md = report.to_markdown();
     print!("{md}");

@@ -224,7 +224,7 @@ struct InFlight {
 
 /// Synthesised token ids: one per 4 prompt bytes (the simulator's token), so a 16-token
 /// block covers exactly one 64-byte cache block.
-fn token_ids(prompt: &[u8]) -> Vec<u32> {
+pub(crate) fn token_ids(prompt: &[u8]) -> Vec<u32> {
     prompt
         .chunks(crate::engine::BYTES_PER_TOKEN)
         .map(|c| {
@@ -236,7 +236,7 @@ fn token_ids(prompt: &[u8]) -> Vec<u32> {
 }
 
 /// The engines' KV events, applied to one index the strategies read.
-struct KvFeed {
+pub(crate) struct KvFeed {
     index: KvIndex,
     view: EngineView,
     seq: Vec<u64>,
@@ -244,7 +244,7 @@ struct KvFeed {
 }
 
 impl KvFeed {
-    fn new(targets: usize) -> Self {
+    pub(crate) fn new(targets: usize) -> Self {
         let index = KvIndex::new(KvIndexConfig {
             block_size: crate::engine::BLOCK_TOKENS as usize,
             ..KvIndexConfig::default()
@@ -262,11 +262,36 @@ impl KvFeed {
         }
     }
 
+    /// The index as the strategies read it.
+    pub(crate) fn view(&self) -> Arc<dyn KvCacheView> {
+        Arc::new(self.view.clone())
+    }
+
     /// Publishes what admitting `r` stored in and evicted from `engine`'s cache, as vLLM
     /// would: one BlockStored per run of new blocks (with its parent), one BlockRemoved.
     fn publish(&mut self, target: usize, engine: &mut Engine, r: &InFlight, now: Instant) {
-        let log = engine.cache.take_log();
-        let Some(tokens) = &r.tokens else { return };
+        self.publish_cache(
+            target,
+            &mut engine.cache,
+            &r.blocks,
+            r.tokens.as_deref(),
+            now,
+        );
+    }
+
+    /// Publishes what the last prompt touched in `cache` (its `blocks`, token ids
+    /// `tokens`) stored and evicted, as vLLM would: one BlockStored per run of new blocks
+    /// (with its parent), one BlockRemoved. Nothing without token ids.
+    pub(crate) fn publish_cache(
+        &mut self,
+        target: usize,
+        cache: &mut crate::engine::PrefixCache,
+        blocks: &[u64],
+        tokens: Option<&[u32]>,
+        now: Instant,
+    ) {
+        let log = cache.take_log();
+        let Some(tokens) = tokens else { return };
         if log.stored.is_empty() && log.evicted.is_empty() {
             return;
         }
@@ -282,8 +307,8 @@ impl KvFeed {
             }
             i += 1;
             self.batch.push_block_stored(&BlockStored {
-                block_hashes: &r.blocks[first..=last],
-                parent_block_hash: first.checked_sub(1).map(|p| r.blocks[p]),
+                block_hashes: &blocks[first..=last],
+                parent_block_hash: first.checked_sub(1).map(|p| blocks[p]),
                 token_ids: &tokens[first * bt..(last + 1) * bt],
                 block_size: bt as u32,
                 medium: Some(Medium::Gpu),
