@@ -10,16 +10,20 @@
 #          the engines, not the gateway;
 #   pd-cache: the same fleet with the pools' usual strategies (cache_aware, least_loaded).
 # A P/D request makes two upstream exchanges, so twice the plain route's CPU is the bound
-# to beat.
-#   loadtest/pd_cpu.sh [--rounds N] [--load chat|stream] [BINARY]
+# to beat. A saturating load runs each setup at its own top rate (the P/D setups' is the
+# mock engines' limit: each decode pulls from its prefill); `--rate R` runs every setup at
+# R requests/s instead (oha, open loop), so their costs per request compare at one load.
+#   loadtest/pd_cpu.sh [--rounds N] [--load chat|stream] [--rate R] [BINARY]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=${CARGO_TARGET_DIR:-$ROOT/target}/release
-ROUNDS=3; LOAD=chat; BIN=$B/rolter
+ROUNDS=3; LOAD=chat; BIN=$B/rolter; RATE=
+OHA=${OHA:-$ROOT/loadtest/.tools/bin/oha}
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift ;;
     --load) LOAD=$2; shift ;;
+    --rate) RATE=$2; shift ;;
     *) BIN=$(realpath "$1") ;;
   esac
   shift
@@ -69,6 +73,19 @@ pd_config pd.toml round_robin round_robin
 pd_config pd-cache.toml cache_aware least_loaded
 STREAM=false; [ "$LOAD" = stream ] && STREAM=true
 chat_wrk_script body.lua "$STREAM"
+# The same body for oha.
+sed -n 's/^wrk.body = \[\[\(.*\)\]\]$/\1/p' body.lua >body.json
+# load SECONDS: the load for SECONDS; prints the requests served and their rate.
+load() {
+  if [ -n "$RATE" ]; then
+    taskset -c 0 timeout 40 "$OHA" --no-tui --output-format json -z "${1}s" -c 32 -q "$RATE" \
+      -m POST -H 'content-type: application/json' -D body.json "$URL" |
+      python3 -c "import json,sys; d=json.load(sys.stdin); n=sum(d['statusCodeDistribution'].values()); bad=n-d['statusCodeDistribution'].get('200',0); print(n, round(d['summary']['requestsPerSec']), bad)"
+  else
+    taskset -c 0 timeout 40 wrk -t1 -c32 -d"${1}s" -s body.lua "$URL" |
+      awk '/requests in/{n=$1} /Requests\/sec/{r=$2} /Non-2xx/{b=$NF} END{print n, r, b+0}'
+  fi
+}
 TICK=$(getconf CLK_TCK)
 URL=http://127.0.0.1:19700/v1/chat/completions
 for r in $(seq 1 "$ROUNDS"); do
@@ -76,14 +93,11 @@ for r in $(seq 1 "$ROUNDS"); do
     ROLTER_LOG=warn taskset -c 1 "$BIN" run --config "$setup.toml" >rolter.log 2>&1 &
     pid=$!
     wait_listening 19700
-    taskset -c 0 wrk -t1 -c32 -d2s -s body.lua $URL >/dev/null
+    load 2 >/dev/null
     read -r u0 s0 < <(awk '{print $14, $15}' /proc/$pid/stat)
-    out=$(taskset -c 0 timeout 40 wrk -t1 -c32 -d8s -s body.lua $URL)
+    read -r n rps non2xx < <(load 8)
     read -r u1 s1 < <(awk '{print $14, $15}' /proc/$pid/stat)
-    n=$(echo "$out" | awk '/requests in/{print $1}')
-    rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
-    non2xx=$(echo "$out" | awk '/Non-2xx/{print $NF}')
-    python3 -c "import sys; u,s,n,t=map(float,sys.argv[1:5]); print(f'round $r $setup req/s=$rps non2xx=${non2xx:-0} user={(u*1e6/t/n):.1f} sys={(s*1e6/t/n):.1f} total={((u+s)*1e6/t/n):.1f} us/req')" \
+    python3 -c "import sys; u,s,n,t=map(float,sys.argv[1:5]); print(f'round $r $setup req/s=$rps non2xx=$non2xx user={(u*1e6/t/n):.1f} sys={(s*1e6/t/n):.1f} total={((u+s)*1e6/t/n):.1f} us/req')" \
       $((u1 - u0)) $((s1 - s0)) "$n" "$TICK"
     kill $pid; wait $pid 2>/dev/null || true
     for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/19700) 2>/dev/null || break; sleep 0.1; done

@@ -91,7 +91,7 @@ pub async fn until_answered(legs: Legs<'_, '_, '_>, io: &mut ClientIo, bufs: &mu
     let mut failures = 0;
     loop {
         let tried = match protocol {
-            PdProtocol::Vllm => vllm(prefill, decode, io, failures).await,
+            PdProtocol::Vllm => vllm(prefill, decode, io, bufs, failures).await,
             PdProtocol::Sglang => sglang(prefill, decode, io, bufs, failures).await,
         };
         let (pool, e, others) = match tried {
@@ -163,11 +163,14 @@ fn finish(ex: &mut Exchange<'_>, a: &Attempted) {
     ex.served.attempts = ex.attempts.n as u8;
 }
 
-/// vLLM's pair: the prefill leg, then the decode leg with its transfer parameters.
+/// vLLM's pair: the prefill leg, then the decode leg with its transfer parameters, one
+/// after the other on the request's buffers (the prefill's answer in `bufs.body`, which the
+/// request's own body has left).
 async fn vllm(
     pre: &mut Exchange<'_>,
     ex: &mut Exchange<'_>,
     io: &mut ClientIo,
+    bufs: &mut IoBufs,
     failures: usize,
 ) -> Pair {
     let state = ex.state;
@@ -176,13 +179,12 @@ async fn vllm(
         Err(e) => return Pair::NoCandidate(Pool::Prefill, e),
     };
     let others = picked.others;
-    let mut pbufs = state.core.take_bufs();
     pre.body = LegBody::vllm_prefill();
-    let ready = prepare(pre, picked, &mut pbufs);
+    let ready = prepare(pre, picked, bufs);
     let left = retries_left(pre, failures + 1, others);
-    let (mut a, whole) = prefill_leg(pre, io, &mut pbufs, ready, left).await;
+    let (mut a, whole) = prefill_leg(pre, io, bufs, ready, left).await;
     if whole {
-        match transfer_params(&pbufs.body, &state.config.targets[a.target].name) {
+        match transfer_params(&bufs.body, &state.config.targets[a.target].name) {
             Ok(p) => ex.body = LegBody::vllm_decode(p),
             Err(e) => {
                 // Not the answer a prefill gives: the target failed the leg.
@@ -191,7 +193,7 @@ async fn vllm(
             }
         }
     }
-    drop(pbufs);
+    bufs.body.clear();
     finish(pre, &a);
     match a.outcome {
         Outcome::Relayed { close } if !whole => {
@@ -208,19 +210,23 @@ async fn vllm(
             }
         }
     }
-    decode_alone(ex, io, failures).await
+    decode_alone(ex, io, bufs, failures).await
 }
 
 /// The decode leg of vLLM's pair, relayed to the client as any attempt is.
-async fn decode_alone(ex: &mut Exchange<'_>, io: &mut ClientIo, failures: usize) -> Pair {
+async fn decode_alone(
+    ex: &mut Exchange<'_>,
+    io: &mut ClientIo,
+    bufs: &mut IoBufs,
+    failures: usize,
+) -> Pair {
     let state = ex.state;
     let picked = match pick(ex, io).await {
         Ok(p) => p,
         Err(e) => return Pair::NoCandidate(Pool::Decode, e),
     };
     let others = picked.others;
-    let mut bufs = state.core.take_bufs();
-    let ready = prepare(ex, picked, &mut bufs);
+    let ready = prepare(ex, picked, bufs);
     let left = retries_left(ex, failures + 1, others);
     let (client, limits) = attempt::leg_terms(ex, &ready.picked, left);
     let tid = ready.picked.target;
@@ -237,7 +243,7 @@ async fn decode_alone(ex: &mut Exchange<'_>, io: &mut ClientIo, failures: usize)
         held: &mut held,
         report: &mut report,
     };
-    let outcome = relay::exchange(io, &mut bufs, leg).await;
+    let outcome = relay::exchange(io, bufs, leg).await;
     drop(held);
     let a = Attempted {
         target: tid,
