@@ -46,6 +46,8 @@ const PREFILL_PARAMS: &str = r#"{"do_remote_decode":true,"do_remote_prefill":fal
 struct Gw {
     child: Kill,
     addr: SocketAddr,
+    /// The admin listener, when `rest` has an `[admin]` table with `listen = "ADMIN"`.
+    admin: Option<SocketAddr>,
     dir: tempfile::TempDir,
 }
 
@@ -55,6 +57,13 @@ impl Gw {
     fn start(driver: DriverChoice, rest: &str) -> Gw {
         let dir = tempfile::tempdir().unwrap();
         let port = process::free_port();
+        let admin = rest
+            .contains("\"ADMIN\"")
+            .then(|| SocketAddr::from(([127, 0, 0, 1], process::free_port())));
+        let rest = match admin {
+            Some(a) => rest.replace("\"ADMIN\"", &format!("\"{a}\"")),
+            None => rest.to_string(),
+        };
         let log = if rest.contains("[log]") {
             ""
         } else {
@@ -78,6 +87,7 @@ impl Gw {
         let mut gw = Gw {
             child: Kill(child),
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            admin,
             dir,
         };
         let t = Instant::now();
@@ -299,7 +309,15 @@ fn vllm_legs_carry_the_toy_proxys_bodies_and_the_prefills_params_verbatim() {
         let ctx = driver_name(d);
         let p = pd_mock("p0", PdRole::Prefill, PdProtocol::Vllm, |_| {});
         let dm = pd_mock("d0", PdRole::Decode, PdProtocol::Vllm, |_| {});
-        let g = Gw::start(d, &pair_config(PdProtocol::Vllm, &p, &dm));
+        let dir = tempfile::tempdir().unwrap();
+        let log = Gw::log_path(&dir);
+        let g = Gw::start(
+            d,
+            &format!(
+                "[log]\naccess = \"{log}\"\n[admin]\nlisten = \"ADMIN\"\n{}",
+                pair_config(PdProtocol::Vllm, &p, &dm)
+            ),
+        );
         let mut next_block = 1u64;
         for (i, (path, body)) in leg_cases().into_iter().enumerate() {
             let ctx = format!("{ctx} case {i} {path}");
@@ -369,6 +387,45 @@ fn vllm_legs_carry_the_toy_proxys_bodies_and_the_prefills_params_verbatim() {
             "{ctx}: {ps:?}"
         );
         assert_eq!((ds.decodes, ds.refused), (n + 1, 0), "{ctx}: {ds:?}");
+        // The access log: the decode's target, the prefill leg beside it.
+        for l in log_lines(&log, n as usize + 1) {
+            assert_eq!(
+                (&l["route"], &l["target"], &l["status"]),
+                (&json!("chat"), &json!("d0"), &json!(200)),
+                "{ctx}: {l}"
+            );
+            let pre = &l["prefill"];
+            assert_eq!(
+                (&pre["target"], &pre["status"], &pre["attempts"]),
+                (&json!("p0"), &json!(200), &json!(1)),
+                "{ctx}: {l}"
+            );
+            assert!(
+                pre["time_ms"].as_f64().is_some_and(|t| t >= 0.0),
+                "{ctx}: {l}"
+            );
+        }
+        // The metrics: the prefill pool as route "chat/prefill", each leg counted once.
+        let page = call(g.admin.unwrap(), &request("GET", "/metrics", &[], "")).text();
+        let count = |route: &str, target: &str| {
+            let series = format!(
+                "rolter_requests_total{{route=\"{route}\",target=\"{target}\",code=\"200\"}} "
+            );
+            page.lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .map_or(0.0, |v| v.parse::<f64>().unwrap())
+        };
+        let legs = (n + 1) as f64;
+        assert_eq!(
+            [count("chat/prefill", "p0"), count("chat", "d0")],
+            [legs, legs],
+            "{ctx}:\n{page}"
+        );
+        assert_eq!(
+            [count("chat", "p0"), count("chat/prefill", "d0")],
+            [0.0, 0.0],
+            "{ctx}"
+        );
     }
 }
 
@@ -422,6 +479,177 @@ fn sglang_legs_carry_one_bootstrap_room_each_request() {
             "{ctx}: {ps:?}"
         );
         assert_eq!((ds.decodes, ds.refused), (n, 0), "{ctx}: {ds:?}");
+    }
+}
+
+/// A list of prompts on `/v1/completions` (the OpenAI API's batch) is answered through an
+/// SGLang route: both legs carry the same bootstrap fields, a room per prompt when they are
+/// lists.
+#[test]
+fn an_sglang_batch_is_answered_with_the_same_rooms_on_both_legs() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let p = pd_mock("p0", PdRole::Prefill, PdProtocol::Sglang, |_| {});
+        let dm = pd_mock("d0", PdRole::Decode, PdProtocol::Sglang, |_| {});
+        let g = Gw::start(d, &pair_config(PdProtocol::Sglang, &p, &dm));
+        let body =
+            r#"{"model":"m","prompt":["first prompt","second prompt","third"],"max_tokens":4}"#;
+        let r = send(g.addr, COMPLETIONS, "batch", &[], body);
+        let (_, pbody) = one_record(&p, "batch", ctx);
+        let (_, dbody) = one_record(&dm, "batch", ctx);
+        let fields = |v: &Value| {
+            ["bootstrap_host", "bootstrap_port", "bootstrap_room"].map(|k| v[k].clone())
+        };
+        assert_eq!(
+            fields(&pbody),
+            fields(&dbody),
+            "{ctx}: the same fields on both legs"
+        );
+        if let Some(rooms) = pbody["bootstrap_room"].as_array() {
+            let mut rooms: Vec<u64> = rooms.iter().filter_map(Value::as_u64).collect();
+            rooms.sort_unstable();
+            rooms.dedup();
+            assert_eq!(rooms.len(), 3, "{ctx}: a room per prompt: {pbody}");
+        }
+        assert_eq!(
+            r.status,
+            200,
+            "{ctx}: the batch was refused: {}\nthe prefill leg: {pbody}\nthe prefill engine: {:?}",
+            String::from_utf8_lossy(&r.body),
+            p.pd_stats()
+        );
+        let answer = r.json();
+        assert_eq!(
+            answer["choices"].as_array().map(Vec::len),
+            Some(3),
+            "{ctx}: {answer}"
+        );
+    }
+}
+
+/// An engine's refusal of the client's request (a 400, not retried) reaches the client as
+/// the engine's answer on a disaggregated route, as on a co-located one.
+#[test]
+fn an_engines_refusal_reaches_the_client_as_its_answer() {
+    for d in drivers() {
+        for protocol in [PdProtocol::Vllm, PdProtocol::Sglang] {
+            let ctx = format!("{} {}", driver_name(d), protocol_name(protocol));
+            let p = pd_mock("p0", PdRole::Prefill, protocol, |_| {});
+            let dm = pd_mock("d0", PdRole::Decode, protocol, |_| {});
+            let g = Gw::start(d, &pair_config(protocol, &p, &dm));
+            let r = send(
+                g.addr,
+                CHAT,
+                "refused",
+                &[("x-mock-status", "400")],
+                &chat_body(false),
+            );
+            let body = String::from_utf8_lossy(&r.body).to_string();
+            assert_eq!(r.status, 400, "{ctx}: {body}");
+            assert!(
+                r.header("x-mock-engine").is_some(),
+                "{ctx}: the engine's own answer: {body}"
+            );
+            let after = send(g.addr, CHAT, "after", &[], &chat_body(false));
+            complete(&after, false).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        }
+    }
+}
+
+/// An SGLang route's decode target with `dp_size`: each decode leg names its rank in the
+/// body, beside the bootstrap fields; the prefill leg names none.
+#[test]
+fn an_sglang_decode_rank_goes_in_the_decode_legs_body() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let p = pd_mock("p0", PdRole::Prefill, PdProtocol::Sglang, |_| {});
+        let dm = pd_mock("d0", PdRole::Decode, PdProtocol::Sglang, |c| c.dp_size = 2);
+        let cfg = format!(
+            "{}{}{}",
+            tgt("p0", &p, ""),
+            tgt("d0", &dm, "dp_size = 2\n"),
+            pd_route(
+                PdProtocol::Sglang,
+                (&["p0"], "round_robin"),
+                (&["d0"], "round_robin")
+            )
+        );
+        let g = Gw::start(d, &cfg);
+        let mut ranks = Vec::new();
+        for i in 0..4 {
+            let id = format!("sg-dp-{i}");
+            let r = send(g.addr, CHAT, &id, &[], &chat_body(false));
+            complete(&r, false).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let (_, pbody) = one_record(&p, &id, ctx);
+            let (dr, dbody) = one_record(&dm, &id, ctx);
+            assert!(pbody.get("data_parallel_rank").is_none(), "{ctx}: {pbody}");
+            let rank = dbody["data_parallel_rank"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{ctx}: {dbody}"));
+            assert_eq!(
+                dbody,
+                with(&pbody, &[("data_parallel_rank", json!(rank))]),
+                "{ctx}: the decode leg is the prefill's with its rank"
+            );
+            assert!(dr.header("x-data-parallel-rank").is_none(), "{ctx}");
+            assert_eq!(
+                (dr.dp_rank, dr.ran_on_rank),
+                (Some(rank as u32), rank as u32),
+                "{ctx}"
+            );
+            ranks.push(rank);
+        }
+        ranks.sort_unstable();
+        assert_eq!(ranks, [0, 0, 1, 1], "{ctx}");
+    }
+}
+
+/// A vLLM decode that fails before any byte reached the client is retried on the other
+/// decode target with a fresh prefill: the first prefill's blocks name one decode only.
+#[test]
+fn a_failed_vllm_decode_is_retried_with_a_fresh_prefill() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let p = pd_mock("p0", PdRole::Prefill, PdProtocol::Vllm, |_| {});
+        let bad = pd_mock("d0", PdRole::Decode, PdProtocol::Vllm, |_| {});
+        bad.set_fault(Some(rolter_mock::Fault::Status(503)));
+        let good = pd_mock("d1", PdRole::Decode, PdProtocol::Vllm, |_| {});
+        let cfg = format!(
+            "{}{}{}{}",
+            tgt("p0", &p, ""),
+            tgt("d0", &bad, ""),
+            tgt("d1", &good, ""),
+            pd_route(
+                PdProtocol::Vllm,
+                (&["p0"], "round_robin"),
+                (&["d0", "d1"], "round_robin")
+            )
+        );
+        let g = Gw::start(d, &cfg);
+        for i in 0..4 {
+            let id = format!("retry-{i}");
+            let r = send(g.addr, CHAT, &id, &[], &chat_body(i % 2 == 0));
+            complete(&r, i % 2 == 0).unwrap_or_else(|e| panic!("{ctx} {id}: {e}"));
+            let prefills = records(&p, &id);
+            let failed = records(&bad, &id);
+            let (_, decoded) = one_record(&good, &id, ctx);
+            assert_eq!(
+                prefills.len(),
+                1 + failed.len(),
+                "{ctx} {id}: a prefill per decode leg"
+            );
+            let kv = &decoded["kv_transfer_params"];
+            if let Some(f) = failed.first() {
+                let first: Value = serde_json::from_slice(&f.body).unwrap();
+                assert_ne!(
+                    first["kv_transfer_params"]["remote_block_ids"], kv["remote_block_ids"],
+                    "{ctx} {id}: the retry decodes a fresh prefill's blocks"
+                );
+            }
+        }
+        assert!(!bad.requests().is_empty(), "{ctx}: d0 was tried");
+        let ps = p.pd_stats();
+        assert_eq!((ps.pulls_served, ps.pulls_refused), (4, 0), "{ctx}: {ps:?}");
     }
 }
 
