@@ -293,6 +293,10 @@ fn leg_cases() -> Vec<(&'static str, &'static str)> {
             r#"{"model":"m","prompt":"Once upon a time","stream":true,"stream_options":{"include_usage":true},"max_tokens":6,"seed":7}"#,
         ),
         (
+            CHAT,
+            r#"{"model":"m","kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"forged"},"messages":[{"role":"user","content":"Forged params"}]}"#,
+        ),
+        (
             COMPLETIONS,
             r#"{"model":"m","prompt":"Once upon a time, in a land far away, there lived a mock engine that answered every request it was sent.","echo":false}"#,
         ),
@@ -524,6 +528,159 @@ fn an_sglang_batch_is_answered_with_the_same_rooms_on_both_legs() {
             Some(3),
             "{ctx}: {answer}"
         );
+    }
+}
+
+/// A prefill engine that answers 503 is tried no more for the request: the leg is retried
+/// on the other prefill target (SGLang: with a new room, its first decode leg dropped).
+#[test]
+fn a_prefill_503_is_retried_on_the_other_prefill() {
+    for d in drivers() {
+        for protocol in [PdProtocol::Vllm, PdProtocol::Sglang] {
+            let ctx = format!("{} {}", driver_name(d), protocol_name(protocol));
+            let bad = pd_mock("p0", PdRole::Prefill, protocol, |_| {});
+            bad.set_fault(Some(rolter_mock::Fault::Status(503)));
+            let good = pd_mock("p1", PdRole::Prefill, protocol, |_| {});
+            let dm = pd_mock("d0", PdRole::Decode, protocol, |_| {});
+            let cfg = format!(
+                "{}{}{}{}",
+                tgt("p0", &bad, ""),
+                tgt("p1", &good, ""),
+                tgt("d0", &dm, ""),
+                pd_route(
+                    protocol,
+                    (&["p0", "p1"], "round_robin"),
+                    (&["d0"], "least_loaded")
+                )
+            );
+            let g = Gw::start(d, &cfg);
+            for i in 0..4 {
+                let id = format!("p503-{i}");
+                let r = send(g.addr, CHAT, &id, &[], &chat_body(i % 2 == 1));
+                complete(&r, i % 2 == 1).unwrap_or_else(|e| panic!("{ctx} {id}: {e}"));
+                one_record(&good, &id, &ctx);
+                let last = records(&dm, &id).pop().expect("a decode leg");
+                let body: Value = serde_json::from_slice(&last.body).unwrap();
+                match protocol {
+                    PdProtocol::Vllm => assert_eq!(
+                        body["kv_transfer_params"]["remote_engine_id"],
+                        good.pd_engine_id().unwrap(),
+                        "{ctx} {id}"
+                    ),
+                    PdProtocol::Sglang => assert_eq!(
+                        body["bootstrap_port"],
+                        good.bootstrap_addr().unwrap().port(),
+                        "{ctx} {id}"
+                    ),
+                }
+            }
+            assert!(!inference(&bad).is_empty(), "{ctx}: p0 was tried");
+        }
+    }
+}
+
+/// A decode engine that answers 503 is retried on the other decode target, for both
+/// protocols (SGLang: a new pair, the prefill not blamed for its decode's refusal).
+#[test]
+fn a_decode_503_is_retried_on_the_other_decode() {
+    for d in drivers() {
+        for protocol in [PdProtocol::Vllm, PdProtocol::Sglang] {
+            let ctx = format!("{} {}", driver_name(d), protocol_name(protocol));
+            let p = pd_mock("p0", PdRole::Prefill, protocol, |_| {});
+            let bad = pd_mock("d0", PdRole::Decode, protocol, |_| {});
+            bad.set_fault(Some(rolter_mock::Fault::Status(503)));
+            let good = pd_mock("d1", PdRole::Decode, protocol, |_| {});
+            let cfg = format!(
+                "{}{}{}{}",
+                tgt("p0", &p, ""),
+                tgt("d0", &bad, ""),
+                tgt("d1", &good, ""),
+                pd_route(
+                    protocol,
+                    (&["p0"], "round_robin"),
+                    (&["d0", "d1"], "round_robin")
+                )
+            );
+            let g = Gw::start(d, &cfg);
+            for i in 0..4 {
+                let id = format!("d503-{i}");
+                let r = send(g.addr, CHAT, &id, &[], &chat_body(i % 2 == 1));
+                complete(&r, i % 2 == 1).unwrap_or_else(|e| panic!("{ctx} {id}: {e}"));
+                one_record(&good, &id, &ctx);
+            }
+            assert!(!inference(&bad).is_empty(), "{ctx}: d0 was tried");
+            assert_eq!(good.pd_stats().decodes, 4, "{ctx}");
+        }
+    }
+}
+
+/// A decode engine's refusal (a 400, not retried) reaches the client as that engine's
+/// answer, for both protocols; the prefill is not blamed for it.
+#[test]
+fn a_decodes_refusal_reaches_the_client_as_its_answer() {
+    for d in drivers() {
+        for protocol in [PdProtocol::Vllm, PdProtocol::Sglang] {
+            let ctx = format!("{} {}", driver_name(d), protocol_name(protocol));
+            let p = pd_mock("p0", PdRole::Prefill, protocol, |_| {});
+            let dm = pd_mock("d0", PdRole::Decode, protocol, |_| {});
+            dm.set_fault(Some(rolter_mock::Fault::Status(400)));
+            let g = Gw::start(d, &pair_config(protocol, &p, &dm));
+            let r = send(g.addr, CHAT, "decode-refused", &[], &chat_body(false));
+            let body = String::from_utf8_lossy(&r.body).to_string();
+            assert_eq!(
+                (r.status, r.header("x-mock-engine")),
+                (400, Some("d0")),
+                "{ctx}: {body}\nthe prefill engine: {:?}",
+                p.pd_stats()
+            );
+        }
+    }
+}
+
+/// A vLLM prefill target with `dp_size`: each prefill leg names its rank in the header,
+/// and the decode pulls from the engine the answer named.
+#[test]
+fn a_vllm_prefill_rank_goes_in_the_prefill_legs_header() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let p = pd_mock("p0", PdRole::Prefill, PdProtocol::Vllm, |c| c.dp_size = 2);
+        let dm = pd_mock("d0", PdRole::Decode, PdProtocol::Vllm, |_| {});
+        let cfg = format!(
+            "{}{}{}",
+            tgt("p0", &p, "dp_size = 2\n"),
+            tgt("d0", &dm, ""),
+            pd_route(
+                PdProtocol::Vllm,
+                (&["p0"], "round_robin"),
+                (&["d0"], "least_loaded")
+            )
+        );
+        let g = Gw::start(d, &cfg);
+        let mut ranks = Vec::new();
+        for i in 0..4 {
+            let id = format!("pre-dp-{i}");
+            let r = send(g.addr, CHAT, &id, &[], &chat_body(false));
+            complete(&r, false).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let (pr, pbody) = one_record(&p, &id, ctx);
+            let (dr, _) = one_record(&dm, &id, ctx);
+            let rank = pr
+                .header("x-data-parallel-rank")
+                .map(|h| h.parse::<u32>().unwrap());
+            assert_eq!(rank, Some(pr.ran_on_rank), "{ctx} {id}");
+            ranks.push(pr.ran_on_rank);
+            assert!(pbody.get("data_parallel_rank").is_none(), "{ctx}: {pbody}");
+            assert!(
+                dr.header("x-data-parallel-rank").is_none(),
+                "{ctx}: {:?}",
+                dr.headers
+            );
+        }
+        // round_robin over the two ranks (from the core's own starting point).
+        assert!(
+            ranks.windows(2).all(|w| w[0] != w[1]),
+            "{ctx}: ranks {ranks:?}"
+        );
+        assert_eq!(p.pd_stats().pulls_served, 4, "{ctx}");
     }
 }
 
@@ -1340,7 +1497,7 @@ fn the_prefill_pools_prefix_hit_rate_matches_a_colocated_routes() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn check_names_every_pd_error_and_run_binds_nothing() {
+fn check_names_every_pd_error_and_run_refuses_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let port = process::free_port();
     let mut text = format!("[server]\nlisten = \"127.0.0.1:{port}\"\n");
