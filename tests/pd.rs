@@ -48,6 +48,8 @@ struct Gw {
     addr: SocketAddr,
     /// The admin listener, when `rest` has an `[admin]` table with `listen = "ADMIN"`.
     admin: Option<SocketAddr>,
+    /// The `[server]` table the file starts with.
+    head: String,
     dir: tempfile::TempDir,
 }
 
@@ -69,11 +71,12 @@ impl Gw {
         } else {
             "[log]\naccess = \"off\"\n"
         };
-        let text = format!(
+        let head = format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 1\npin_workers = false\n\
-             driver = \"{}\"\nshutdown_grace = \"1s\"\n\n{log}{rest}",
+             driver = \"{}\"\nshutdown_grace = \"1s\"\n\n",
             driver_name(driver)
         );
+        let text = format!("{head}{log}{rest}");
         let path = dir.path().join("rolter.toml");
         std::fs::write(&path, &text).unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
@@ -88,6 +91,7 @@ impl Gw {
             child: Kill(child),
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             admin,
+            head,
             dir,
         };
         let t = Instant::now();
@@ -103,6 +107,18 @@ impl Gw {
             std::thread::sleep(Duration::from_millis(20));
         }
         gw
+    }
+
+    /// Writes the file again with `rest` (its `"ADMIN"` the same listener) and reloads it
+    /// through the admin API.
+    fn reload(&self, rest: &str) {
+        let admin = self.admin.expect("an admin listener");
+        let rest = rest.replace("\"ADMIN\"", &format!("\"{admin}\""));
+        let text = format!("{}[log]\naccess = \"off\"\n{rest}", self.head);
+        std::fs::write(self.dir.path().join("rolter.toml"), text).unwrap();
+        let r = call(admin, &post("/admin/reload", &[], ""));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["status"], "reloaded", "{}", r.text());
     }
 
     fn stderr(&self) -> String {
@@ -807,6 +823,62 @@ fn a_failed_vllm_decode_is_retried_with_a_fresh_prefill() {
         assert!(!bad.requests().is_empty(), "{ctx}: d0 was tried");
         let ps = p.pd_stats();
         assert_eq!((ps.pulls_served, ps.pulls_refused), (4, 0), "{ctx}: {ps:?}");
+    }
+}
+
+/// A reload that changes a disaggregated route's pools takes effect at once: the next
+/// request's legs go to the new pools' targets, and the metrics name the new prefill pool.
+#[test]
+fn a_reload_moves_a_disaggregated_routes_pools() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let ps: Vec<MockHandle> = (0..2)
+            .map(|i| pd_mock(&format!("p{i}"), PdRole::Prefill, PdProtocol::Vllm, |_| {}))
+            .collect();
+        let ds: Vec<MockHandle> = (0..2)
+            .map(|i| pd_mock(&format!("d{i}"), PdRole::Decode, PdProtocol::Vllm, |_| {}))
+            .collect();
+        let config = |i: usize| {
+            format!(
+                "[admin]\nlisten = \"ADMIN\"\n{}{}{}{}{}",
+                tgt("p0", &ps[0], ""),
+                tgt("p1", &ps[1], ""),
+                tgt("d0", &ds[0], ""),
+                tgt("d1", &ds[1], ""),
+                pd_route(
+                    PdProtocol::Vllm,
+                    (&[["p0", "p1"][i]], "round_robin"),
+                    (&[["d0", "d1"][i]], "least_loaded")
+                )
+            )
+        };
+        let g = Gw::start(d, &config(0));
+        for (step, i) in [0, 1, 0].into_iter().enumerate() {
+            if step > 0 {
+                g.reload(&config(i));
+            }
+            let id = format!("reload-{step}");
+            let r = send(g.addr, CHAT, &id, &[], &chat_body(step == 1));
+            complete(&r, step == 1).unwrap_or_else(|e| panic!("{ctx} {id}: {e}"));
+            let (_, dbody) = one_record(&ds[i], &id, &format!("{ctx} step {step}"));
+            one_record(&ps[i], &id, &format!("{ctx} step {step}"));
+            assert!(
+                records(&ps[1 - i], &id).is_empty() && records(&ds[1 - i], &id).is_empty(),
+                "{ctx} step {step}"
+            );
+            assert_eq!(
+                dbody["kv_transfer_params"]["remote_engine_id"],
+                ps[i].pd_engine_id().unwrap(),
+                "{ctx} step {step}"
+            );
+        }
+        let page = call(g.admin.unwrap(), &request("GET", "/metrics", &[], "")).text();
+        assert!(
+            page.lines().any(|l| l.starts_with(
+                "rolter_requests_total{route=\"chat/prefill\",target=\"p1\",code=\"200\"} 1"
+            )),
+            "{ctx}:\n{page}"
+        );
     }
 }
 
