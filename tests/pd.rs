@@ -407,46 +407,51 @@ fn vllm_legs_carry_the_toy_proxys_bodies_and_the_prefills_params_verbatim() {
             "{ctx}: {ps:?}"
         );
         assert_eq!((ds.decodes, ds.refused), (n + 1, 0), "{ctx}: {ds:?}");
-        // The access log: the decode's target, the prefill leg beside it.
-        for l in log_lines(&log, n as usize + 1) {
-            assert_eq!(
-                (&l["route"], &l["target"], &l["status"]),
-                (&json!("chat"), &json!("d0"), &json!(200)),
-                "{ctx}: {l}"
-            );
-            let pre = &l["prefill"];
-            assert_eq!(
-                (&pre["target"], &pre["status"], &pre["attempts"]),
-                (&json!("p0"), &json!(200), &json!(1)),
-                "{ctx}: {l}"
-            );
-            assert!(
-                pre["time_ms"].as_f64().is_some_and(|t| t >= 0.0),
-                "{ctx}: {l}"
-            );
-        }
-        // The metrics: the prefill pool as route "chat/prefill", each leg counted once.
-        let page = call(g.admin.unwrap(), &request("GET", "/metrics", &[], "")).text();
-        let count = |route: &str, target: &str| {
-            let series = format!(
-                "rolter_requests_total{{route=\"{route}\",target=\"{target}\",code=\"200\"}} "
-            );
-            page.lines()
-                .find_map(|l| l.strip_prefix(&series))
-                .map_or(0.0, |v| v.parse::<f64>().unwrap())
-        };
-        let legs = (n + 1) as f64;
+        both_legs_logged_and_counted(&g, &log, n as usize + 1, ctx);
+    }
+}
+
+/// The access log and the metrics of `legs` vLLM requests over `p0` and `d0`, each with one
+/// prefill leg: the access log names the decode's target and the prefill leg beside it, the
+/// metrics count each leg once under its own route ("chat/prefill" for the prefill pool).
+fn both_legs_logged_and_counted(g: &Gw, log: &str, legs: usize, ctx: &str) {
+    for l in log_lines(log, legs) {
         assert_eq!(
-            [count("chat/prefill", "p0"), count("chat", "d0")],
-            [legs, legs],
-            "{ctx}:\n{page}"
+            (&l["route"], &l["target"], &l["status"]),
+            (&json!("chat"), &json!("d0"), &json!(200)),
+            "{ctx}: {l}"
         );
+        let pre = &l["prefill"];
         assert_eq!(
-            [count("chat", "p0"), count("chat/prefill", "d0")],
-            [0.0, 0.0],
-            "{ctx}"
+            (&pre["target"], &pre["status"], &pre["attempts"]),
+            (&json!("p0"), &json!(200), &json!(1)),
+            "{ctx}: {l}"
+        );
+        assert!(
+            pre["time_ms"].as_f64().is_some_and(|t| t >= 0.0),
+            "{ctx}: {l}"
         );
     }
+    // The metrics: the prefill pool as route "chat/prefill", each leg counted once.
+    let page = call(g.admin.unwrap(), &request("GET", "/metrics", &[], "")).text();
+    let count = |route: &str, target: &str| {
+        let series =
+            format!("rolter_requests_total{{route=\"{route}\",target=\"{target}\",code=\"200\"}} ");
+        page.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map_or(0.0, |v| v.parse::<f64>().unwrap())
+    };
+    let legs = legs as f64;
+    assert_eq!(
+        [count("chat/prefill", "p0"), count("chat", "d0")],
+        [legs, legs],
+        "{ctx}:\n{page}"
+    );
+    assert_eq!(
+        [count("chat", "p0"), count("chat/prefill", "d0")],
+        [0.0, 0.0],
+        "{ctx}"
+    );
 }
 
 #[test]
@@ -1490,12 +1495,16 @@ fn an_sglang_engine_gets_its_rank_in_the_body() {
 // 7: the prefill pool's prefix hit rate.
 // ---------------------------------------------------------------------------------------
 
-/// Six conversations of eight turns each, sent interleaved: each turn's prompt is the
-/// conversation so far (with a fixed reply per turn) and a new question.
+/// Conversations sent interleaved, each turn's prompt the conversation so far (with a fixed
+/// reply per turn) and a new question: seven of eight turns each, so that a rotation over
+/// three engines (7 is no multiple of 3) moves each conversation at every turn.
+const CONVERSATIONS: usize = 7;
+const TURNS: usize = 8;
+
 fn multi_turn(addr: SocketAddr, ctx: &str) {
     let filler = "and then the engine went on to describe, at some length, what it had seen";
-    let mut convs: Vec<Vec<Value>> = vec![Vec::new(); 6];
-    for turn in 0..8 {
+    let mut convs: Vec<Vec<Value>> = vec![Vec::new(); CONVERSATIONS];
+    for turn in 0..TURNS {
         for (c, msgs) in convs.iter_mut().enumerate() {
             msgs.push(json!({"role": "user", "content": format!("conversation {c} question {turn}: {filler} {filler}")}));
             let body = json!({"model": "m", "max_tokens": 4, "messages": msgs}).to_string();
@@ -1540,27 +1549,45 @@ fn the_prefill_pools_prefix_hit_rate_matches_a_colocated_routes() {
         let g = Gw::start(d, &cfg);
         multi_turn(g.addr, ctx);
         drop(g);
-        let colo: Vec<MockHandle> = (0..3).map(|i| mock(&format!("c{i}"), cached)).collect();
-        let mut cfg: String = colo
-            .iter()
-            .enumerate()
-            .map(|(i, m)| tgt(&format!("c{i}"), m, ""))
-            .collect();
-        cfg.push_str("[[routes]]\nname = \"r\"\ntargets = [\"c0\", \"c1\", \"c2\"]\nstrategy = \"cache_aware\"\n");
-        let g = Gw::start(d, &cfg);
-        multi_turn(g.addr, ctx);
-        let (pd, co) = (hit_rate(&pre), hit_rate(&colo));
-        eprintln!(
-            "{ctx}: prefix hit rate: prefill pool {:.1} %, co-located {:.1} %",
-            pd * 100.0,
-            co * 100.0
+        // The same workload on a co-located route over fresh engines, with `strategy`.
+        let colocated = |strategy: &str| {
+            let colo: Vec<MockHandle> = (0..3).map(|i| mock(&format!("c{i}"), cached)).collect();
+            let mut cfg: String = colo
+                .iter()
+                .enumerate()
+                .map(|(i, m)| tgt(&format!("c{i}"), m, ""))
+                .collect();
+            cfg.push_str(&format!(
+                "[[routes]]\nname = \"r\"\ntargets = [\"c0\", \"c1\", \"c2\"]\nstrategy = \"{strategy}\"\n"
+            ));
+            let g = Gw::start(d, &cfg);
+            multi_turn(g.addr, ctx);
+            hit_rate(&colo)
+        };
+        let (pd, co, rr) = (
+            hit_rate(&pre),
+            colocated("cache_aware"),
+            colocated("round_robin"),
         );
-        assert!(pd > 0.3, "{ctx}: the prefill pool hit {pd:.3}");
+        eprintln!(
+            "{ctx}: prefix hit rate: prefill pool {:.1} %, co-located cache_aware {:.1} % (round_robin {:.1} %)",
+            pd * 100.0,
+            co * 100.0,
+            rr * 100.0
+        );
+        assert!(
+            pd > rr + 0.2,
+            "{ctx}: the prefill pool hit {pd:.3}, a rotation {rr:.3}"
+        );
         assert!(
             (pd - co).abs() <= 0.02,
             "{ctx}: prefill pool {pd:.3}, co-located {co:.3}"
         );
-        assert_eq!(dm.pd_stats().decodes, 48, "{ctx}");
+        assert_eq!(
+            dm.pd_stats().decodes,
+            (CONVERSATIONS * TURNS) as u64,
+            "{ctx}"
+        );
     }
 }
 
