@@ -2,13 +2,17 @@
 //! binary, under every driver, in front of mock engines in their P/D roles:
 //!
 //! - what each leg's engine received (vLLM: the prefill request, and the decode request with
-//!   the prefill's `kv_transfer_params` verbatim; SGLang: both legs with one bootstrap room);
+//!   the prefill's `kv_transfer_params` verbatim; SGLang: both legs with one bootstrap room,
+//!   a batch's rooms), one request id on both, each leg in the access log and the metrics;
 //! - the decode's stream relayed byte for byte (a tap between the gateway and the decode
 //!   engine records what the engine sent);
-//! - a prefill engine killed under load fails no request (its legs retried on the other);
+//! - a prefill engine killed under load fails no request (its legs retried on the other); a
+//!   prefill or decode that answers 503 is retried on another target of its pool; an
+//!   engine's refusal (400) reaches the client as the engine's answer;
 //! - a client that goes away aborts the legs running;
 //! - data-parallel ranks: the rank in the header (vLLM) or in the body (SGLang), spread by a
-//!   load-aware pool, kept by a session strategy;
+//!   load-aware pool, kept by a session strategy, on either pool;
+//! - a reload that moves the pools;
 //! - the prefill pool's prefix hit rate under `cache_aware`, next to a co-located route's;
 //! - `rolter check` on a bad P/D configuration.
 
