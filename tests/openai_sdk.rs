@@ -117,3 +117,79 @@ fn openai_python_sdk_works_over_tls() {
         assert_eq!(a.stats().completed, 3, "{output}");
     }
 }
+
+/// A vLLM disaggregated route (prefill `p0`, decode `d0`, mock engines in those roles):
+/// the script's chat (plain and streamed), completion and cut stream are prefilled and
+/// decoded, its other calls go to the decode engine alone.
+#[test]
+fn openai_python_sdk_works_through_a_disaggregated_route() {
+    use rolter_mock::{PdConfig, PdProtocol, PdRole};
+    let role = |role| {
+        move |c: &mut rolter_mock::MockConfig| {
+            c.tokens = 6;
+            c.pd = Some(PdConfig {
+                role,
+                protocol: PdProtocol::Vllm,
+                ..PdConfig::default()
+            });
+        }
+    };
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let p = mock("p0", role(PdRole::Prefill));
+        let dm = mock("d0", role(PdRole::Decode));
+        let rest = format!(
+            "{}{}[[routes]]\nname = \"chat\"\ndisaggregation = \"vllm\"\n\
+             prefill = {{ targets = [\"p0\"] }}\ndecode = {{ targets = [\"d0\"] }}\n",
+            target("p0", p.addr(), ""),
+            target("d0", dm.addr(), ""),
+        );
+        let g = gateway(d, &rest);
+        let (code, output) = run_script(&format!("http://{}", g.local_addr()), None);
+        match code {
+            Some(0) => {}
+            Some(3) => panic!("the `openai` Python package is missing; {SETUP}\n{output}"),
+            _ => panic!(
+                "openai_client.py through a P/D route failed under {ctx} (exit {code:?})\n{output}"
+            ),
+        }
+        assert!(output.contains("all checks passed"), "{output}");
+        // Chat, streamed chat, completion and the cut chat stream: each prefilled on p0,
+        // its blocks pulled by d0, then decoded there.
+        let (ps, ds) = (p.pd_stats(), dm.pd_stats());
+        assert_eq!(
+            (ps.prefills, ps.pulls_served, ps.refused),
+            (4, 4, 0),
+            "{ctx}: {ps:?}\n{output}"
+        );
+        assert_eq!((ds.decodes, ds.refused), (4, 0), "{ctx}: {ds:?}\n{output}");
+        let prefilled: Vec<String> = p
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.starts_with("/v1/"))
+            .map(|r| r.path)
+            .collect();
+        assert_eq!(
+            prefilled,
+            [
+                "/v1/chat/completions",
+                "/v1/chat/completions",
+                "/v1/completions",
+                "/v1/chat/completions"
+            ],
+            "{ctx}: only generation goes to the prefill pool"
+        );
+        for r in dm
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("completions"))
+        {
+            let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(
+                body["kv_transfer_params"]["remote_engine_id"],
+                p.pd_engine_id().unwrap(),
+                "{ctx}"
+            );
+        }
+    }
+}
