@@ -547,12 +547,9 @@ fn an_sglang_batch_is_answered_with_the_same_rooms_on_both_legs() {
             String::from_utf8_lossy(&r.body),
             p.pd_stats()
         );
-        let answer = r.json();
-        assert_eq!(
-            answer["choices"].as_array().map(Vec::len),
-            Some(3),
-            "{ctx}: {answer}"
-        );
+        // SGLang spreads a single room over the batch (room + i): the decode engine
+        // fetched one room per prompt from the prefill's bootstrap server.
+        assert_eq!(p.pd_stats().handshakes, 3, "{ctx}: {:?}", p.pd_stats());
     }
 }
 

@@ -282,7 +282,7 @@ fn sglang_prefill_without_a_decode_times_out() {
             assert_eq!(r.status, 400);
             assert!(error_message(&r).contains("bootstrap_room"));
         }
-        let short = json!({"prompt": ["a", "b"], "bootstrap_host": "127.0.0.1",
+        let short = json!({"prompt": ["a", "b"], "bootstrap_host": ["127.0.0.1"],
             "bootstrap_port": 1, "bootstrap_room": [1, 2]});
         let r = call(p.addr(), &post(COMPLETIONS, &[], &short.to_string()));
         assert_eq!(r.status, 400);

@@ -123,21 +123,7 @@ pub(super) fn route(
     };
     let needs = strategy_clients(strategy.as_ref(), &join(at, "strategy"), host, errs);
 
-    let retries = match raw.retries {
-        None => Some(DEFAULT_RETRIES),
-        Some(n) if (0..=i64::from(MAX_RETRIES)).contains(&n) => Some(n as u32),
-        Some(n) => {
-            errs.push(
-                join(at, "retries"),
-                format!("retries is {n}; it must be between 0 and {MAX_RETRIES}"),
-                format!(
-                    "set retries to a number from 0 to {MAX_RETRIES} (default {DEFAULT_RETRIES})"
-                ),
-            );
-            None
-        }
-    };
-
+    let retries = retries(raw.retries, at, errs);
     let queue = route_queue(raw.queue_max, raw.queue_timeout.as_ref(), at, errs);
 
     let matcher = match raw.matcher {
@@ -185,26 +171,51 @@ pub(super) fn route(
     #[cfg(not(feature = "local-tokenizer"))]
     let _ = tokenizer;
     let pool = match (prefill, prefill_needs) {
-        (Some(p), Some(needs)) => {
-            let (tokenizer, cache_controller) = needs?;
-            #[cfg(not(feature = "local-tokenizer"))]
-            let _ = tokenizer;
-            Some(Route {
-                name: format!("{}/prefill", route.name),
-                matcher: RouteMatch::default(),
-                targets: p.pool.targets?,
-                strategy: p.pool.strategy?,
-                #[cfg(feature = "local-tokenizer")]
-                tokenizer,
-                cache_controller,
-                disaggregation: None,
-                prefill_of: None,
-                ..route.clone()
-            })
-        }
+        (Some(p), Some(needs)) => prefill_pool(&route, p, needs?),
         _ => None,
     };
     Some((route, pool))
+}
+
+/// `retries`: 0 to [`MAX_RETRIES`], default [`DEFAULT_RETRIES`].
+fn retries(v: Option<i64>, at: &str, errs: &mut Collector) -> Option<u32> {
+    match v {
+        None => Some(DEFAULT_RETRIES),
+        Some(n) if (0..=i64::from(MAX_RETRIES)).contains(&n) => Some(n as u32),
+        Some(n) => {
+            errs.push(
+                join(at, "retries"),
+                format!("retries is {n}; it must be between 0 and {MAX_RETRIES}"),
+                format!(
+                    "set retries to a number from 0 to {MAX_RETRIES} (default {DEFAULT_RETRIES})"
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// A disaggregated route's prefill pool as a route of its own, named `<route>/prefill`:
+/// the route's settings with the pool's targets, strategy and what it needs.
+fn prefill_pool(
+    route: &Route,
+    p: super::pd::Prefill,
+    (tokenizer, cache_controller): StrategyClients,
+) -> Option<Route> {
+    #[cfg(not(feature = "local-tokenizer"))]
+    let _ = tokenizer;
+    Some(Route {
+        name: format!("{}/prefill", route.name),
+        matcher: RouteMatch::default(),
+        targets: p.pool.targets?,
+        strategy: p.pool.strategy?,
+        #[cfg(feature = "local-tokenizer")]
+        tokenizer,
+        cache_controller,
+        disaggregation: None,
+        prefill_of: None,
+        ..route.clone()
+    })
 }
 
 /// What `strategy` needs loaded or resolved now: its local tokenizer and its cache

@@ -831,10 +831,7 @@ impl Plane {
                     "models": target.models,
                     "max_concurrent": target.max_concurrent,
                     "eligible": self.health.eligible(t),
-                    "cooling": self.cooling_left(t, now).map(|left| serde_json::json!({
-                        "until": humantime::format_rfc3339_millis(std::time::SystemTime::now() + left).to_string(),
-                        "remaining_seconds": left.as_secs_f64(),
-                    })),
+                    "cooling": self.cooling_json(t, now),
                     "health": {
                         "active_checks": h.probed,
                         "healthy": h.healthy,
@@ -861,12 +858,7 @@ impl Plane {
                     "ttft_samples": samples,
                     "lora": self.lora.target_json(t, now),
                     "pools": self.pools_of(t),
-                    "dp": target.dp.as_ref().map(|d| serde_json::json!({
-                        "engine": d.engine_name,
-                        "rank": d.rank,
-                        "size": d.size,
-                        "rank_in": if target.engine == rolter_config::EngineKind::Sglang { "body" } else { "header" },
-                    })),
+                    "dp": dp_json(target),
                 })
             })
             .collect();
@@ -908,6 +900,16 @@ impl Plane {
             })
             .collect();
         serde_json::json!({ "targets": items, "routes": routes })
+    }
+
+    /// How long target `t` still cools after a 429, if it does.
+    fn cooling_json(&self, t: usize, now: Instant) -> Option<serde_json::Value> {
+        self.cooling_left(t, now).map(|left| {
+            serde_json::json!({
+                "until": humantime::format_rfc3339_millis(std::time::SystemTime::now() + left).to_string(),
+                "remaining_seconds": left.as_secs_f64(),
+            })
+        })
     }
 
     /// The routes' pools target `t` is in: `{"route", "pool"}` with the pool `prefill`
@@ -1042,6 +1044,19 @@ pub fn health_settings(h: &HealthConfig) -> HealthSettings {
         slow_start_aggression: h.slow_start_aggression,
         slow_start_min_weight: h.slow_start_min_weight,
     }
+}
+
+/// A data-parallel rank's place: its engine, rank, the engine's ranks, and how the rank is
+/// sent (`null` for a target that is not a rank).
+fn dp_json(target: &rolter_config::Target) -> Option<serde_json::Value> {
+    target.dp.as_ref().map(|d| {
+        serde_json::json!({
+            "engine": d.engine_name,
+            "rank": d.rank,
+            "size": d.size,
+            "rank_in": if target.engine == rolter_config::EngineKind::Sglang { "body" } else { "header" },
+        })
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@
 //!   `bootstrap_room` (the decode engine fetches the KV cache from the prefill engine's
 //!   bootstrap server). The prefill's answer is drained; the decode's head is relayed once
 //!   the prefill's answer has ended well, so a prefill failure fails the attempt before any
-//!   byte reached the client, and a new pair (a new room) is tried.
+//!   byte reached the client, and a new pair (a new room) is tried. A prefill that answers
+//!   with a status the route does not retry, or a decode that refuses the request (a 4xx),
+//!   ends the pair at once: that answer goes to the client and the other leg is dropped.
 //!
 //! A leg's failure is retried within the route's `retries` (counted over both legs), its
 //! `retry_on`, its deadline and the pool's retry budget; a prefill answer that is not a
@@ -401,6 +403,9 @@ async fn sglang<'s>(
             others: p_others,
         },
         Ran::Decoded(a) => decoded(ex, a, d_others),
+        Ran::PrefillAnswered(close) => {
+            Pair::Done(if close { Fate::Close } else { Fate::KeepAlive })
+        }
         Ran::Gone => gone(ex),
     }
 }
@@ -422,13 +427,17 @@ enum Ran {
     PrefillFailed(GatewayError),
     /// The decode leg ended (relayed, or failed before a byte reached the client).
     Decoded(Attempted),
+    /// The prefill engine's own answer went to the client (the connection closes after it
+    /// when `true`).
+    PrefillAnswered(bool),
     /// The client went away.
     Gone,
 }
 
 impl Both<'_, '_> {
     /// Sends both legs, waits for the prefill's answer to end and the decode's head, then
-    /// relays the decode's answer.
+    /// relays the decode's answer; or relays at once the answer of a leg that answered
+    /// with a status the route does not retry (the other leg dropped).
     async fn run(self, pbufs: &mut IoBufs, bufs: &mut IoBufs) -> Ran {
         let Both {
             pre,
@@ -440,10 +449,10 @@ impl Both<'_, '_> {
             d_left,
         } = self;
         let state = ex.state;
-        let (_, p_limits) = attempt::leg_terms(pre, &p.picked, p_left);
+        let (p_client, p_limits) = attempt::leg_terms(pre, &p.picked, p_left);
         let (d_client, d_limits) = attempt::leg_terms(ex, &d.picked, d_left);
         let (pt, dt) = (p.picked.target, d.picked.target);
-        let p_held: Option<Held<'_>> = Some((
+        let mut p_held: Option<Held<'_>> = Some((
             Released::new(p.picked.admitted, &state.core.waiters),
             state.load.enter(pt),
         ));
@@ -467,46 +476,39 @@ impl Both<'_, '_> {
             let prefill = async {
                 match relay::open(p_to, pbufs, &mut p_report).await {
                     Opened::Head(start) if (200..300).contains(&start.head.status) => {
-                        drain::read_whole(p_to, pbufs, start, &mut p_report).await
+                        match drain::read_whole(p_to, pbufs, start, &mut p_report).await {
+                            Ok(()) => PrefillEnd::Whole,
+                            Err(o) => PrefillEnd::Failed(o),
+                        }
                     }
-                    Opened::Head(_) => Err(Outcome::Failed(prefill_refused(
-                        &state.config.targets[pt].name,
-                        p_report.status,
-                    ))),
-                    Opened::Done(o) => Err(o),
+                    Opened::Head(start) => PrefillEnd::Answer(start),
+                    Opened::Done(o) => PrefillEnd::Failed(o),
                 }
             };
-            until_both(prefill, relay::open(d_to, bufs, &mut d_report)).await
+            until_both(prefill, relay::open(d_to, bufs, &mut d_report), pair_over).await
         };
-        // The prefill leg: recorded when it ended; dropped (its engine sees the close)
-        // when the decode failed first.
-        let p_outcome = match p_end {
-            Some(Ok(())) => Some(Outcome::Relayed { close: false }),
-            Some(Err(o)) => Some(o),
-            None => None,
+        let mut prefill = Ended {
+            target: pt,
+            end: None,
+            report: p_report,
+            load_at_send: p.load_at_send,
         };
-        drop(p_held);
-        let prefill_failed = match p_outcome {
-            Some(outcome) => {
-                let failed = match &outcome {
-                    Outcome::Failed(e) => Some(Ok(e.clone())),
-                    Outcome::ClientGone => Some(Err(())),
-                    Outcome::Relayed { .. } => None,
+        match p_end {
+            Some(PrefillEnd::Answer(start)) => {
+                drop((d_opened, d_held));
+                let answer = Answer {
+                    client: p_client,
+                    limits: p_limits,
+                    held: &mut p_held,
                 };
-                finish(
-                    pre,
-                    &Attempted {
-                        target: pt,
-                        outcome,
-                        report: p_report,
-                        load_at_send: p.load_at_send,
-                    },
-                );
-                failed
+                return prefill.answer(pre, io, pbufs, start, answer).await;
             }
-            None => None,
-        };
-        match prefill_failed {
+            Some(PrefillEnd::Whole) => prefill.end = Some(Ok(())),
+            Some(PrefillEnd::Failed(o)) => prefill.end = Some(Err(o)),
+            None => {}
+        }
+        drop(p_held);
+        match prefill.record(pre) {
             Some(Ok(e)) => return Ran::PrefillFailed(e),
             Some(Err(())) => return Ran::Gone,
             None => {}
@@ -538,26 +540,107 @@ impl Both<'_, '_> {
     }
 }
 
-/// A prefill that answered a status other than a success: the pair fails (the client gets
-/// the decode's answer or nothing).
-fn prefill_refused(target: &str, status: u16) -> GatewayError {
-    GatewayError::upstream(
-        if status >= 500 || status == 429 {
-            UpstreamFailure::Refused(status)
-        } else {
-            UpstreamFailure::BadResponse
-        },
-        format!("prefill target `{target}` answered {status}"),
-    )
+/// How SGLang's prefill leg ended.
+enum PrefillEnd {
+    /// Its answer was a success, read whole.
+    Whole,
+    /// It answered with a status the route does not retry: that answer is the client's.
+    Answer(relay::ResponseStart),
+    /// It failed before any byte reached the client, or the client went away.
+    Failed(Outcome),
 }
 
-/// Polls both legs until the prefill has ended and the decode's head is in, or either
-/// failed; the one still running is dropped then (`None`).
-async fn until_both<P, D>(prefill: P, decode: D) -> (Option<Result<(), Outcome>>, Option<Opened>)
-where
-    P: Future<Output = Result<(), Outcome>>,
-    D: Future<Output = Opened>,
-{
+/// Whether the wait for both legs is over: either leg failed, the prefill answered with a
+/// status that is not a success, or the decode refused the request itself (a 4xx): that
+/// answer is the client's and the other leg is dropped; or the prefill's answer has ended
+/// and the decode's head is in. A decode's 5xx waits for the prefill: a decode engine that
+/// cannot fetch from a dead prefill engine answers one, and the prefill's failure then
+/// decides (a new pair), not the decode's answer.
+fn pair_over(p: &Option<PrefillEnd>, d: &Option<Opened>) -> bool {
+    let decode_refused = matches!(d, Some(Opened::Head(s)) if (400..500).contains(&s.head.status));
+    matches!(p, Some(PrefillEnd::Answer(_) | PrefillEnd::Failed(_)))
+        || matches!(d, Some(Opened::Done(_)))
+        || decode_refused
+        || (p.is_some() && d.is_some())
+}
+
+/// SGLang's prefill leg as the wait for both legs left it.
+struct Ended {
+    target: usize,
+    /// `None`: still running when the wait ended, and dropped (its engine sees the
+    /// close); `Err`: an outcome other than an answer read whole.
+    end: Option<Result<(), Outcome>>,
+    report: Report,
+    load_at_send: u64,
+}
+
+/// What relaying a prefill's own answer needs beside its buffers.
+struct Answer<'h, 's> {
+    client: relay::ClientSide,
+    limits: relay::TryLimits,
+    held: &'h mut Option<Held<'s>>,
+}
+
+impl Ended {
+    /// Relays the prefill engine's own answer (an error it gave) to the client, and
+    /// records the leg.
+    async fn answer(
+        mut self,
+        pre: &mut Exchange<'_>,
+        io: &mut ClientIo,
+        pbufs: &mut IoBufs,
+        start: relay::ResponseStart,
+        answer: Answer<'_, '_>,
+    ) -> Ran {
+        let leg = Leg {
+            state: pre.state,
+            target: self.target,
+            client: answer.client,
+            limits: answer.limits,
+            held: answer.held,
+            report: &mut self.report,
+        };
+        let outcome = relay::relay(io, pbufs, start, leg).await;
+        let close = matches!(outcome, Outcome::Relayed { close: true });
+        self.end = Some(Err(outcome));
+        match self.record(pre) {
+            Some(Ok(e)) => Ran::PrefillFailed(e),
+            Some(Err(())) => Ran::Gone,
+            None => Ran::PrefillAnswered(close),
+        }
+    }
+
+    /// Records the leg when it ended; its failure (`Err` when the client went away), if
+    /// it failed.
+    fn record(self, pre: &mut Exchange<'_>) -> Option<Result<GatewayError, ()>> {
+        let outcome = match self.end? {
+            // Read whole, as a relayed answer is: a success for the target.
+            Ok(()) => Outcome::Relayed { close: false },
+            Err(o) => o,
+        };
+        let failed = match &outcome {
+            Outcome::Failed(e) => Some(Ok(e.clone())),
+            Outcome::ClientGone => Some(Err(())),
+            Outcome::Relayed { .. } => None,
+        };
+        let a = Attempted {
+            target: self.target,
+            outcome,
+            report: self.report,
+            load_at_send: self.load_at_send,
+        };
+        finish(pre, &a);
+        failed
+    }
+}
+
+/// Polls both legs until `over` says the wait is over; a leg still running then is
+/// dropped (`None`).
+async fn until_both<P: Future, D: Future>(
+    prefill: P,
+    decode: D,
+    over: impl Fn(&Option<P::Output>, &Option<D::Output>) -> bool,
+) -> (Option<P::Output>, Option<D::Output>) {
     let mut prefill = pin!(prefill);
     let mut decode = pin!(decode);
     let (mut p, mut d) = (None, None);
@@ -572,10 +655,7 @@ where
                 d = Some(r);
             }
         }
-        let over = matches!(p, Some(Err(_)))
-            || matches!(d, Some(Opened::Done(_)))
-            || (p.is_some() && d.is_some());
-        if over {
+        if over(&p, &d) {
             Poll::Ready(())
         } else {
             Poll::Pending
@@ -617,26 +697,35 @@ mod tests {
         Outcome::Failed(GatewayError::upstream(UpstreamFailure::ConnectFailed, "x"))
     }
 
+    /// The wait's rule in the tests: a failure ends it, else both results.
+    fn over(p: &Option<Result<(), Outcome>>, d: &Option<Opened>) -> bool {
+        matches!(p, Some(Err(_)))
+            || matches!(d, Some(Opened::Done(_)))
+            || (p.is_some() && d.is_some())
+    }
+
     #[test]
-    fn until_both_waits_for_the_prefills_end_and_the_decodes_head() {
+    fn until_both_ends_when_either_leg_fails() {
         // A decode that ended before its head ends the wait at once: the prefill still
         // running is dropped.
         let (p, d) = run(until_both(
             after(5, Ok(())),
             after(1, Opened::Done(Outcome::ClientGone)),
+            over,
         ));
         assert!(p.is_none());
         assert!(matches!(d, Some(Opened::Done(Outcome::ClientGone))));
         let (p, d) = run(until_both(
             after(0, Err(failed())),
             after(9, Opened::Done(failed())),
+            over,
         ));
         assert!(matches!(p, Some(Err(Outcome::Failed(_)))));
         assert!(d.is_none(), "a failed prefill stops the decode");
     }
 
     #[test]
-    fn until_both_keeps_both_when_both_succeed() {
+    fn until_both_waits_for_both_when_neither_fails() {
         struct Never;
         impl Future for Never {
             type Output = Opened;
@@ -645,10 +734,22 @@ mod tests {
             }
         }
         // A successful prefill alone does not end the wait.
-        let mut f = pin!(until_both(after(0, Ok(())), Never));
+        let mut f = pin!(until_both(after(0, Ok(())), Never, over));
         let mut cx = Context::from_waker(Waker::noop());
         for _ in 0..10 {
             assert!(f.as_mut().poll(&mut cx).is_pending());
         }
+    }
+
+    #[test]
+    fn pair_over_stops_at_a_prefill_answer_or_failure() {
+        assert!(!pair_over(&None, &None));
+        assert!(!pair_over(&Some(PrefillEnd::Whole), &None));
+        assert!(pair_over(&Some(PrefillEnd::Failed(failed())), &None));
+        assert!(pair_over(&None, &Some(Opened::Done(failed()))));
+        assert!(pair_over(
+            &Some(PrefillEnd::Whole),
+            &Some(Opened::Done(Outcome::ClientGone))
+        ));
     }
 }

@@ -11,8 +11,9 @@
 //!   `handshake_timeout`. A decode needs `do_remote_prefill: true` and the prefill's
 //!   names, and pulls before generating.
 //! - **SGLang** (mini_lb: one request to both legs at once). Both legs carry
-//!   `bootstrap_host`, `bootstrap_port`, `bootstrap_room` (lists of one per prompt when
-//!   `prompt` is a list of prompts). A prefill registers its rooms and waits for the
+//!   `bootstrap_host`, `bootstrap_port`, `bootstrap_room` (when `prompt` is a list of
+//!   prompts: lists of one per prompt, or scalars, the i-th prompt's room then `room + i`,
+//!   as SGLang takes them). A prefill registers its rooms and waits for the
 //!   decode of each to reach its bootstrap server (the crate's `bootstrap` module); a
 //!   decode calls that server for each room before generating.
 //!
@@ -405,7 +406,9 @@ fn batch_size(prompt: Option<&Value>) -> Option<usize> {
     batch.then_some(items.len())
 }
 
-/// The SGLang fields: scalars for one prompt, lists of one per prompt for a batch.
+/// The SGLang fields: scalars for one prompt; for a batch, lists of one per prompt, or
+/// scalars that SGLang spreads over it (the host and port for every prompt, the room
+/// `room + i` for the i-th, as its `mini_lb` relies on).
 fn bootstrap_fields(f: &LegFields) -> Result<(Remote, Vec<u64>), String> {
     let missing = || {
         "bootstrap_host, bootstrap_port and bootstrap_room are required (this engine serves \
@@ -421,7 +424,11 @@ fn bootstrap_fields(f: &LegFields) -> Result<(Remote, Vec<u64>), String> {
         Some(n) => {
             let list = |v: &Value, name: &str| match v.as_array() {
                 Some(a) if a.len() == n => Ok(a.clone()),
-                _ => Err(format!("{name} must be a list of {n}, one per prompt")),
+                Some(_) => Err(format!("{name} must be a list of {n}, one per prompt")),
+                None if name == "bootstrap_room" => Ok((0..n as u64)
+                    .map(|i| v.as_u64().map_or(Value::Null, |r| (r + i).into()))
+                    .collect()),
+                None => Ok(vec![v.clone(); n]),
             };
             (
                 list(host, "bootstrap_host")?,
@@ -517,6 +524,18 @@ mod tests {
         assert_eq!(
             s.leg(one).unwrap(),
             Leg::SglangDecode(remote.clone(), vec![7])
+        );
+        let spread =
+            br#"{"prompt":["a","b"],"bootstrap_host":"h","bootstrap_port":9,"bootstrap_room":7}"#;
+        assert_eq!(
+            s.leg(spread).unwrap(),
+            Leg::SglangDecode(
+                Remote {
+                    host: "h".into(),
+                    port: 9
+                },
+                vec![7, 8]
+            )
         );
         let batch = br#"{"prompt":["a","b"],"bootstrap_host":["h","h"],"bootstrap_port":[9,9],
             "bootstrap_room":[1,2]}"#;
