@@ -8,6 +8,7 @@ mod health;
 mod kv;
 mod log;
 mod pd;
+mod pool;
 mod prices;
 mod retry;
 mod routes;

@@ -6,7 +6,7 @@
 //! Owns those rules only; the pools' targets and strategies are checked as a route's are.
 
 use super::common::*;
-use super::routes::{route_targets, strategy};
+use super::pool::{route_targets, strategy};
 
 /// One pool of a disaggregated route: its targets and its strategy (`None` after an error).
 pub(super) struct Pool {
