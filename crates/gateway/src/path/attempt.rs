@@ -225,7 +225,6 @@ pub(super) fn note(served: &mut Served, a: &Attempted) {
     served.upstream_status = report.status;
     served.status = report.client_status;
     served.first_byte = report.first_byte;
-    served.last_time = report.sent.map(|t| t.elapsed());
     served.bytes_out += report.bytes_out;
     served.usage = report.usage;
     served.estimated_completion = record::estimated_completion(report);

@@ -160,6 +160,7 @@ fn prepare<'s>(ex: &mut Exchange<'s>, picked: Picked<'s>, bufs: &mut IoBufs) -> 
 fn finish(ex: &mut Exchange<'_>, a: &Attempted) {
     record::attempt(ex, a);
     attempt::note(&mut ex.served, a);
+    ex.served.last_time = a.report.sent.map(|t| t.elapsed());
     ex.attempts
         .note(a.target, matches!(a.outcome, Outcome::Failed(_)));
     ex.served.attempts = ex.attempts.n as u8;

@@ -126,7 +126,8 @@ pub struct Served {
     /// Completion tokens counted from the stream when it reported no usage.
     pub estimated_completion: u32,
     pub fallback: Option<&'static str>,
-    /// How long the last attempt took, from its request being written to its end.
+    /// How long the last attempt took, from its request being written to its end (noted
+    /// for a disaggregated route's legs).
     pub last_time: Option<std::time::Duration>,
 }
 
