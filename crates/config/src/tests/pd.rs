@@ -172,8 +172,7 @@ fn dp_size_makes_one_target_per_rank() {
 name = \"e\"
 url = \"http://10.0.0.1:8000\"
 dp_size = 4
-[targets.kv_events]
-endpoint = \"tcp://10.0.0.1:5557\"
+lmcache_instance = \"pod-e\"
 [[targets]]
 name = \"f\"
 url = \"http://10.0.0.2:8000\"
@@ -192,13 +191,33 @@ targets = [\"f\", \"e\"]
             (r as u32, 4, "e")
         );
         assert_eq!(t.addr, c.targets[0].addr);
-        // vLLM publishes each rank's KV events on the endpoint's port plus the rank.
-        assert_eq!(
-            t.kv_events.as_ref().unwrap().endpoint,
-            format!("tcp://10.0.0.1:{}", 5557 + r)
-        );
+        assert_eq!(t.lmcache_instance, format!("pod-e[{r}]"));
     }
     assert!(c.targets[4].dp.is_none());
+}
+
+/// vLLM publishes each data-parallel rank's KV events on the endpoint's port plus the rank.
+#[cfg(feature = "kv-events")]
+#[test]
+fn a_ranks_kv_events_come_from_the_port_plus_its_rank() {
+    let text = "\
+[[targets]]
+name = \"e\"
+url = \"http://10.0.0.1:8000\"
+dp_size = 2
+[targets.kv_events]
+endpoint = \"tcp://10.0.0.1:5557\"
+replay_endpoint = \"tcp://10.0.0.1:5600\"
+";
+    let c = load(text).unwrap();
+    for (r, t) in c.targets.iter().enumerate() {
+        let kv = t.kv_events.as_ref().unwrap();
+        assert_eq!(kv.endpoint, format!("tcp://10.0.0.1:{}", 5557 + r));
+        assert_eq!(
+            kv.replay_endpoint.as_deref(),
+            Some(format!("tcp://10.0.0.1:{}", 5600 + r).as_str())
+        );
+    }
 }
 
 #[test]
