@@ -1659,3 +1659,31 @@ fn check_names_every_pd_error_and_run_refuses_the_file() {
     let status = process::wait_exit(&mut child, WAIT);
     assert_eq!(status.code(), Some(2));
 }
+
+/// A body with a field twice cannot be split into two legs faithfully: the gateway refuses
+/// it with a 400 in the API's shape, and no engine is asked.
+#[test]
+fn a_body_with_a_field_twice_is_refused_before_either_leg() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        for protocol in [PdProtocol::Vllm, PdProtocol::Sglang] {
+            let p = pd_mock("p0", PdRole::Prefill, protocol, |_| {});
+            let dm = pd_mock("d0", PdRole::Decode, protocol, |_| {});
+            let g = Gw::start(d, &pair_config(protocol, &p, &dm));
+            let body =
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"seed":1,"seed":2}"#;
+            let r = send(g.addr, CHAT, "twice", &[], body);
+            assert_eq!(r.status, 400, "{ctx}: {}", String::from_utf8_lossy(&r.body));
+            let e = r.json();
+            assert_eq!(e["error"]["code"], "invalid_json", "{ctx}: {e}");
+            assert!(
+                e["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("`seed` appears twice"),
+                "{ctx}: {e}"
+            );
+            assert!(p.requests().is_empty() && dm.requests().is_empty(), "{ctx}");
+        }
+    }
+}

@@ -367,7 +367,7 @@ async fn sglang<'s>(
     };
     let (p_others, d_others) = (p.others, d.others);
     let prefill_target = &state.config.targets[p.target];
-    let batch = Fields::parse(ex.req.body).ok().and_then(|f| f.batch_size());
+    let batch = ex.fields.and_then(Fields::batch_size);
     let rooms: Vec<u64> = (0..batch.unwrap_or(1).max(1))
         .map(|_| leg_body::bootstrap_room())
         .collect();

@@ -10,6 +10,7 @@
 
 use std::time::Instant;
 
+use rolter_codec::api::fields::Fields;
 use rolter_codec::GatewayError;
 use rolter_config::{RetryPolicy, MAX_RETRIES};
 use rolter_core::{PickRequest, TargetId, Usage};
@@ -38,6 +39,9 @@ pub struct Exchange<'a> {
     /// What this exchange's legs change in the client's body (a disaggregated route's
     /// fields); empty for a co-located request.
     pub body: LegBody,
+    /// The client body's top-level fields, parsed once for every leg of a disaggregated
+    /// request (`None`: not parsed).
+    pub fields: Option<&'a Fields<'a>>,
 }
 
 /// Most attempts one request can make: the first try and the most retries the

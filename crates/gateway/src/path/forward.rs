@@ -9,6 +9,7 @@
 
 use std::time::Instant;
 
+use rolter_codec::api::fields::Fields;
 use rolter_codec::GatewayError;
 use rolter_core::{PickRequest, SessionKey};
 
@@ -84,6 +85,7 @@ pub async fn forward(
         attempts: Attempts::new(&routed.route.retry, Instant::now()),
         served: Served::default(),
         body: LegBody::default(),
+        fields: None,
     };
     let fate = attempt::until_answered(&mut ex, io, bufs).await;
     let fate = conclude(&ex, caller, io, fate, |_| {});
@@ -109,6 +111,19 @@ async fn disaggregated(
     bufs: &mut IoBufs,
     (routed, caller, d): (Routed<'_>, Option<auth::Caller>, Disaggregation),
 ) -> Fate {
+    // Parsed once: both legs (and their retries) change the same body.
+    let fields = match Fields::parse(req.body) {
+        Ok(f) => f,
+        Err(e) => {
+            let e = GatewayError::client(400, "invalid_json", e.to_string());
+            let refusal = Refusal {
+                key: caller.map(|c| c.key as u32),
+                at: Some((routed.index as u16, routed.facts.model.as_bytes())),
+                ..Refusal::new(req, &e)
+            };
+            return refuse(state, io, bufs, refusal).await;
+        }
+    };
     let pool = Routed {
         facts: routed.facts.clone(),
         index: d.prefill_route,
@@ -132,6 +147,7 @@ async fn disaggregated(
         attempts: Attempts::new(&routed.route.retry, start),
         served: Served::default(),
         body: LegBody::default(),
+        fields: Some(&fields),
     };
     let mut prefill = exchange(&pool, &pool_inputs, &pool_pick);
     let mut decode = exchange(&routed, &decode_inputs, &decode_pick);

@@ -104,19 +104,16 @@ pub fn rank_in_body(target: &Target) -> bool {
     target.dp.is_some() && target.engine == EngineKind::Sglang
 }
 
-/// Writes `body` with the leg's changes, the target's body rank and its upstream model name
-/// (`model`: the quoted name, when the target maps the model) into `out`; `false` when the
-/// body is not a JSON object (it then goes unchanged).
+/// Writes the body whose top-level fields are `fields` with the leg's changes, the
+/// target's body rank and its upstream model name (`model`: the quoted name, when the
+/// target maps the model) into `out`.
 pub fn write(
-    body: &[u8],
+    fields: &Fields<'_>,
     leg: &LegBody,
     target: &Target,
     model: Option<&str>,
     out: &mut Vec<u8>,
-) -> bool {
-    let Ok(fields) = Fields::parse(body) else {
-        return false;
-    };
+) {
     let rank = target
         .dp
         .as_ref()
@@ -134,7 +131,6 @@ pub fn write(
         edits.push(Edit::Replace("model", m));
     }
     fields.write(&edits, out);
-    true
 }
 
 #[cfg(test)]
@@ -159,7 +155,8 @@ mod tests {
 
     fn json(leg: &LegBody, t: &Target, body: &str) -> serde_json::Value {
         let mut out = Vec::new();
-        assert!(write(body.as_bytes(), leg, t, None, &mut out));
+        let fields = Fields::parse(body.as_bytes()).unwrap();
+        write(&fields, leg, t, None, &mut out);
         serde_json::from_slice(&out).unwrap()
     }
 
@@ -255,21 +252,15 @@ mod tests {
     fn the_upstream_model_name_replaces_the_clients() {
         let mut out = Vec::new();
         let t = target(None, EngineKind::Vllm);
-        assert!(write(
-            br#"{"model":"pub","x":1}"#,
+        let fields = Fields::parse(br#"{"model":"pub","x":1}"#).unwrap();
+        write(
+            &fields,
             &LegBody::vllm_prefill(),
             &t,
             Some("\"real\""),
-            &mut out
-        ));
+            &mut out,
+        );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["model"], "real");
-        assert!(!write(
-            b"not json",
-            &LegBody::vllm_prefill(),
-            &t,
-            None,
-            &mut out
-        ));
     }
 }

@@ -17,6 +17,7 @@
 //! Owns those bytes only; it writes into a reused buffer and must not allocate per
 //! request beyond what the buffer needs.
 
+use rolter_codec::api::fields::Fields;
 use rolter_codec::h1::write::{write_content_length, write_header};
 use rolter_codec::h1::{header_tokens, is_hop_by_hop};
 use rolter_config::{EngineKind, Target};
@@ -114,9 +115,14 @@ fn withheld(
 }
 
 /// Writes the upstream request of exchange `ex` to `target`: [`build`] with what the
-/// exchange's legs change in the body (a disaggregated route's fields).
+/// exchange's legs change in the body (a disaggregated route's fields, on the body's
+/// fields parsed once for every leg).
 pub fn build_leg(up: &mut Outgoing, ex: &Exchange<'_>, target: &Target) {
-    write(up, ex.req, ex.routed, &ex.body, target);
+    let edit = Rewrite {
+        leg: &ex.body,
+        fields: ex.fields,
+    };
+    write(up, ex.req, ex.routed, edit, target);
 }
 
 /// Writes the upstream request of a co-located request to `target`: a fresh head and
@@ -124,14 +130,25 @@ pub fn build_leg(up: &mut Outgoing, ex: &Exchange<'_>, target: &Target) {
 /// when one is configured), copied or in place; or, when the target takes a data-parallel
 /// rank in the body, the body written again with it.
 pub fn build(up: &mut Outgoing, req: &Request<'_>, routed: &Routed<'_>, target: &Target) {
-    write(up, req, routed, &LegBody::default(), target);
+    let edit = Rewrite {
+        leg: &LegBody::default(),
+        fields: None,
+    };
+    write(up, req, routed, edit, target);
+}
+
+/// What a leg changes in the body, and the body's fields when they were parsed already.
+#[derive(Clone, Copy)]
+struct Rewrite<'a> {
+    leg: &'a LegBody,
+    fields: Option<&'a Fields<'a>>,
 }
 
 fn write(
     up: &mut Outgoing,
     req: &Request<'_>,
     routed: &Routed<'_>,
-    leg: &LegBody,
+    edit: Rewrite<'_>,
     target: &Target,
 ) {
     let facts = &routed.facts;
@@ -141,18 +158,27 @@ fn write(
         .upstream_models
         .get(facts.model.as_ref())
         .filter(|_| facts.model_span.is_some());
-    if !leg.is_empty() || leg_body::rank_in_body(target) {
-        let model = upstream_model.map(|m| serde_json::to_string(m).unwrap_or_default());
-        let mut body = std::mem::take(&mut up.scratch);
-        body.clear();
-        if leg_body::write(req.body, leg, target, model.as_deref(), &mut body) {
+    if !edit.leg.is_empty() || leg_body::rank_in_body(target) {
+        let parsed;
+        let fields = match edit.fields {
+            Some(f) => Some(f),
+            None => {
+                parsed = Fields::parse(req.body).ok();
+                parsed.as_ref()
+            }
+        };
+        // A body that is not a JSON object goes unchanged.
+        if let Some(fields) = fields {
+            let model = upstream_model.map(|m| serde_json::to_string(m).unwrap_or_default());
+            let mut body = std::mem::take(&mut up.scratch);
+            body.clear();
+            leg_body::write(fields, edit.leg, target, model.as_deref(), &mut body);
             write_content_length(&mut up.bytes, body.len() as u64);
             up.bytes.extend_from_slice(b"\r\n");
             up.bytes.extend_from_slice(&body);
             up.scratch = body;
             return;
         }
-        up.scratch = body;
     }
     let out = &mut up.bytes;
     match (upstream_model, &facts.model_span) {
