@@ -6,8 +6,8 @@
 //! reader keeps the id of the last entry it saw and reads after it without blocking, so a
 //! replica that starts late or reconnects catches up on what the stream still holds; it
 //! skips its own entries, and entries of another format version (a fleet mid-upgrade).
-//! Owns the entry layout and its encoding; it must not apply items (the gateway does) nor
-//! block.
+//! (`watch` follows the stream as it grows, blocking.) Owns the entry layout and its
+//! encoding; it must not apply items (the gateway does).
 
 use redis::streams::{StreamRangeReply, StreamReadReply};
 use redis::{ConnectionLike, Value};
@@ -100,22 +100,40 @@ pub(crate) fn read(
             Some(Value::BulkString(b)) => Some(b.as_slice()),
             _ => None,
         };
-        if field("v") != Some(VERSION) || field("o") == Some(origin.as_bytes()) {
-            continue;
-        }
-        // An entry that does not decode is another writer's bug; readers move past it.
-        if let Some(batch) = field("b").and_then(|b| postcard::from_bytes::<Vec<Item>>(b).ok()) {
+        if let Some((_, batch)) = decode(origin, &field) {
             items.extend(batch);
         }
     }
     Ok((last, items))
 }
 
+/// An entry's origin and items, unless it is `origin`'s own or of another format version.
+/// An entry that does not decode is another writer's bug; readers move past it.
+pub(crate) fn decode<'a>(
+    origin: &str,
+    field: &impl Fn(&str) -> Option<&'a [u8]>,
+) -> Option<(String, Vec<Item>)> {
+    if field("v") != Some(VERSION) {
+        return None;
+    }
+    let from = field("o")?;
+    if from == origin.as_bytes() {
+        return None;
+    }
+    let batch = postcard::from_bytes::<Vec<Item>>(field("b")?).ok()?;
+    Some((String::from_utf8_lossy(from).into_owned(), batch))
+}
+
 /// The id of the stream's newest entry, `0-0` when it is empty: reading after it yields
 /// only what is appended from now on.
 pub(crate) fn last_id(link: &mut dyn ConnectionLike, keys: &Keys) -> Result<String, StoreError> {
+    newest_id(link, &keys.items())
+}
+
+/// The id of `stream`'s newest entry, `0-0` when it is empty or absent.
+pub(crate) fn newest_id(link: &mut dyn ConnectionLike, stream: &str) -> Result<String, StoreError> {
     let reply: StreamRangeReply = redis::cmd("XREVRANGE")
-        .arg(keys.items())
+        .arg(stream)
         .arg("+")
         .arg("-")
         .arg("COUNT")

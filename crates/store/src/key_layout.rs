@@ -39,6 +39,11 @@ impl Keys {
         format!("{}items", self.head)
     }
 
+    /// The stream of the replicas' in-flight counts, one entry per change.
+    pub(crate) fn loads(&self) -> String {
+        format!("{}loads", self.head)
+    }
+
     /// The prefix of one replica's in-flight counts (`{p}:load:<replica>`).
     pub(crate) fn load_head(&self) -> String {
         format!("{}load:", self.head)
@@ -65,6 +70,7 @@ mod tests {
         assert_eq!(k.rotation("chat"), "{fleet-a}:rr:chat");
         assert_eq!(k.ledger("chat", 42), "{fleet-a}:fc:chat:42");
         assert_eq!(k.items(), "{fleet-a}:items");
+        assert_eq!(k.loads(), "{fleet-a}:loads");
         assert_eq!(k.load("r1"), "{fleet-a}:load:r1");
         assert_eq!(k.load_head(), "{fleet-a}:load:");
         assert_eq!(k.replicas(), "{fleet-a}:replicas");

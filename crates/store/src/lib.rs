@@ -16,6 +16,7 @@
 //! - [`key_use`]: the client API keys' requests and tokens per minute over the fleet.
 //! - [`items`]: session pins, prefix insertions and assignments on one stream.
 //! - `load`: each replica's in-flight counts, read back as the fleet's.
+//! - [`watch`]: both streams followed as they grow (one blocking `XREAD`).
 //! - `store`: [`Store`], the connection and its calls.
 //! - `testing` (feature `testing`): a real `redis-server` on a loopback port.
 
@@ -32,6 +33,7 @@ pub mod settings;
 mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod watch;
 
 pub use error::StoreError;
 pub use items::Item;
@@ -40,3 +42,4 @@ pub use ledger::{LedgerBucket, LedgerRow};
 pub use rotation::{swrr_reference, RotateAsk};
 pub use settings::{StoreSettings, Topology};
 pub use store::Store;
+pub use watch::{Cursor, Entry, LoadEntry, News};

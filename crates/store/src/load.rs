@@ -5,7 +5,8 @@
 //! that stops publishing drops out after `ttl`, which is also the staleness bound) and
 //! itself into the sorted set `{p}:replicas`, scored by the unix time in ms of its last
 //! publication. A read runs one script that walks the set, skips the caller, reads each
-//! live replica's counts and removes the replicas whose counts expired. Owns that layout;
+//! live replica's counts and removes the replicas whose counts expired. Each publication is
+//! also appended to the load stream `{p}:loads`, which `watch` follows. Owns that layout;
 //! it must not decide how strategies weigh remote load.
 
 use std::collections::BTreeMap;
@@ -17,6 +18,9 @@ use redis::{ConnectionLike, Script, Value};
 use crate::batch;
 use crate::error::StoreError;
 use crate::key_layout::Keys;
+
+/// Entries the load stream keeps, about: readers need only the newest per replica.
+const STREAM_MAXLEN: usize = 1000;
 
 /// How long a replica that published once stays in `{p}:replicas` without its counts.
 const SET_TTL_MS: u64 = 24 * 60 * 60 * 1000;
@@ -60,7 +64,7 @@ pub(crate) fn publish(
     let mut pipe = redis::pipe();
     pipe.cmd("SET")
         .arg(keys.load(replica))
-        .arg(blob)
+        .arg(&blob)
         .arg("PX")
         .arg(ttl.as_millis().max(1) as u64);
     pipe.cmd("ZADD").arg(&set).arg(now).arg(replica);
@@ -69,6 +73,13 @@ pub(crate) fn publish(
         .arg("-inf")
         .arg(now.saturating_sub(SET_TTL_MS));
     pipe.cmd("PEXPIRE").arg(&set).arg(SET_TTL_MS);
+    // The same counts on the load stream, for the replicas that follow it as it changes.
+    pipe.add_command(crate::watch::load_command(
+        keys,
+        replica,
+        &blob,
+        STREAM_MAXLEN,
+    ));
     batch::send_all::<Value>(link, &pipe)?;
     Ok(())
 }

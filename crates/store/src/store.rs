@@ -17,6 +17,7 @@ use crate::ledger::{self, LedgerBucket, LedgerRow};
 use crate::load;
 use crate::rotation::{self, RotateAsk};
 use crate::settings::StoreSettings;
+use crate::watch::{self, Cursor, News};
 
 /// One connection: to a standalone server, to the master a sentinel names, or to a cluster.
 /// Blocking; it belongs on one dedicated thread, never on a worker.
@@ -126,7 +127,27 @@ impl Store {
         self.run(items::last_id)
     }
 
-    /// Publishes `replica`'s in-flight count per target, live for `ttl`.
+    /// Waits at most `block` (`None`: not at all) for entries after `cursor` on the item and
+    /// load streams, and returns those of other origins (`origin` for items, `replica` for
+    /// load), moving the cursor past all it read.
+    pub fn watch(
+        &mut self,
+        origin: &str,
+        replica: &str,
+        cursor: &mut Cursor,
+        count: usize,
+        block: Option<Duration>,
+    ) -> Result<News, StoreError> {
+        self.run(|link, keys| watch::watch(link, keys, origin, replica, cursor, count, block))
+    }
+
+    /// Where to start watching so that only what is appended from now on is read.
+    pub fn watch_cursor(&mut self) -> Result<Cursor, StoreError> {
+        self.run(watch::cursor_now)
+    }
+
+    /// Publishes `replica`'s in-flight count per target, live for `ttl`, and appends it to
+    /// the load stream.
     pub fn publish_load(
         &mut self,
         replica: &str,

@@ -282,3 +282,89 @@ fn key_use_adds_up_over_replicas_per_minute_and_expires() {
         .unwrap();
     assert!(pttl > 0 && pttl <= 120_000, "{pttl}");
 }
+
+#[test]
+fn a_watch_wakes_on_another_replicas_items_and_load_and_skips_its_own() {
+    let server = RedisServer::start();
+    let settings = server.settings("w");
+    let mut a = Store::connect(&settings).unwrap();
+    let mut b = Store::connect(&settings).unwrap();
+    let pin = Item::SessionPin {
+        route: "r".into(),
+        key: 9,
+        target: "e1".into(),
+    };
+    b.append_items("B#1", std::slice::from_ref(&pin), 1000)
+        .unwrap();
+    // A cursor taken now skips what came before.
+    let mut cursor = a.watch_cursor().unwrap();
+    let before = cursor.clone();
+    let news = a
+        .watch("A#1", "A", &mut cursor, 10, Some(Duration::from_millis(20)))
+        .unwrap();
+    assert!(news.entries.is_empty() && news.loads.is_empty());
+    assert_eq!(cursor, before, "nothing read, nothing moved");
+
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        b.append_items("B#1", std::slice::from_ref(&pin), 1000)
+            .unwrap();
+        b.publish_load("B", &[("e1", 3)], Duration::from_secs(60))
+            .unwrap();
+        b
+    });
+    let started = std::time::Instant::now();
+    let news = a
+        .watch("A#1", "A", &mut cursor, 10, Some(Duration::from_secs(5)))
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the watch waited out its block instead of waking on the entry"
+    );
+    let mut b = writer.join().unwrap();
+    let mut entries = news.entries;
+    let mut loads = news.loads;
+    if loads.is_empty() {
+        // The load may have landed after the watch woke on the item.
+        let more = a
+            .watch("A#1", "A", &mut cursor, 10, Some(Duration::from_secs(1)))
+            .unwrap();
+        entries.extend(more.entries);
+        loads.extend(more.loads);
+    }
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].origin, "B#1");
+    assert!(entries[0].unix_ms > 1_600_000_000_000);
+    assert_eq!(loads.len(), 1);
+    assert_eq!(loads[0].replica, "B");
+    assert_eq!(loads[0].counts, vec![("e1".to_string(), 3)]);
+
+    // A's own publications are skipped, the cursor still moves past them.
+    a.append_items(
+        "A#1",
+        &[Item::SessionPin {
+            route: "r".into(),
+            key: 1,
+            target: "e2".into(),
+        }],
+        1000,
+    )
+    .unwrap();
+    a.publish_load("A", &[("e2", 1)], Duration::from_secs(60))
+        .unwrap();
+    let moved = cursor.clone();
+    let news = a
+        .watch("A#1", "A", &mut cursor, 10, Some(Duration::from_millis(20)))
+        .unwrap();
+    assert!(news.entries.is_empty() && news.loads.is_empty());
+    assert_ne!(cursor, moved);
+    // B, watching from the start, sees A's.
+    let mut from_start = rolter_store::Cursor {
+        items: "0".into(),
+        loads: "0".into(),
+    };
+    let news = b.watch("B#1", "B", &mut from_start, 100, None).unwrap();
+    assert_eq!(news.entries.len(), 1);
+    assert_eq!(news.loads.len(), 1);
+    assert_eq!(news.loads[0].replica, "A");
+}
