@@ -1,7 +1,8 @@
 //! The control thread's side of the fleet plane: the store's news, by name, mapped onto the
-//! running configuration's route and target indices and sent to every worker; and this
-//! replica's load and its client API keys' use (`[auth] share_limits`), sent to the state
-//! thread once per `sync_interval`; the other replicas' key use goes into the key book.
+//! running configuration's route and target indices and sent to every worker; this
+//! replica's load, sent to the state thread as it changes (at most every [`LOAD_GAP`], and
+//! once per `sync_interval` regardless); and its client API keys' use (`[auth]
+//! share_limits`), sent once per `sync_interval`; the other replicas' key use goes into the key book.
 //!
 //! Owns the name maps of one configuration. Items for a route that does not share that kind
 //! (or does not exist here) and targets unknown here are skipped.
@@ -22,6 +23,10 @@ use super::stats::StoreStats;
 use crate::mesh::key_limits::{minute_now, KeyBook};
 use crate::mesh::{ControlLinks, Kind, ToWorker};
 
+/// The shortest time between two publications of this replica's load: a burst of
+/// requests is one publication, not one per request.
+pub const LOAD_GAP: Duration = Duration::from_millis(5);
+
 /// The control thread's end of the fleet plane.
 pub struct FleetControl {
     pub link: StoreLink,
@@ -29,6 +34,9 @@ pub struct FleetControl {
     pub stats: Arc<StoreStats>,
     interval: Duration,
     share_load: bool,
+    /// This replica's load as last sent, and when it must go again at the latest.
+    sent_load: Vec<u32>,
+    last_load: Instant,
     next_load: Instant,
     /// When this replica's key use next goes to the store, and what of the current minute
     /// went already, by key name (`[auth] share_limits`).
@@ -84,6 +92,8 @@ impl FleetControl {
             stats,
             interval: state.map_or(Duration::from_millis(100), |s| s.sync_interval),
             share_load: state.is_some_and(|s| s.share_load),
+            sent_load: Vec::new(),
+            last_load: Instant::now(),
             next_load: Instant::now(),
             next_keys: Instant::now(),
             keys_sent: HashMap::new(),
@@ -131,15 +141,21 @@ impl FleetControl {
         keys: Option<&KeyBook>,
         links: &ControlLinks,
     ) {
-        if self.share_load && now >= self.next_load {
-            self.next_load = now + self.interval;
-            let counts = (0..self.names.config.targets.len())
+        if self.share_load && now.saturating_duration_since(self.last_load) >= LOAD_GAP {
+            let counts: Vec<u32> = (0..self.names.config.targets.len())
                 .map(|t| u32::try_from(in_flight(t)).unwrap_or(u32::MAX))
                 .collect();
-            self.link.send(ToState::Load {
-                config: self.names.config.clone(),
-                in_flight: counts,
-            });
+            // Sent as it changes (at most every LOAD_GAP) and once per interval regardless,
+            // which keeps it alive in the store.
+            if counts != self.sent_load || now >= self.next_load {
+                self.next_load = now + self.interval;
+                self.last_load = now;
+                self.sent_load.clone_from(&counts);
+                self.link.send(ToState::Load {
+                    config: self.names.config.clone(),
+                    in_flight: counts,
+                });
+            }
         }
         if let Some(book) = keys.filter(|_| self.names.config.keys.share_limits) {
             if now >= self.next_keys {

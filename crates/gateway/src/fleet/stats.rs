@@ -4,6 +4,7 @@
 //!
 //! Owns the `rolter_state_*` series and the `/admin/state` document. It keeps no history.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
@@ -46,6 +47,21 @@ pub struct StoreStats {
     sync_failures: AtomicU64,
     last_round_trip_micros: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Reads of the reader thread that failed.
+    item_read_failures: AtomicU64,
+    /// Each peer replica's last entry read (items or load), by replica name.
+    peers: Mutex<BTreeMap<String, PeerSync>>,
+}
+
+/// What the reader last saw of one peer replica.
+#[derive(Debug, Default, Clone, Copy)]
+struct PeerSync {
+    /// When the peer's last entry was appended (the store's clock), Unix ms.
+    last_entry_ms: u64,
+    /// When this replica read it (this host's clock), Unix ms.
+    read_ms: u64,
+    /// Items received from it so far.
+    items: u64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,6 +162,42 @@ impl StoreStats {
 
     pub(crate) fn received(&self, n: u64) {
         self.items_received.fetch_add(n, Relaxed);
+    }
+
+    pub(crate) fn item_read_failed(&self) {
+        self.item_read_failures.fetch_add(1, Relaxed);
+    }
+
+    /// The reader read an entry of `peer` appended at `entry_ms`, at `read_ms`, with
+    /// `items` items.
+    pub(crate) fn peer_synced(&self, peer: &str, entry_ms: u64, read_ms: u64, items: u64) {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let p = match peers.get_mut(peer) {
+            Some(p) => p,
+            None => peers.entry(peer.to_string()).or_default(),
+        };
+        p.last_entry_ms = p.last_entry_ms.max(entry_ms);
+        p.read_ms = read_ms;
+        p.items += items;
+    }
+
+    /// Each peer's last sync: when its last entry was written and read, the lag between
+    /// the two, and the items received from it.
+    fn peers_json(&self) -> serde_json::Value {
+        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let list: Vec<serde_json::Value> = peers
+            .iter()
+            .map(|(name, p)| {
+                serde_json::json!({
+                    "replica": name,
+                    "last_entry_unix_ms": p.last_entry_ms,
+                    "last_read_unix_ms": p.read_ms,
+                    "lag_ms": p.read_ms.saturating_sub(p.last_entry_ms),
+                    "items_received": p.items,
+                })
+            })
+            .collect();
+        serde_json::Value::Array(list)
     }
 
     pub(crate) fn dropped(&self, n: u64) {
@@ -285,6 +337,12 @@ impl StoreStats {
             "What the store said about the other replicas, dropped because the control thread's queue was full",
             self.news_dropped.load(Relaxed),
         );
+        register_count(
+            r,
+            "rolter_state_item_read_failures",
+            "Reads of the other replicas' items and load that failed (the reader retries)",
+            self.item_read_failures.load(Relaxed),
+        );
     }
 
     /// The `/admin/state` document (routes' uses are added by the caller).
@@ -320,6 +378,8 @@ impl StoreStats {
             },
             "queue_full": self.queue_full.load(Relaxed),
             "news_dropped": self.news_dropped.load(Relaxed),
+            "item_read_failures": self.item_read_failures.load(Relaxed),
+            "peers": self.peers_json(),
         })
     }
 }

@@ -4,11 +4,13 @@
 //!   one pipeline (one round trip), each one script call that advances the route's smooth
 //!   weighted cursor in the store. An ask whose picker stopped waiting is skipped, so it
 //!   takes no position.
-//! - Once per `sync_interval`: the shared items collected since the last exchange are
-//!   appended to the store's stream (one entry) and the other replicas' new entries read;
-//!   the fair-catchup assignments are added to the store's books and each durable route's
-//!   window read back (less what this process wrote itself); this replica's requests in
-//!   flight are published and the other replicas' read.
+//! - Shared items are appended to the store's stream as they arrive (every item waiting at
+//!   that moment in one entry), and this replica's requests in flight are published as the
+//!   control thread reports a change: the other replicas' reader threads
+//!   ([`super::reader`]) wait on both streams, so they see them about a round trip later.
+//! - Once per `sync_interval`: the fair-catchup assignments are added to the store's books
+//!   and each durable route's window read back (less what this process wrote itself), and
+//!   the client API keys' use exchanged.
 //! - While the store is away nothing waits on it: rotation asks fail at once (the picks use
 //!   their local cursors), items beyond the rate limit are dropped and counted, assignments
 //!   are kept and written when it returns (so the books reconcile), and a connection is
@@ -20,6 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -33,16 +36,13 @@ use rolter_store::{
 use rolter_strategy::StoreUse;
 
 use super::messages::{LedgerNews, StoreNews, ToState};
+use super::reader::Reader;
 use super::stats::StoreStats;
 
 /// Buckets of a fair-catchup window (the strategy's own ring has as many).
 const BUCKETS: u64 = rolter_strategy::strategies::fair_catchup::BUCKETS as u64;
 /// Most rotation asks sent in one pipeline.
 const MAX_ASKS: usize = 256;
-/// Stream entries read per page (each at most [`ENTRY_BYTES`]), and pages per exchange at
-/// most (the rest follow at the next one).
-const READ_ENTRIES: usize = 32;
-const READ_PAGES: usize = 16;
 /// Items kept for publishing while the store is away: at most this many seconds of the
 /// rate limit, and at most this many bytes.
 const BACKLOG_SECONDS: f64 = 10.0;
@@ -108,7 +108,12 @@ pub fn replica_name(c: &StateConfig, port: u16) -> String {
     })
 }
 
-/// Starts the state thread. It ends once every sender of `rx` is gone.
+/// How long another replica's load stands without a new publication.
+pub fn load_ttl(c: &StateConfig) -> Duration {
+    (c.sync_interval * 3).max(Duration::from_millis(300))
+}
+
+/// Starts the state thread and its reader. They end once every sender of `rx` is gone.
 pub fn spawn(
     cfg: StateConfig,
     replica: String,
@@ -117,10 +122,29 @@ pub fn spawn(
     news: Sender<StoreNews>,
     stats: Arc<StoreStats>,
 ) -> io::Result<JoinHandle<()>> {
-    let t = StateThread::new(cfg, replica, config, news, stats);
+    // The process id and a random word: replicas given one name by a shared file (or run
+    // as pid 1 in containers) still tell their entries apart.
+    let origin = format!("{replica}#{}-{:08x}", std::process::id(), fastrand::u32(..));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = Reader {
+        settings: settings(&cfg),
+        origin: origin.clone(),
+        replica: replica.clone(),
+        load_ttl: load_ttl(&cfg),
+        retry_interval: cfg.retry_interval,
+        news: news.clone(),
+        stats: stats.clone(),
+        stop: stop.clone(),
+    }
+    .spawn()?;
+    let t = StateThread::new(cfg, replica, origin, config, news, stats);
     std::thread::Builder::new()
         .name("rolter-state".into())
-        .spawn(move || t.run(rx))
+        .spawn(move || {
+            t.run(rx);
+            stop.store(true, Ordering::Relaxed);
+            let _ = reader.join();
+        })
 }
 
 /// A rotation ask by name: the route, its members with their weights, the lease.
@@ -152,8 +176,6 @@ struct StateThread {
     uses: Vec<Option<StoreUse>>,
     store: Option<Store>,
     next_retry: Instant,
-    /// The last stream entry read; `None` until the first read (which replays the stream).
-    last_id: Option<String>,
     items: Vec<Item>,
     /// What `items` weighs, about.
     items_bytes: usize,
@@ -162,8 +184,10 @@ struct StateThread {
     /// Assignments not yet in the store, and those this process wrote, by (route, bucket).
     pending: BTreeMap<(String, u64), Tally>,
     own: BTreeMap<(String, u64), Tally>,
-    /// This replica's requests in flight per target, as last reported.
+    /// This replica's requests in flight per target, as last reported, and whether the
+    /// store has it yet.
     load: Option<Vec<(String, u32)>>,
+    load_sent: bool,
     /// The client API keys' counts not yet in the store, by minute then key; and what this
     /// process added, by (minute, key), to tell the other replicas' share.
     key_pending: BTreeMap<u64, BTreeMap<String, (u64, u64)>>,
@@ -197,13 +221,11 @@ impl StateThread {
     fn new(
         cfg: StateConfig,
         replica: String,
+        origin: String,
         config: Arc<Config>,
         news: Sender<StoreNews>,
         stats: Arc<StoreStats>,
     ) -> Self {
-        // The process id and a random word: replicas given one name by a shared file (or
-        // run as pid 1 in containers) still tell their entries apart.
-        let origin = format!("{replica}#{}-{:08x}", std::process::id(), fastrand::u32(..));
         StateThread {
             settings: settings(&cfg),
             tokens: f64::from(cfg.max_items_per_second),
@@ -214,13 +236,13 @@ impl StateThread {
             config,
             store: None,
             next_retry: Instant::now(),
-            last_id: None,
             items: Vec::new(),
             items_bytes: 0,
             refilled: Instant::now(),
             pending: BTreeMap::new(),
             own: BTreeMap::new(),
             load: None,
+            load_sent: true,
             key_pending: BTreeMap::new(),
             key_own: BTreeMap::new(),
             news,
@@ -251,6 +273,7 @@ impl StateThread {
             if !asks.is_empty() {
                 self.rotate(&mut asks);
             }
+            self.flush();
             let now = Instant::now();
             if now >= next_sync {
                 self.sync(now);
@@ -323,6 +346,7 @@ impl StateThread {
                 }
             }
             ToState::Load { config, in_flight } => {
+                self.load_sent = false;
                 self.load = Some(
                     config
                         .targets
@@ -386,6 +410,8 @@ impl StateThread {
                     );
                 }
                 self.store = Some(store);
+                // The load is published again: it may have expired meanwhile.
+                self.load_sent = false;
             }
             Err(e) => {
                 let first = self.stats.last_error().is_none() || self.stats.is_up();
@@ -565,18 +591,31 @@ impl StateThread {
         self.forget_old(unix);
     }
 
-    /// The three steps, each on its own: a step that fails (a large backlog of items that
+    /// What waits to go out as it happens: the items and this replica's load.
+    fn flush(&mut self) {
+        if self.store.is_none() {
+            return;
+        }
+        if !self.items.is_empty() {
+            let r = self.exchange_items();
+            let _ = self.check(r);
+        }
+        if !self.load_sent {
+            let r = self.exchange_load();
+            let _ = self.check(r);
+        }
+    }
+
+    /// The steps, each on its own: a step that fails (a large backlog of items that
     /// times out, say) does not keep the others from running while the connection holds.
     fn exchange(&mut self, unix: u64) -> Result<(), ()> {
         let items = self.exchange_items();
         let items = self.check(items);
         let books = self.exchange_books(unix);
         let books = self.check(books);
-        let load = self.exchange_load();
-        let load = self.check(load);
         let keys = self.exchange_key_use(unix);
         let keys = self.check(keys);
-        items.and(books).and(load).and(keys)
+        items.and(books).and(keys)
     }
 
     /// The client API keys' counts (`[auth] share_limits`): what this replica added since
@@ -669,23 +708,6 @@ impl StateThread {
             let sent: usize = self.items.drain(..n).map(|i| item_bytes(&i)).sum();
             self.items_bytes = self.items_bytes.saturating_sub(sent);
         }
-        // A replica that starts late or reconnects reads what it missed a few pages per
-        // exchange, so a long backlog never stalls the rotation asks behind it.
-        for _ in 0..READ_PAGES {
-            let from = self.last_id.clone().unwrap_or_else(|| "0".into());
-            let (last, items) = store.read_items(&self.origin, &from, READ_ENTRIES)?;
-            let moved = self.last_id.as_deref() != Some(last.as_str());
-            self.last_id = Some(last);
-            if !items.is_empty() {
-                self.stats.received(items.len() as u64);
-                if self.news.try_send(StoreNews::Items(items)).is_err() {
-                    self.stats.news_dropped();
-                }
-            }
-            if !moved {
-                break;
-            }
-        }
         Ok(())
     }
 
@@ -759,17 +781,18 @@ impl StateThread {
         Ok(())
     }
 
+    /// Publishes this replica's requests in flight (the other replicas read them as they
+    /// change, through their readers).
     fn exchange_load(&mut self) -> Result<(), StoreError> {
         let (Some(store), true) = (self.store.as_mut(), self.cfg.share_load) else {
+            self.load_sent = true;
             return Ok(());
         };
         if let Some(load) = &self.load {
             let counts: Vec<(&str, u32)> = load.iter().map(|(n, c)| (n.as_str(), *c)).collect();
-            let ttl = (self.cfg.sync_interval * 3).max(Duration::from_millis(300));
-            store.publish_load(&self.replica, &counts, ttl)?;
+            store.publish_load(&self.replica, &counts, load_ttl(&self.cfg))?;
         }
-        let fleet = store.read_load(&self.replica)?;
-        self.send_news(StoreNews::FleetLoad(fleet));
+        self.load_sent = true;
         Ok(())
     }
 

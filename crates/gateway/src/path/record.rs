@@ -44,6 +44,9 @@ pub fn routed(ex: &Exchange<'_>, target: TargetId, now: Instant) {
     {
         client.routed(key, target, u32::try_from(ids.len()).unwrap_or(u32::MAX));
     }
+    if rs.shares_items {
+        state.share_now();
+    }
 }
 
 /// One finished attempt: its sample and verdict, and the target's cool-down when it asked

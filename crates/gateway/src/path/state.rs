@@ -53,6 +53,9 @@ pub struct RouteState {
     pub rotation: Option<Rotation>,
     /// Candidate loads include the other replicas' requests in flight (`fleet_load`).
     pub fleet_load: bool,
+    /// The route shares prefixes or sessions with the other replicas: what a pick teaches
+    /// goes out at once, not at the next signal tick.
+    pub shares_items: bool,
     /// The route's retry budget on this core.
     pub retry_budget: RetryBudget,
     /// Requests waiting in the route's queue on this core.
@@ -347,6 +350,7 @@ fn route_state(
             .filter(|_| needs.contains(Needs::SHARED_ROTATION))
             .map(Rotation::new),
         fleet_load: req.store.as_ref().is_some_and(|s| s.fleet_load),
+        shares_items: req.store.as_ref().is_some_and(|s| s.shares_items()),
         retry_budget: RetryBudget::default(),
         queued: Cell::new(0),
         head_times: HeadTimes::default(),
@@ -430,18 +434,25 @@ impl WorkerState {
     /// The signal tick: publish this core's changes, apply the others'.
     pub fn signal_tick(&self) {
         self.links.publish(&self.load);
-        {
-            let mut share = self.share.borrow_mut();
-            if !share.is_empty() {
-                let batch = Arc::new(share.take_batch());
-                self.links.share(&batch);
-                if self.shares_with_fleet {
-                    if let Some(store) = &self.core.store {
-                        store.share(&self.config, &batch);
-                    }
-                }
+        self.share_now();
+        self.drain_signals();
+    }
+
+    /// Sends what this core's strategies learned since the last time to the other cores and,
+    /// for routes that share through the store, to the other replicas. Called on the signal
+    /// tick, and right after a pick of a route that shares with the fleet: a conversation's
+    /// next turn may reach another replica a few milliseconds later.
+    pub fn share_now(&self) {
+        let mut share = self.share.borrow_mut();
+        if share.is_empty() {
+            return;
+        }
+        let batch = Arc::new(share.take_batch());
+        self.links.share(&batch);
+        if self.shares_with_fleet {
+            if let Some(store) = &self.core.store {
+                store.share(&self.config, &batch);
             }
         }
-        self.drain_signals();
     }
 }
