@@ -6,11 +6,11 @@
 //! - [`engine`]: slots, FIFO queue, serialised prefill and an LRU prefix cache of blocks.
 //! - [`adapters`]: an engine's LoRA adapter slots (LRU, load delay, slot loads).
 //! - [`workload`]: multi-turn chat, RAG, few-shot, mixed long/short, heterogeneous fleet,
-//!   many LoRA adapters.
+//!   many LoRA adapters, a few users with short think times.
 //! - [`fleet`]: the fleet's configuration, parsed by the gateway's loader.
 //! - [`sim`]: the event loop, R gateway replicas of N cores with the cross-core exchange,
 //!   the oracle.
-//! - [`store`]: the store the replicas share state through, with its delay.
+//! - [`store`]: the store the replicas share state through, with its delay and sync ticks.
 //! - [`lora_feed`]: the gateway's LoRA residency signal (scraped, published, looked up).
 //! - [`report`]: Markdown and JSON.
 //! - [`pd`]: disaggregated prefill/decode fleets against co-located ones (`rolter-sim pd`).
@@ -67,6 +67,9 @@ impl Default for FleetDefaults {
     }
 }
 
+/// Prefix-cache blocks per engine of the `few-users` workload.
+pub const FEW_USERS_CACHE_BLOCKS: usize = 160;
+
 /// Prefix-cache blocks per engine for `kind`. Arrival rates do not change with the scale,
 /// so the live working set (and so these sizes) does not either.
 pub fn cache_blocks(kind: Kind) -> usize {
@@ -84,6 +87,9 @@ pub fn cache_blocks(kind: Kind) -> usize {
         // Per-adapter system prompts (~7 blocks) and unique questions (~20 blocks): the
         // caches keep every system prompt and a few hundred recent questions.
         Kind::Lora => 4000,
+        // Six live conversations (up to ~140 blocks each, ~70 on average) behind four
+        // system prompts (25 blocks each): the fleet holds them, one engine about two.
+        Kind::FewUsers => FEW_USERS_CACHE_BLOCKS,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rolter_sim::sim::{strategy_policy, CoreAssign, LoadView, Policy, SimConfig};
-use rolter_sim::store::Share;
+use rolter_sim::store::{Share, SyncPeriods};
 use rolter_sim::workload::{Kind, Sizes};
 use rolter_sim::FleetDefaults;
 
@@ -28,7 +28,7 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Workloads, comma-separated: multi-turn, multi-turn-no-header, rag, few-shot, mixed,
-    /// hetero, lora (alias many-adapters), or `all`.
+    /// hetero, lora (alias many-adapters), few-users, or `all`.
     #[arg(long, default_value = "all")]
     workloads: String,
     /// Strategies by registry name or alias, comma-separated, or `all` for every registered
@@ -57,6 +57,22 @@ struct Args {
     /// milliseconds (then applied at their next exchange tick).
     #[arg(long, default_value_t = 0.0)]
     store_delay_ms: f64,
+    /// The replicas' sync interval, milliseconds: each replica publishes its shared items
+    /// at its next sync tick and reads the others' at its own (0: as they happen, read at
+    /// the next exchange tick after the store delay).
+    #[arg(long, default_value_t = 0.0)]
+    sync_ms: f64,
+    /// How often a replica publishes and reads the fleet's load (`--share load`),
+    /// milliseconds (0: every exchange tick); default: `--sync-ms`.
+    #[arg(long)]
+    load_sync_ms: Option<f64>,
+    /// The few-users workload's think time between an answer and the next turn,
+    /// milliseconds: `LO-HI` (uniform) or one value.
+    #[arg(long, default_value = "20-50", value_parser = parse_range)]
+    think_ms: (f64, f64),
+    /// The few-users workload's shared system prompts (0: every conversation its own).
+    #[arg(long, default_value_t = 4)]
+    few_user_systems: usize,
     /// Simulated gateway cores (per replica), each with its own strategy instance.
     #[arg(long, default_value_t = 2)]
     cores: usize,
@@ -120,6 +136,25 @@ enum Command {
     Pd(rolter_sim::pd::cli::PdArgs),
 }
 
+/// `LO-HI` or `V` (both bounds V), non-negative, LO ≤ HI.
+fn parse_range(s: &str) -> Result<(f64, f64), String> {
+    let num = |v: &str| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| format!("`{v}` is not a non-negative number"))
+    };
+    let (lo, hi) = match s.split_once('-') {
+        Some((lo, hi)) => (num(lo)?, num(hi)?),
+        None => (num(s)?, num(s)?),
+    };
+    if lo > hi {
+        return Err(format!("`{s}`: the lower bound is above the upper"));
+    }
+    Ok((lo, hi))
+}
+
 fn ms(v: f64) -> Duration {
     Duration::from_secs_f64(v.max(0.0) / 1e3)
 }
@@ -151,6 +186,8 @@ fn run(args: Args) -> Result<(), String> {
         }
         sizes.scale = s;
     }
+    sizes.think_ms = args.think_ms;
+    sizes.few_user_systems = args.few_user_systems;
     let kinds: Vec<Kind> = if args.workloads == "all" {
         Kind::ALL.to_vec()
     } else {
@@ -164,6 +201,71 @@ fn run(args: Args) -> Result<(), String> {
             })
             .collect::<Result<_, _>>()?
     };
+    let policies = policies(&args)?;
+    let fleet = FleetDefaults {
+        targets: args.targets.max(1),
+        max_running: args.max_running.max(1),
+        ttft_base: ms(args.ttft_base_ms),
+        prefill_per_token: ms(args.prefill_ms_per_token),
+        itl: ms(args.itl_ms),
+        cache_blocks: args.cache_blocks,
+        slow_factor: args.slow_factor,
+        max_loras: args.max_loras.max(1),
+        lora_load_delay: ms(args.lora_load_ms),
+    };
+    if args.replicas == 0 {
+        return Err("--replicas must be at least 1".into());
+    }
+    if args.replicas == 1 && args.share != Share::NONE {
+        eprintln!("warning: --share has no effect with one replica (set --replicas)");
+    }
+    let cfg = SimConfig {
+        replicas: args.replicas,
+        share: args.share,
+        store_delay: ms(args.store_delay_ms),
+        sync: SyncPeriods {
+            items: ms(args.sync_ms),
+            load: ms(args.load_sync_ms.unwrap_or(args.sync_ms)),
+        },
+        cores: args.cores.max(1),
+        core_assign: args.core_assign,
+        exchange: ms(args.exchange_ms),
+        scrape: ms(args.scrape_ms.max(1.0)),
+        load_view: args.load_view,
+        seed: args.seed,
+    };
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let started = Instant::now();
+    let report = rolter_sim::run_matrix(&kinds, &policies, &sizes, &fleet, &cfg, threads, &|r| {
+        eprintln!(
+            "  {:<22} {:<28} hit {:>5.1}%  ttft p99 {:>7.0} ms{}",
+            r.workload,
+            r.policy,
+            r.hit_rate * 100.0,
+            r.ttft_p99_ms,
+            r.adapter_loads
+                .map(|l| format!("  adapter loads {l}"))
+                .unwrap_or_default()
+        )
+    });
+    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
+    let md = report.to_markdown();
+    print!("{md}");
+    if let Some(p) = &args.markdown {
+        std::fs::write(p, &md).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &args.json {
+        std::fs::write(p, report.to_json()).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The strategies named on the command line with their options, and the oracle.
+fn policies(args: &Args) -> Result<Vec<Policy>, String> {
     let options = rolter_sim::parse_options(&args.options)?;
     let names: Vec<String> = if args.strategies == "all" {
         rolter::strategy::registry::all()
@@ -212,62 +314,7 @@ fn run(args: Args) -> Result<(), String> {
     if policies.is_empty() {
         return Err("no policy to run".into());
     }
-    let fleet = FleetDefaults {
-        targets: args.targets.max(1),
-        max_running: args.max_running.max(1),
-        ttft_base: ms(args.ttft_base_ms),
-        prefill_per_token: ms(args.prefill_ms_per_token),
-        itl: ms(args.itl_ms),
-        cache_blocks: args.cache_blocks,
-        slow_factor: args.slow_factor,
-        max_loras: args.max_loras.max(1),
-        lora_load_delay: ms(args.lora_load_ms),
-    };
-    if args.replicas == 0 {
-        return Err("--replicas must be at least 1".into());
-    }
-    if args.replicas == 1 && args.share != Share::NONE {
-        eprintln!("warning: --share has no effect with one replica (set --replicas)");
-    }
-    let cfg = SimConfig {
-        replicas: args.replicas,
-        share: args.share,
-        store_delay: ms(args.store_delay_ms),
-        cores: args.cores.max(1),
-        core_assign: args.core_assign,
-        exchange: ms(args.exchange_ms),
-        scrape: ms(args.scrape_ms.max(1.0)),
-        load_view: args.load_view,
-        seed: args.seed,
-    };
-    let threads = args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
-    let started = Instant::now();
-    let report = rolter_sim::run_matrix(&kinds, &policies, &sizes, &fleet, &cfg, threads, &|r| {
-        eprintln!(
-            "  {:<22} {:<28} hit {:>5.1}%  ttft p99 {:>7.0} ms{}",
-            r.workload,
-            r.policy,
-            r.hit_rate * 100.0,
-            r.ttft_p99_ms,
-            r.adapter_loads
-                .map(|l| format!("  adapter loads {l}"))
-                .unwrap_or_default()
-        )
-    });
-    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
-    let md = report.to_markdown();
-    print!("{md}");
-    if let Some(p) = &args.markdown {
-        std::fs::write(p, &md).map_err(|e| format!("writing {}: {e}", p.display()))?;
-    }
-    if let Some(p) = &args.json {
-        std::fs::write(p, report.to_json()).map_err(|e| format!("writing {}: {e}", p.display()))?;
-    }
-    Ok(())
+    Ok(policies)
 }
 
 fn run_pd(args: &rolter_sim::pd::cli::PdArgs) -> Result<(), String> {

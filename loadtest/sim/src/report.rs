@@ -24,6 +24,20 @@ pub struct WorkloadInfo {
     pub adapters: usize,
 }
 
+/// How the replicas sync, for the report's header (nothing when items and load go as
+/// they happen).
+fn sync_label(sync: &crate::store::SyncPeriods) -> String {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    match (sync.items.is_zero(), sync.load.is_zero()) {
+        (true, true) => String::new(),
+        _ => format!(
+            " (items synced every {} ms, load every {} ms; 0: as they happen)",
+            ms(sync.items),
+            ms(sync.load)
+        ),
+    }
+}
+
 fn is_zero(v: &usize) -> bool {
     *v == 0
 }
@@ -51,10 +65,11 @@ impl Report {
             self.seed,
             if self.sim.replicas > 1 {
                 format!(
-                    "{} replicas (a random one per request) sharing {} through a store with {} ms delay, each with ",
+                    "{} replicas (a random one per request) sharing {} through a store with {} ms delay{}, each with ",
                     self.sim.replicas,
                     self.sim.share.label(),
-                    self.sim.store_delay.as_secs_f64() * 1e3
+                    self.sim.store_delay.as_secs_f64() * 1e3,
+                    sync_label(&self.sim.sync)
                 )
             } else {
                 String::new()

@@ -22,7 +22,7 @@ use crate::adapters::{AdapterSlots, LoraParams};
 use crate::engine::{block_hashes, Engine, EngineParams};
 use crate::fleet::fleet_targets;
 use crate::lora_feed::LoraFeed;
-use crate::store::{Payload, Share, Store};
+use crate::store::{Payload, Share, Store, SyncPeriods};
 use crate::workload::{Workload, BASE_MODEL};
 use rolter::engine::kv::events::{BlockRemoved, BlockStored, EventBatch, Medium};
 use rolter::engine::kv::index::{KvIndex, KvIndexConfig};
@@ -111,6 +111,9 @@ pub struct SimConfig {
     /// at their next exchange tick).
     #[serde(serialize_with = "ser_ms")]
     pub store_delay: Duration,
+    /// When replicas publish to and read from the store: as it happens (zero periods, the
+    /// default) or once per sync interval each ([`SyncPeriods`]).
+    pub sync: SyncPeriods,
     /// Cores per replica, each with its own strategy instance.
     pub cores: usize,
     pub core_assign: CoreAssign,
@@ -135,6 +138,7 @@ impl Default for SimConfig {
             replicas: 1,
             share: Share::NONE,
             store_delay: Duration::ZERO,
+            sync: SyncPeriods::default(),
             cores: 2,
             core_assign: CoreAssign::RoundRobin,
             exchange: Duration::from_millis(2),
@@ -179,8 +183,8 @@ pub struct RunResult {
     /// Adapter loads per 1000 completed requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adapter_loads_per_1k: Option<f64>,
-    /// Strategy items (session pins, prefixes) the store delivered from one replica to the
-    /// others, counted once per item (several replicas only).
+    /// Strategy items (session pins, prefixes) of the shared kinds published to the store,
+    /// counted once per item (several replicas only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_items: Option<u64>,
 }
@@ -341,7 +345,53 @@ fn ns(d: Duration) -> u64 {
 
 /// Runs `workload` on `fleet` with `policy`.
 pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimConfig) -> RunResult {
-    let n = fleet.targets;
+    let adapter_names: Vec<String> = workload.adapter_names();
+    let mut sim = Run::new(workload, fleet, policy, cfg, &adapter_names);
+    while let Some(Reverse((t_ns, _, ev))) = sim.heap.pop() {
+        sim.tick(t_ns);
+        sim.deliver(t_ns);
+        if let Some(feed) = &mut sim.lora {
+            feed.scrape_due(t_ns, &sim.engines, sim.base);
+        }
+        let now = Duration::from_nanos(t_ns);
+        match ev {
+            Event::Arrive { session, turn } => sim.arrive(session, turn, now),
+            Event::Ready { req } => {
+                let id = req as usize;
+                let e = &mut sim.engines[sim.reqs[id].target];
+                if let Some(fin) = start(
+                    e,
+                    &mut sim.kv,
+                    &mut sim.reqs,
+                    id,
+                    sim.sessions,
+                    now,
+                    sim.base,
+                ) {
+                    sim.push(fin, Event::Finish { req });
+                }
+            }
+            Event::Finish { req } => sim.finish(req, now),
+        }
+    }
+    sim.summary(workload, policy)
+}
+
+/// The strategy instances of a run (instance `i` is core `i % cores` of replica
+/// `i / cores`), or the oracle.
+fn build_router(
+    policy: &Policy,
+    n: usize,
+    instances: usize,
+    seed: u64,
+    kv: &Arc<dyn KvCacheView>,
+) -> Router {
+    let Policy::Strategy(spec) = policy else {
+        return Router::Oracle {
+            owner: HashMap::new(),
+            groups: vec![0; n],
+        };
+    };
     let targets = fleet_targets(n);
     let weights: Vec<f64> = targets.iter().map(|t| t.weight).collect();
     let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
@@ -352,411 +402,536 @@ pub fn run(workload: &Workload, fleet: &FleetSpec, policy: &Policy, cfg: &SimCon
     };
     let prices = PriceBook::fixed(&vec![Some(price); n]);
     let switches = Arc::new(Switches::default());
-    // KV events: every engine's cache changes reach one index at once (a strategy that
-    // reads token ids gets them, synthesised as one id per 4 prompt bytes, like the blocks).
-    let mut kv = KvFeed::new(n);
-    let kv_view: Arc<dyn KvCacheView> = Arc::new(kv.view.clone());
-    // Instance `i` is core `i % cores` of replica `i / cores`.
-    let cores = cfg.cores.max(1);
-    let replicas = cfg.replicas.max(1);
-    let instances_n = replicas * cores;
-    let mut router = match policy {
-        Policy::Oracle => Router::Oracle {
-            owner: HashMap::new(),
-            groups: vec![0; n],
-        },
-        Policy::Strategy(spec) => Router::Cores(
-            (0..instances_n)
-                .map(|c| {
-                    spec.build(&BuildContext {
-                        target_count: n,
-                        seed: cfg.seed.wrapping_mul(0x9e37_79b9).wrapping_add(c as u64),
-                        weights: &weights,
-                        names: &names,
-                        route_targets: &route_targets,
-                        prices: &prices,
-                        switches: &switches,
-                        kv: Some(&kv_view),
-                    })
+    Router::Cores(
+        (0..instances)
+            .map(|c| {
+                spec.build(&BuildContext {
+                    target_count: n,
+                    seed: seed.wrapping_mul(0x9e37_79b9).wrapping_add(c as u64),
+                    weights: &weights,
+                    names: &names,
+                    route_targets: &route_targets,
+                    prices: &prices,
+                    switches: &switches,
+                    kv: Some(kv),
                 })
-                .collect(),
-        ),
-    };
-    let mut sinks: Vec<ShareSink> = (0..instances_n).map(|_| ShareSink::default()).collect();
-    // The replicas' store, and per replica what it last received of every other replica's
-    // requests in flight per target (`Share::load`).
-    let mut store = (replicas > 1).then(|| Store::new(cfg.store_delay, cfg.exchange));
-    let mut remote_load = vec![vec![vec![0u64; n]; replicas]; replicas];
-    let mut store_items = 0u64;
-    let mut pending_samples: Vec<(usize, Sample)> = Vec::new();
-    let mut engines: Vec<Engine> = (0..n)
-        .map(|t| {
-            let mut e = Engine::new(fleet.params(t));
-            e.adapters = fleet.lora.map(AdapterSlots::new);
-            e
-        })
-        .collect();
-    // The LoRA residency signal, for strategies that read it (as the gateway fills it).
-    let adapter_names: Vec<String> = workload.adapter_names();
-    let mut lora = match &router {
-        Router::Cores(i)
-            if fleet.lora.is_some() && i[0].needs().contains(Needs::LORA_RESIDENCY) =>
-        {
-            Some(LoraFeed::new(
-                n,
-                cfg.scrape,
-                i,
-                adapter_names.clone().into(),
-            ))
+            })
+            .collect(),
+    )
+}
+
+/// The state of one run: the event queue, the engines, the gateway replicas' strategy
+/// instances and what they exchange, and the metrics so far.
+struct Run<'a> {
+    cfg: &'a SimConfig,
+    fleet: &'a FleetSpec,
+    sessions: &'a [crate::workload::Session],
+    adapter_names: &'a [String],
+    header: bool,
+    n: usize,
+    cores: usize,
+    replicas: usize,
+    weights: Vec<f64>,
+    router: Router,
+    sinks: Vec<ShareSink>,
+    /// The replicas' store, and per replica what it last received of every other replica's
+    /// requests in flight per target (`Share::load`).
+    store: Option<Store>,
+    remote_load: Vec<Vec<Vec<u64>>>,
+    store_items: u64,
+    pending_samples: Vec<(usize, Sample)>,
+    engines: Vec<Engine>,
+    /// KV events: every engine's cache changes reach one index at once (a strategy that
+    /// reads token ids gets them, synthesised as one id per 4 prompt bytes, like the blocks).
+    kv: KvFeed,
+    /// The LoRA residency signal, for strategies that read it (as the gateway fills it).
+    lora: Option<LoraFeed>,
+    residency: Vec<Residency>,
+    wants_tokens: bool,
+    /// Per replica: its requests in flight per target. Per core: its own, and
+    /// (LoadView::PerCore) the other cores' of its replica as of the last exchange.
+    replica_in_flight: Vec<Vec<u64>>,
+    own_in_flight: Vec<Vec<u64>>,
+    others_seen: Vec<Vec<u64>>,
+    per_target: Vec<u64>,
+    core_rng: fastrand::Rng,
+    replica_rng: fastrand::Rng,
+    next_core: Vec<usize>,
+    base: Instant,
+    inputs: AsyncInputs,
+    tracks: Vec<SessionTrack>,
+    reqs: Vec<InFlight>,
+    ttfts: Vec<f64>,
+    prompt_total: u64,
+    hit_total: u64,
+    rejected: u64,
+    fallbacks: u64,
+    last_finish: Duration,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    period: u64,
+    next_tick: u64,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        workload: &'a Workload,
+        fleet: &'a FleetSpec,
+        policy: &Policy,
+        cfg: &'a SimConfig,
+        adapter_names: &'a [String],
+    ) -> Self {
+        let n = fleet.targets;
+        let kv = KvFeed::new(n);
+        let kv_view: Arc<dyn KvCacheView> = Arc::new(kv.view.clone());
+        let cores = cfg.cores.max(1);
+        let replicas = cfg.replicas.max(1);
+        let instances_n = replicas * cores;
+        let router = build_router(policy, n, instances_n, cfg.seed, &kv_view);
+        let mut engines: Vec<Engine> = (0..n)
+            .map(|t| {
+                let mut e = Engine::new(fleet.params(t));
+                e.adapters = fleet.lora.map(AdapterSlots::new);
+                e
+            })
+            .collect();
+        let lora = match &router {
+            Router::Cores(i)
+                if fleet.lora.is_some() && i[0].needs().contains(Needs::LORA_RESIDENCY) =>
+            {
+                Some(LoraFeed::new(
+                    n,
+                    cfg.scrape,
+                    i,
+                    adapter_names.to_vec().into(),
+                ))
+            }
+            _ => None,
+        };
+        let wants_tokens =
+            matches!(&router, Router::Cores(i) if i[0].needs().contains(Needs::TOKEN_IDS));
+        if wants_tokens {
+            for e in &mut engines {
+                e.cache.enable_log();
+            }
         }
-        _ => None,
-    };
-    let mut residency = vec![Residency::UNKNOWN; n];
-    let wants_tokens =
-        matches!(&router, Router::Cores(i) if i[0].needs().contains(Needs::TOKEN_IDS));
-    if wants_tokens {
-        for e in &mut engines {
-            e.cache.enable_log();
+        let sessions = &workload.sessions[..];
+        let mut run = Run {
+            cfg,
+            fleet,
+            sessions,
+            adapter_names,
+            header: workload.kind.header(),
+            n,
+            cores,
+            replicas,
+            weights: fleet_targets(n).iter().map(|t| t.weight).collect(),
+            router,
+            sinks: (0..instances_n).map(|_| ShareSink::default()).collect(),
+            store: (replicas > 1)
+                .then(|| Store::new(replicas, cfg.store_delay, cfg.exchange, cfg.sync, cfg.seed)),
+            remote_load: vec![vec![vec![0u64; n]; replicas]; replicas],
+            store_items: 0,
+            pending_samples: Vec::new(),
+            engines,
+            kv,
+            lora,
+            residency: vec![Residency::UNKNOWN; n],
+            wants_tokens,
+            replica_in_flight: vec![vec![0u64; n]; replicas],
+            own_in_flight: vec![vec![0u64; n]; instances_n],
+            others_seen: vec![vec![0u64; n]; instances_n],
+            per_target: vec![0u64; n],
+            core_rng: fastrand::Rng::with_seed(cfg.seed ^ 0xc0de),
+            replica_rng: fastrand::Rng::with_seed(cfg.seed ^ 0x5e1ec7),
+            next_core: vec![0usize; replicas],
+            base: Instant::now(),
+            inputs: AsyncInputs::default(),
+            tracks: vec![SessionTrack::default(); sessions.len()],
+            reqs: Vec::new(),
+            ttfts: Vec::new(),
+            prompt_total: 0,
+            hit_total: 0,
+            rejected: 0,
+            fallbacks: 0,
+            last_finish: Duration::ZERO,
+            seq: 0,
+            heap: BinaryHeap::new(),
+            period: ns(cfg.exchange).max(1),
+            next_tick: ns(cfg.exchange).max(1),
+        };
+        for (i, s) in sessions.iter().enumerate() {
+            run.push(
+                s.start,
+                Event::Arrive {
+                    session: i as u32,
+                    turn: 0,
+                },
+            );
+        }
+        run
+    }
+
+    fn push(&mut self, at: Duration, ev: Event) {
+        self.seq += 1;
+        self.heap.push(Reverse((ns(at), self.seq, ev)));
+    }
+
+    /// The exchange ticks that passed since the last event: everything shared or
+    /// finished before them reaches the other cores at the first one (later ticks
+    /// carry nothing, as no event happened in between).
+    fn tick(&mut self, t_ns: u64) {
+        if t_ns < self.next_tick {
+            return;
+        }
+        let (cfg, cores, next_tick) = (self.cfg, self.cores, self.next_tick);
+        let tick_at = self.base + Duration::from_nanos(next_tick);
+        if let Router::Cores(instances) = &mut self.router {
+            let publish = self
+                .store
+                .as_mut()
+                .filter(|_| cfg.share.any_items())
+                .map(|s| (s, next_tick, cfg.share, &mut self.store_items));
+            exchange(
+                instances,
+                cores,
+                &mut self.sinks,
+                &mut self.pending_samples,
+                publish,
+                tick_at,
+            );
+        }
+        if cfg.load_view == LoadView::PerCore {
+            for (c, seen) in self.others_seen.iter_mut().enumerate() {
+                for (t, v) in seen.iter_mut().enumerate() {
+                    *v = self.replica_in_flight[c / cores][t] - self.own_in_flight[c][t];
+                }
+            }
+        }
+        if let Some(store) = self.store.as_mut().filter(|_| cfg.share.load) {
+            for (r, load) in self.replica_in_flight.iter().enumerate() {
+                store.publish(r, next_tick, Payload::Load(load.clone()));
+            }
+        }
+        self.next_tick = (t_ns / self.period + 1) * self.period;
+    }
+
+    /// What the store delivers by now reaches the receiving replica's instances.
+    fn deliver(&mut self, t_ns: u64) {
+        let Some(store) = &mut self.store else { return };
+        let (cores, share) = (self.cores, self.cfg.share);
+        while let Some((to, m)) = store.pop_due(t_ns) {
+            match (&*m.payload, &mut self.router) {
+                (Payload::Items(batch), Router::Cores(instances)) => {
+                    let at = self.base + Duration::from_nanos(m.at_ns);
+                    for (_, item) in batch.iter().filter(|(_, i)| share.carries(i)) {
+                        for inst in &mut instances[to * cores..(to + 1) * cores] {
+                            inst.apply_shared(&item, at);
+                        }
+                    }
+                }
+                (Payload::Items(_), Router::Oracle { .. }) => {}
+                (Payload::Load(load), _) => self.remote_load[to][m.from].clone_from(load),
+            }
         }
     }
-    // Per replica: its requests in flight per target. Per core: its own, and
-    // (LoadView::PerCore) the other cores' of its replica as of the last exchange.
-    let mut replica_in_flight = vec![vec![0u64; n]; replicas];
-    let mut own_in_flight = vec![vec![0u64; n]; instances_n];
-    let mut others_seen = vec![vec![0u64; n]; instances_n];
-    let mut per_target = vec![0u64; n];
-    let mut core_rng = fastrand::Rng::with_seed(cfg.seed ^ 0xc0de);
-    let mut replica_rng = fastrand::Rng::with_seed(cfg.seed ^ 0x5e1ec7);
-    let mut next_core = vec![0usize; replicas];
 
-    let base = Instant::now();
-    let inputs = AsyncInputs::default();
-    let sessions = &workload.sessions;
-    let header = workload.kind.header();
-    let mut tracks = vec![SessionTrack::default(); sessions.len()];
-    let mut reqs: Vec<InFlight> = Vec::new();
-    let mut ttfts: Vec<f64> = Vec::new();
-    let (mut prompt_total, mut hit_total) = (0u64, 0u64);
-    let (mut rejected, mut fallbacks) = (0u64, 0u64);
-    let mut last_finish = Duration::ZERO;
+    /// The replica (at random) and core a request goes to.
+    fn assign(&mut self) -> (usize, usize) {
+        let replica = if self.replicas > 1 {
+            self.replica_rng.usize(..self.replicas)
+        } else {
+            0
+        };
+        let core = match self.cfg.core_assign {
+            CoreAssign::RoundRobin => {
+                let next = &mut self.next_core[replica];
+                *next = (*next + 1) % self.cores;
+                *next
+            }
+            CoreAssign::Random => self.core_rng.usize(..self.cores),
+        };
+        (replica, replica * self.cores + core)
+    }
 
-    let mut seq = 0u64;
-    let mut heap: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
-    let mut push = |heap: &mut BinaryHeap<_>, at: Duration, ev: Event| {
-        seq += 1;
-        heap.push(Reverse((ns(at), seq, ev)));
-    };
-    for (i, s) in sessions.iter().enumerate() {
-        push(
-            &mut heap,
-            s.start,
-            Event::Arrive {
-                session: i as u32,
-                turn: 0,
+    /// Every target as core `core` of `replica` sees it.
+    fn candidates(&self, replica: usize, core: usize) -> Vec<Candidate> {
+        (0..self.n)
+            .map(|t| Candidate {
+                target: t,
+                weight: self.weights[t],
+                load: self.remote_load[replica].iter().map(|l| l[t]).sum::<u64>()
+                    + match self.cfg.load_view {
+                        LoadView::Global => {
+                            self.replica_in_flight[replica][t]
+                                + self.engines[t].queue_depth() as u64
+                        }
+                        LoadView::PerCore => {
+                            self.own_in_flight[core][t] + self.others_seen[core][t]
+                        }
+                    },
+                tier: 0,
+                queue_depth: self.engines[t].queue_depth() as u64,
+                kv_usage: Some(self.engines[t].kv_usage()),
+                lora: self.residency[t],
+            })
+            .collect()
+    }
+
+    /// Schedules the session's next turn `think` after `now`, if it has one.
+    fn next_turn(&mut self, session: u32, turn: u32, now: Duration) {
+        if let Some(next) = self.sessions[session as usize].turns.get(turn as usize + 1) {
+            let at = now + next.think;
+            self.push(
+                at,
+                Event::Arrive {
+                    session,
+                    turn: turn + 1,
+                },
+            );
+        }
+    }
+
+    /// Turn `turn` of `session` reaches a gateway replica: picked, routed, sent.
+    fn arrive(&mut self, session: u32, turn: u32, now: Duration) {
+        let sessions = self.sessions;
+        let s = &sessions[session as usize];
+        let tr = &s.turns[turn as usize];
+        let (replica, core) = self.assign();
+        let model = match tr.adapter {
+            Some(a) if self.fleet.lora.is_some() => self.adapter_names[a as usize].as_str(),
+            _ => BASE_MODEL,
+        };
+        if let Some(feed) = &self.lora {
+            feed.residency(model, &mut self.residency);
+        }
+        let candidates = self.candidates(replica, core);
+        let session_id = format!("session-{}", s.id);
+        let tokens: Option<std::rc::Rc<[u32]>> =
+            self.wants_tokens.then(|| token_ids(&tr.prompt).into());
+        let req_inputs = AsyncInputs {
+            token_ids: tokens.clone(),
+            ..self.inputs.clone()
+        };
+        let req = PickRequest {
+            model,
+            session: SessionKey {
+                header: self.header.then_some(session_id.as_bytes()),
+                prompt: &tr.prompt,
             },
+            prompt: &tr.prompt,
+            prompt_tokens: tr.prompt_tokens,
+            max_tokens: Some(tr.output_tokens as u64),
+            inputs: &req_inputs,
+        };
+        let at = self.base + now;
+        let pick: Option<Pick> = match &mut self.router {
+            // A strategy is never asked to pick among no candidates (a fleet of none
+            // rejects every request, as the gateway answers 503).
+            _ if candidates.is_empty() => None,
+            Router::Cores(instances) => instances[core].pick(&req, &candidates, at),
+            Router::Oracle { owner, groups } => {
+                Some(oracle_pick(owner, groups, s.group, &candidates))
+            }
+        };
+        let Some(pick) = pick else {
+            self.rejected += 1;
+            self.next_turn(session, turn, now);
+            return;
+        };
+        if pick.fallback.is_some() {
+            self.fallbacks += 1;
+        }
+        let target = candidates[pick.index].target;
+        if let Router::Cores(instances) = &mut self.router {
+            instances[core].routed(&req, target, self.sinks[core].for_route(0), at);
+        }
+        self.send(
+            session,
+            turn,
+            core,
+            target,
+            candidates[pick.index].load,
+            tokens,
+            now,
         );
     }
-    let period = ns(cfg.exchange).max(1);
-    let mut next_tick = period;
 
-    while let Some(Reverse((t_ns, _, ev))) = heap.pop() {
-        let now = Duration::from_nanos(t_ns);
-        // The exchange ticks that passed since the last event: everything shared or
-        // finished before them reaches the other cores at the first one (later ticks
-        // carry nothing, as no event happened in between).
-        if t_ns >= next_tick {
-            let tick_at = base + Duration::from_nanos(next_tick);
-            if let Router::Cores(instances) = &mut router {
-                let publish = store
-                    .as_mut()
-                    .filter(|_| cfg.share.any_items())
-                    .map(|s| (s, next_tick));
-                exchange(
-                    instances,
-                    cores,
-                    &mut sinks,
-                    &mut pending_samples,
-                    publish,
-                    tick_at,
-                );
-            }
-            if cfg.load_view == LoadView::PerCore {
-                for (c, seen) in others_seen.iter_mut().enumerate() {
-                    for (t, v) in seen.iter_mut().enumerate() {
-                        *v = replica_in_flight[c / cores][t] - own_in_flight[c][t];
-                    }
-                }
-            }
-            if let Some(store) = store.as_mut().filter(|_| cfg.share.load) {
-                for (r, load) in replica_in_flight.iter().enumerate() {
-                    store.publish(r, next_tick, Payload::Load(load.clone()));
-                }
-            }
-            next_tick = (t_ns / period + 1) * period;
+    /// Sends the picked request to `target`'s engine.
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &mut self,
+        session: u32,
+        turn: u32,
+        core: usize,
+        target: usize,
+        load_at_send: u64,
+        tokens: Option<std::rc::Rc<[u32]>>,
+        now: Duration,
+    ) {
+        let tr = &self.sessions[session as usize].turns[turn as usize];
+        self.per_target[target] += 1;
+        let track = &mut self.tracks[session as usize];
+        match track.first {
+            None => track.first = Some(target),
+            Some(f) if f != target => track.moved = true,
+            _ => {}
         }
-        // What the store delivers by now reaches every other replica's instances.
-        if let Some(store) = &mut store {
-            while let Some(m) = store.pop_due(t_ns) {
-                match (&m.payload, &mut router) {
-                    (Payload::Items(batch), Router::Cores(instances)) => {
-                        let at = base + Duration::from_nanos(m.at_ns);
-                        for (_, item) in batch.iter().filter(|(_, i)| cfg.share.carries(i)) {
-                            store_items += 1;
-                            for (i, inst) in instances.iter_mut().enumerate() {
-                                if i / cores != m.from {
-                                    inst.apply_shared(&item, at);
-                                }
-                            }
-                        }
-                    }
-                    (Payload::Items(_), Router::Oracle { .. }) => {}
-                    (Payload::Load(load), _) => {
-                        for (r, seen) in remote_load.iter_mut().enumerate() {
-                            if r != m.from {
-                                seen[m.from].clone_from(load);
-                            }
-                        }
-                    }
+        track.routed += 1;
+        self.replica_in_flight[core / self.cores][target] += 1;
+        self.own_in_flight[core][target] += 1;
+        let id = self.reqs.len();
+        self.reqs.push(InFlight {
+            session,
+            turn,
+            core,
+            target,
+            sent: now,
+            admitted: now,
+            load_at_send,
+            blocks: block_hashes(&tr.prompt),
+            hit_tokens: 0,
+            to_first_token: Duration::ZERO,
+            to_finish: Duration::ZERO,
+            tokens,
+            adapter: tr.adapter.filter(|_| self.fleet.lora.is_some()),
+        });
+        // An adapter request first needs its adapter's slot (and maybe its load).
+        let ready = match (
+            self.reqs[id].adapter,
+            self.engines[target].adapters.as_mut(),
+        ) {
+            (Some(a), Some(slots)) => slots.acquire(id, a, now),
+            _ => Some(now),
+        };
+        match ready {
+            Some(r) if r > now => self.push(r, Event::Ready { req: id as u32 }),
+            Some(_) => {
+                let e = &mut self.engines[target];
+                if let Some(fin) = start(
+                    e,
+                    &mut self.kv,
+                    &mut self.reqs,
+                    id,
+                    self.sessions,
+                    now,
+                    self.base,
+                ) {
+                    self.push(fin, Event::Finish { req: id as u32 });
                 }
             }
-        }
-        if let Some(feed) = &mut lora {
-            feed.scrape_due(t_ns, &engines, base);
-        }
-        let at = base + now;
-        match ev {
-            Event::Arrive { session, turn } => {
-                let s = &sessions[session as usize];
-                let tr = &s.turns[turn as usize];
-                let replica = if replicas > 1 {
-                    replica_rng.usize(..replicas)
-                } else {
-                    0
-                };
-                let core = replica * cores
-                    + match cfg.core_assign {
-                        CoreAssign::RoundRobin => {
-                            let next = &mut next_core[replica];
-                            *next = (*next + 1) % cores;
-                            *next
-                        }
-                        CoreAssign::Random => core_rng.usize(..cores),
-                    };
-                let model = match tr.adapter {
-                    Some(a) if fleet.lora.is_some() => adapter_names[a as usize].as_str(),
-                    _ => BASE_MODEL,
-                };
-                if let Some(feed) = &lora {
-                    feed.residency(model, &mut residency);
-                }
-                let candidates: Vec<Candidate> = (0..n)
-                    .map(|t| Candidate {
-                        target: t,
-                        weight: targets[t].weight,
-                        load: remote_load[replica].iter().map(|l| l[t]).sum::<u64>()
-                            + match cfg.load_view {
-                                LoadView::Global => {
-                                    replica_in_flight[replica][t] + engines[t].queue_depth() as u64
-                                }
-                                LoadView::PerCore => own_in_flight[core][t] + others_seen[core][t],
-                            },
-                        tier: 0,
-                        queue_depth: engines[t].queue_depth() as u64,
-                        kv_usage: Some(engines[t].kv_usage()),
-                        lora: residency[t],
-                    })
-                    .collect();
-                let session_id = format!("session-{}", s.id);
-                let tokens: Option<std::rc::Rc<[u32]>> =
-                    wants_tokens.then(|| token_ids(&tr.prompt).into());
-                let req_inputs = AsyncInputs {
-                    token_ids: tokens.clone(),
-                    ..inputs.clone()
-                };
-                let req = PickRequest {
-                    model,
-                    session: SessionKey {
-                        header: header.then_some(session_id.as_bytes()),
-                        prompt: &tr.prompt,
-                    },
-                    prompt: &tr.prompt,
-                    prompt_tokens: tr.prompt_tokens,
-                    max_tokens: Some(tr.output_tokens as u64),
-                    inputs: &req_inputs,
-                };
-                let pick: Option<Pick> = match &mut router {
-                    // A strategy is never asked to pick among no candidates (a fleet of none
-                    // rejects every request, as the gateway answers 503).
-                    _ if candidates.is_empty() => None,
-                    Router::Cores(instances) => instances[core].pick(&req, &candidates, at),
-                    Router::Oracle { owner, groups } => {
-                        Some(oracle_pick(owner, groups, s.group, &candidates))
-                    }
-                };
-                let Some(pick) = pick else {
-                    rejected += 1;
-                    if let Some(next) = s.turns.get(turn as usize + 1) {
-                        push(
-                            &mut heap,
-                            now + next.think,
-                            Event::Arrive {
-                                session,
-                                turn: turn + 1,
-                            },
-                        );
-                    }
-                    continue;
-                };
-                if pick.fallback.is_some() {
-                    fallbacks += 1;
-                }
-                let target = candidates[pick.index].target;
-                let load_at_send = candidates[pick.index].load;
-                if let Router::Cores(instances) = &mut router {
-                    instances[core].routed(&req, target, sinks[core].for_route(0), at);
-                }
-                per_target[target] += 1;
-                let track = &mut tracks[session as usize];
-                match track.first {
-                    None => track.first = Some(target),
-                    Some(f) if f != target => track.moved = true,
-                    _ => {}
-                }
-                track.routed += 1;
-                replica_in_flight[replica][target] += 1;
-                own_in_flight[core][target] += 1;
-                let id = reqs.len();
-                reqs.push(InFlight {
-                    session,
-                    turn,
-                    core,
-                    target,
-                    sent: now,
-                    admitted: now,
-                    load_at_send,
-                    blocks: block_hashes(&tr.prompt),
-                    hit_tokens: 0,
-                    to_first_token: Duration::ZERO,
-                    to_finish: Duration::ZERO,
-                    tokens,
-                    adapter: tr.adapter.filter(|_| fleet.lora.is_some()),
-                });
-                // An adapter request first needs its adapter's slot (and maybe its load).
-                let ready = match (reqs[id].adapter, engines[target].adapters.as_mut()) {
-                    (Some(a), Some(slots)) => slots.acquire(id, a, now),
-                    _ => Some(now),
-                };
-                match ready {
-                    Some(r) if r > now => push(&mut heap, r, Event::Ready { req: id as u32 }),
-                    Some(_) => {
-                        let e = &mut engines[target];
-                        if let Some(fin) = start(e, &mut kv, &mut reqs, id, sessions, now, base) {
-                            push(&mut heap, fin, Event::Finish { req: id as u32 });
-                        }
-                    }
-                    None => {}
-                }
-            }
-            Event::Ready { req } => {
-                let id = req as usize;
-                let e = &mut engines[reqs[id].target];
-                if let Some(fin) = start(e, &mut kv, &mut reqs, id, sessions, now, base) {
-                    push(&mut heap, fin, Event::Finish { req });
-                }
-            }
-            Event::Finish { req } => {
-                let r = &reqs[req as usize];
-                let (target, core) = (r.target, r.core);
-                let tr = &sessions[r.session as usize].turns[r.turn as usize];
-                let ttft = (r.admitted - r.sent) + r.to_first_token;
-                ttfts.push(ttft.as_secs_f64() * 1e3);
-                prompt_total += tr.prompt_tokens as u64;
-                hit_total += r.hit_tokens as u64;
-                last_finish = last_finish.max(now);
-                let sample = Sample {
-                    target,
-                    status: 200,
-                    success: true,
-                    ttft: Some(ttft),
-                    first_byte: Some(ttft),
-                    duration: now - r.sent,
-                    load_at_send: r.load_at_send,
-                    prompt_tokens: tr.prompt_tokens,
-                    usage: Some(Usage {
-                        prompt_tokens: tr.prompt_tokens,
-                        completion_tokens: tr.output_tokens,
-                    }),
-                    finished: at,
-                };
-                let (session, turn) = (r.session, r.turn);
-                let held = r.blocks.len();
-                let adapter = r.adapter;
-                replica_in_flight[core / cores][target] -= 1;
-                own_in_flight[core][target] -= 1;
-                if let Some(next) = engines[target].release(held) {
-                    let fin = admit(&mut engines[target], &mut reqs[next], sessions, now);
-                    kv.publish(target, &mut engines[target], &reqs[next], base + now);
-                    push(&mut heap, fin, Event::Finish { req: next as u32 });
-                }
-                // The adapter's slot: waiting requests that get one go on.
-                let granted = match (adapter, engines[target].adapters.as_mut()) {
-                    (Some(a), Some(slots)) => slots.release(a, now),
-                    _ => Vec::new(),
-                };
-                for (id, ready) in granted {
-                    if ready > now {
-                        push(&mut heap, ready, Event::Ready { req: id as u32 });
-                    } else {
-                        let e = &mut engines[target];
-                        if let Some(fin) = start(e, &mut kv, &mut reqs, id, sessions, now, base) {
-                            push(&mut heap, fin, Event::Finish { req: id as u32 });
-                        }
-                    }
-                }
-                // Free the finished request's blocks list; it is not needed any more.
-                reqs[req as usize].blocks = Vec::new();
-                if let Router::Cores(instances) = &mut router {
-                    instances[core].observe(&sample);
-                    if cores > 1 {
-                        pending_samples.push((core, sample));
-                    }
-                }
-                let s = &sessions[session as usize];
-                if let Some(next) = s.turns.get(turn as usize + 1) {
-                    push(
-                        &mut heap,
-                        now + next.think,
-                        Event::Arrive {
-                            session,
-                            turn: turn + 1,
-                        },
-                    );
-                }
-            }
+            None => {}
         }
     }
 
-    let first_start = sessions.iter().map(|s| s.start).min().unwrap_or_default();
-    let adapter_loads = fleet.lora.map(|_| {
-        engines
+    /// Request `req` finished on its engine: counted, its slot and adapter released, its
+    /// sample observed, the session's next turn scheduled.
+    fn finish(&mut self, req: u32, now: Duration) {
+        let r = &self.reqs[req as usize];
+        let (target, core) = (r.target, r.core);
+        let tr = &self.sessions[r.session as usize].turns[r.turn as usize];
+        let ttft = (r.admitted - r.sent) + r.to_first_token;
+        self.ttfts.push(ttft.as_secs_f64() * 1e3);
+        self.prompt_total += tr.prompt_tokens as u64;
+        self.hit_total += r.hit_tokens as u64;
+        self.last_finish = self.last_finish.max(now);
+        let sample = Sample {
+            target,
+            status: 200,
+            success: true,
+            ttft: Some(ttft),
+            first_byte: Some(ttft),
+            duration: now - r.sent,
+            load_at_send: r.load_at_send,
+            prompt_tokens: tr.prompt_tokens,
+            usage: Some(Usage {
+                prompt_tokens: tr.prompt_tokens,
+                completion_tokens: tr.output_tokens,
+            }),
+            finished: self.base + now,
+        };
+        let (session, turn) = (r.session, r.turn);
+        let held = r.blocks.len();
+        let adapter = r.adapter;
+        self.replica_in_flight[core / self.cores][target] -= 1;
+        self.own_in_flight[core][target] -= 1;
+        if let Some(next) = self.engines[target].release(held) {
+            let fin = admit(
+                &mut self.engines[target],
+                &mut self.reqs[next],
+                self.sessions,
+                now,
+            );
+            self.kv.publish(
+                target,
+                &mut self.engines[target],
+                &self.reqs[next],
+                self.base + now,
+            );
+            self.push(fin, Event::Finish { req: next as u32 });
+        }
+        // The adapter's slot: waiting requests that get one go on.
+        let granted = match (adapter, self.engines[target].adapters.as_mut()) {
+            (Some(a), Some(slots)) => slots.release(a, now),
+            _ => Vec::new(),
+        };
+        for (id, ready) in granted {
+            if ready > now {
+                self.push(ready, Event::Ready { req: id as u32 });
+            } else {
+                let e = &mut self.engines[target];
+                if let Some(fin) = start(
+                    e,
+                    &mut self.kv,
+                    &mut self.reqs,
+                    id,
+                    self.sessions,
+                    now,
+                    self.base,
+                ) {
+                    self.push(fin, Event::Finish { req: id as u32 });
+                }
+            }
+        }
+        // Free the finished request's blocks list; it is not needed any more.
+        self.reqs[req as usize].blocks = Vec::new();
+        if let Router::Cores(instances) = &mut self.router {
+            instances[core].observe(&sample);
+            if self.cores > 1 {
+                self.pending_samples.push((core, sample));
+            }
+        }
+        self.next_turn(session, turn, now);
+    }
+
+    fn summary(self, workload: &Workload, policy: &Policy) -> RunResult {
+        let first_start = self
+            .sessions
             .iter()
-            .map(|e| e.adapters.as_ref().map_or(0, |a| a.loads()))
-            .collect()
-    });
-    summarize(Summary {
-        workload: workload.kind.name().to_string(),
-        policy: policy.label(),
-        rejected,
-        fallbacks,
-        prompt_total,
-        hit_total,
-        ttfts,
-        per_target,
-        tracks,
-        sim: last_finish.saturating_sub(first_start),
-        adapter_loads,
-        store_items: (replicas > 1).then_some(store_items),
-    })
+            .map(|s| s.start)
+            .min()
+            .unwrap_or_default();
+        let adapter_loads = self.fleet.lora.map(|_| {
+            self.engines
+                .iter()
+                .map(|e| e.adapters.as_ref().map_or(0, |a| a.loads()))
+                .collect()
+        });
+        summarize(Summary {
+            workload: workload.kind.name().to_string(),
+            policy: policy.label(),
+            rejected: self.rejected,
+            fallbacks: self.fallbacks,
+            prompt_total: self.prompt_total,
+            hit_total: self.hit_total,
+            ttfts: self.ttfts,
+            per_target: self.per_target,
+            tracks: self.tracks,
+            sim: self.last_finish.saturating_sub(first_start),
+            adapter_loads,
+            store_items: (self.replicas > 1).then_some(self.store_items),
+        })
+    }
 }
 
 /// Request `id`, ready to run on `engine` at `now`, takes a running slot (or queues for
@@ -798,13 +973,14 @@ fn admit(
 
 /// One exchange tick: every core's shared items and finished samples reach every other
 /// core of its replica (instances `i` with the same `i / cores`); with `publish`, each
-/// core's shared items then go to the store at that tick (in ns).
+/// core's shared items then go to the store at that tick (in ns), counting the items of
+/// the kinds shared.
 fn exchange(
     instances: &mut [Box<dyn Strategy>],
     cores: usize,
     sinks: &mut [ShareSink],
     samples: &mut Vec<(usize, Sample)>,
-    mut publish: Option<(&mut Store, u64)>,
+    mut publish: Option<(&mut Store, u64, Share, &mut u64)>,
     now: Instant,
 ) {
     let same_replica = |a: usize, b: usize| a != b && a / cores == b / cores;
@@ -820,7 +996,8 @@ fn exchange(
                 }
             }
         }
-        if let Some((store, tick_ns)) = publish.as_mut() {
+        if let Some((store, tick_ns, share, items)) = publish.as_mut() {
+            **items += batch.iter().filter(|(_, i)| share.carries(i)).count() as u64;
             store.publish(from / cores, *tick_ns, Payload::Items(batch));
         }
     }

@@ -52,10 +52,13 @@ pub enum Kind {
     /// Single requests for many LoRA adapters (skewed popularity) on engines with adapter
     /// slots.
     Lora,
+    /// A few users, each sending one conversation after another without `x-session-id`,
+    /// the next turn a short think time after the answer.
+    FewUsers,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::MultiTurn,
         Kind::MultiTurnNoHeader,
         Kind::Rag,
@@ -63,6 +66,7 @@ impl Kind {
         Kind::Mixed,
         Kind::Hetero,
         Kind::Lora,
+        Kind::FewUsers,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,6 +78,7 @@ impl Kind {
             Kind::Mixed => "mixed",
             Kind::Hetero => "hetero",
             Kind::Lora => "lora",
+            Kind::FewUsers => "few-users",
         }
     }
 
@@ -86,7 +91,7 @@ impl Kind {
 
     /// Whether requests carry `x-session-id`.
     pub fn header(self) -> bool {
-        !matches!(self, Kind::MultiTurnNoHeader)
+        !matches!(self, Kind::MultiTurnNoHeader | Kind::FewUsers)
     }
 }
 
@@ -128,6 +133,17 @@ pub struct Sizes {
     pub lora_requests: usize,
     pub lora_rate: f64,
     pub lora_base_share: f64,
+    /// Few users: users, requests (over every user), turns per conversation, tokens per
+    /// answer, and the think time between an answer and the next turn (uniform between the
+    /// bounds, milliseconds).
+    pub few_users: usize,
+    pub few_user_requests: usize,
+    pub few_user_turns: (usize, usize),
+    pub few_user_answer_tokens: (usize, usize),
+    /// Few users: the shared system prompts conversations start with (0: each
+    /// conversation has its own).
+    pub few_user_systems: usize,
+    pub think_ms: (f64, f64),
 }
 
 impl Sizes {
@@ -159,6 +175,12 @@ impl Sizes {
             lora_requests: 3000,
             lora_rate: 12.0,
             lora_base_share: 0.1,
+            few_users: 6,
+            few_user_requests: 300,
+            few_user_turns: (4, 12),
+            few_user_answer_tokens: (10, 40),
+            few_user_systems: 4,
+            think_ms: (20.0, 50.0),
         }
     }
 
@@ -299,6 +321,7 @@ pub fn generate(kind: Kind, sizes: &Sizes, seed: u64) -> Workload {
         Kind::FewShot => few_shot(sizes, seed),
         Kind::Mixed => mixed(sizes, seed),
         Kind::Lora => lora(sizes, seed),
+        Kind::FewUsers => few_users(sizes, seed),
     };
     Workload {
         kind,
@@ -355,6 +378,70 @@ pub fn multi_turn(sizes: &Sizes, seed: u64) -> Vec<Session> {
         });
     }
     sessions
+}
+
+/// A few users (`few_users`), each sending conversations one after another until the
+/// users have sent `few_user_requests` between them: a conversation starts with one of the
+/// shared system prompts, each turn appends the previous answer and a new question, and
+/// every turn (the first of a conversation too) follows the user's previous answer after
+/// a think time drawn from `think_ms`. One session per user (its group too), so a session's
+/// turns span several conversations. Users start within the first second.
+pub fn few_users(sizes: &Sizes, seed: u64) -> Vec<Session> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x6665_7775);
+    let systems: Vec<String> = (0..sizes.few_user_systems)
+        .map(|i| {
+            format!(
+                "You are assistant {i}. {}",
+                text(&mut rng, sizes.system_tokens)
+            )
+        })
+        .collect();
+    let users = sizes.n(sizes.few_users);
+    let requests = sizes.n(sizes.few_user_requests).max(users);
+    let (tlo, thi) = sizes.think_ms;
+    let (tlo, thi) = (tlo.max(0.0), thi.max(tlo.max(0.0)));
+    (0..users)
+        .map(|u| {
+            let own = requests / users + usize::from(u < requests % users);
+            let start = Duration::from_secs_f64(rng.f64());
+            let mut turns = Vec::with_capacity(own);
+            let mut conversation = 0;
+            while turns.len() < own {
+                let (lo, hi) = sizes.few_user_turns;
+                let n = range(&mut rng, lo.max(1), hi.max(lo.max(1))).min(own - turns.len());
+                let system = if systems.is_empty() {
+                    let t = text(&mut rng, sizes.system_tokens);
+                    format!("You are the assistant of user {u}, chat {conversation}. {t}")
+                } else {
+                    systems[rng.usize(..systems.len())].clone()
+                };
+                let mut history: Vec<(&str, String)> = vec![("system", system)];
+                for _ in 0..n {
+                    let (qlo, qhi) = sizes.question_tokens;
+                    let q = text_between(&mut rng, qlo, qhi);
+                    history.push(("user", format!("user {u}, chat {conversation}: {q}")));
+                    let (alo, ahi) = sizes.few_user_answer_tokens;
+                    let output = range(&mut rng, alo, ahi) as u32;
+                    let think = if turns.is_empty() {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_secs_f64((tlo + rng.f64() * (thi - tlo)) / 1e3)
+                    };
+                    let msgs: Vec<(&str, &str)> =
+                        history.iter().map(|(r, c)| (*r, c.as_str())).collect();
+                    turns.push(turn(&msgs, output, think));
+                    history.push(("assistant", text(&mut rng, output as usize)));
+                }
+                conversation += 1;
+            }
+            Session {
+                id: u as u64,
+                group: u as u64,
+                start,
+                turns,
+            }
+        })
+        .collect()
 }
 
 /// Index drawn from a cumulative weight table ([`zipf_table`]).
@@ -626,6 +713,29 @@ mod tests {
         let (x, y) = (first(hot[0]), first(hot[1]));
         assert_eq!(x[0][..4], x[1][..4]);
         assert_ne!(x[0][0], y[0][0]);
+    }
+
+    #[test]
+    fn few_users_send_conversations_one_after_another() {
+        let w = generate(Kind::FewUsers, &Sizes::full(), 2);
+        assert!(!w.kind.header());
+        assert_eq!(w.sessions.len(), 6);
+        assert_eq!(w.requests(), 300);
+        let mut firsts = 0;
+        for s in w.sessions.iter() {
+            assert_eq!(s.turns.len(), 50);
+            assert_eq!(s.turns[0].think, Duration::ZERO);
+            for p in s.turns.windows(2) {
+                let (a, b) = (&p[0].prompt, &p[1].prompt);
+                let think = p[1].think.as_secs_f64() * 1e3;
+                assert!((20.0..=50.0).contains(&think), "{think}");
+                if !b.starts_with(&a[..a.len() - 1]) {
+                    firsts += 1;
+                }
+            }
+        }
+        // 4–12 turns per conversation: every user starts several.
+        assert!((18..=80).contains(&firsts), "{firsts} new conversations");
     }
 
     #[test]
