@@ -15,12 +15,15 @@
 //! - [`reader`]: the reader thread, on a connection of its own, waiting on the item and
 //!   load streams, so the other replicas' picks and load reach this one as they happen.
 //! - [`stats`]: its counters and status, for `/metrics` (`rolter_state_*`) and `/admin/state`.
+//! - [`inbox`]: the control thread's inbox of that news, with a doorbell that wakes its
+//!   event loop as news arrives.
 //! - [`news`]: the control thread's side: the store's news mapped onto this configuration's
 //!   route and target indices, for the workers.
 //!
 //! The store's client blocks on its socket, so it runs on its own threads, never on a
 //! worker or the control thread's event loop.
 
+pub mod inbox;
 pub mod link;
 pub mod messages;
 pub mod news;

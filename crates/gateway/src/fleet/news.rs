@@ -11,12 +11,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
 use rolter_config::Config;
 use rolter_core::{RouteLedger, ShareSink};
 use rolter_store::Item;
 use rolter_strategy::StoreUse;
 
+use super::inbox::{Doorbell, NewsInbox};
 use super::link::StoreLink;
 use super::messages::{StoreNews, ToState};
 use super::stats::StoreStats;
@@ -30,7 +30,9 @@ pub const LOAD_GAP: Duration = Duration::from_millis(5);
 /// The control thread's end of the fleet plane.
 pub struct FleetControl {
     pub link: StoreLink,
-    pub news: Receiver<StoreNews>,
+    pub news: NewsInbox,
+    /// Rung as news arrives; taken by the control thread's event loop.
+    pub doorbell: Option<Doorbell>,
     pub stats: Arc<StoreStats>,
     interval: Duration,
     share_load: bool,
@@ -81,7 +83,7 @@ impl Names {
 impl FleetControl {
     pub fn new(
         link: StoreLink,
-        news: Receiver<StoreNews>,
+        (news, doorbell): (NewsInbox, Doorbell),
         stats: Arc<StoreStats>,
         config: &Arc<Config>,
     ) -> Self {
@@ -89,6 +91,7 @@ impl FleetControl {
         FleetControl {
             link,
             news,
+            doorbell: Some(doorbell),
             stats,
             interval: state.map_or(Duration::from_millis(100), |s| s.sync_interval),
             share_load: state.is_some_and(|s| s.share_load),
@@ -163,6 +166,11 @@ impl FleetControl {
                 self.send_key_use(book);
             }
         }
+        self.deliver_news(keys, links);
+    }
+
+    /// Hands the store's news that arrived to the workers.
+    pub fn deliver_news(&self, keys: Option<&KeyBook>, links: &ControlLinks) {
         while let Ok(news) = self.news.try_recv() {
             self.deliver(news, keys, links);
         }

@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::Sender;
 use rolter_store::{Cursor, News, Store, StoreSettings};
 
+use super::inbox::NewsSender;
 use super::messages::StoreNews;
 use super::stats::StoreStats;
 
@@ -42,7 +42,7 @@ pub struct Reader {
     pub replica: String,
     pub load_ttl: Duration,
     pub retry_interval: Duration,
-    pub news: Sender<StoreNews>,
+    pub news: NewsSender,
     pub stats: Arc<StoreStats>,
     pub stop: Arc<AtomicBool>,
 }
@@ -185,7 +185,7 @@ impl Reader {
     }
 
     fn send(&self, news: StoreNews) {
-        if self.news.try_send(news).is_err() {
+        if !self.news.send(news) {
             self.stats.news_dropped();
         }
     }

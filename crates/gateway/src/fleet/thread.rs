@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rolter_config::{Config, StateConfig, StateTopology};
 use rolter_core::Shared;
 use rolter_store::{
@@ -35,6 +35,7 @@ use rolter_store::{
 };
 use rolter_strategy::StoreUse;
 
+use super::inbox::NewsSender;
 use super::messages::{LedgerNews, StoreNews, ToState};
 use super::reader::Reader;
 use super::stats::StoreStats;
@@ -119,7 +120,7 @@ pub fn spawn(
     replica: String,
     config: Arc<Config>,
     rx: Receiver<ToState>,
-    news: Sender<StoreNews>,
+    news: NewsSender,
     stats: Arc<StoreStats>,
 ) -> io::Result<JoinHandle<()>> {
     // The process id and a random word: replicas given one name by a shared file (or run
@@ -192,7 +193,7 @@ struct StateThread {
     /// process added, by (minute, key), to tell the other replicas' share.
     key_pending: BTreeMap<u64, BTreeMap<String, (u64, u64)>>,
     key_own: BTreeMap<(u64, String), (u64, u64)>,
-    news: Sender<StoreNews>,
+    news: NewsSender,
     stats: Arc<StoreStats>,
     last_command_error: Option<Instant>,
 }
@@ -223,7 +224,7 @@ impl StateThread {
         replica: String,
         origin: String,
         config: Arc<Config>,
-        news: Sender<StoreNews>,
+        news: NewsSender,
         stats: Arc<StoreStats>,
     ) -> Self {
         StateThread {
@@ -486,7 +487,7 @@ impl StateThread {
 
     /// Hands news to the control thread; a full queue drops it (counted).
     fn send_news(&self, news: StoreNews) {
-        if self.news.try_send(news).is_err() {
+        if !self.news.send(news) {
             self.stats.news_dropped();
         }
     }

@@ -94,8 +94,14 @@ pub fn spawn(ctx: ControlContext) -> io::Result<JoinHandle<()>> {
 async fn run(ctx: ControlContext) {
     let mut control = Control::start(ctx);
     let mut watchdog = notify::Watchdog::from_env();
+    let mut due = Instant::now() + CONTROL_TICK;
     loop {
-        monoio::time::sleep(CONTROL_TICK).await;
+        if control.wait(due).await {
+            // Another replica's news: to the workers now, the rest at the tick.
+            control.deliver_news();
+            continue;
+        }
+        due = Instant::now() + CONTROL_TICK;
         if let Ok(a) = control.adopts.try_recv() {
             control.adopt(a);
         }
@@ -123,6 +129,8 @@ struct Control {
     adopts: Receiver<Adopt>,
     reloads: Arc<crate::reload::ReloadStats>,
     fleet: Option<Rc<RefCell<crate::fleet::news::FleetControl>>>,
+    /// Rung as the store's news arrives (with `[state]`).
+    doorbell: Option<crate::fleet::inbox::Doorbell>,
     /// The current probe loops.
     running: Running,
     /// Inboxes of replaced configurations whose routes and targets sit at the same indices
@@ -167,6 +175,8 @@ impl Control {
         plane.borrow_mut().reloads = Some(reloads.clone());
         plane.borrow_mut().access = access;
         plane.borrow_mut().poll_stats = Some(poll_stats);
+        let mut fleet = fleet;
+        let doorbell = fleet.as_mut().and_then(|f| f.doorbell.take());
         let fleet = fleet.map(|f| Rc::new(RefCell::new(f)));
         plane.borrow_mut().fleet = fleet.clone();
         if let Some(listener) = admin {
@@ -183,6 +193,7 @@ impl Control {
             adopts,
             reloads,
             fleet,
+            doorbell,
             running,
             folding: Vec::new(),
             kept: Vec::new(),
@@ -254,6 +265,35 @@ impl Control {
             let keys = p.keys.clone();
             f.borrow_mut()
                 .tick(now, |t| p.in_flight(t), keys.as_deref(), links);
+        }
+    }
+
+    /// Waits until `due` (false) or, sooner, for the store's news (true).
+    async fn wait(&mut self, due: Instant) -> bool {
+        use std::future::Future;
+        let Some(bell) = self.doorbell.as_mut() else {
+            monoio::time::sleep_until(due.into()).await;
+            return false;
+        };
+        let mut sleep = std::pin::pin!(monoio::time::sleep_until(due.into()));
+        let mut rung = std::pin::pin!(bell.rung());
+        std::future::poll_fn(|cx| {
+            if sleep.as_mut().poll(cx).is_ready() {
+                std::task::Poll::Ready(false)
+            } else if rung.as_mut().poll(cx).is_ready() {
+                std::task::Poll::Ready(true)
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Hands the store's news to the workers between ticks.
+    fn deliver_news(&self) {
+        if let Some(f) = &self.fleet {
+            let keys = self.plane.borrow().keys.clone();
+            f.borrow().deliver_news(keys.as_deref(), &self.links);
         }
     }
 

@@ -23,8 +23,9 @@ use super::listener;
 use super::supervisor::Supervisor;
 use super::worker::{self, Handoff, WorkerSetup, WorkerShared};
 use crate::access_log::AccessLog;
+use crate::fleet::inbox::{Doorbell, NewsInbox};
 use crate::fleet::news::FleetControl;
-use crate::fleet::{StoreLink, StoreNews, StoreStats};
+use crate::fleet::{StoreLink, StoreStats};
 use crate::lifecycle::Lifecycle;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::key_limits::KeyBook;
@@ -346,7 +347,7 @@ impl Sockets {
 /// `link`, the control thread sends it the load and receives its news.
 struct StateThread {
     link: StoreLink,
-    news: crossbeam_channel::Receiver<StoreNews>,
+    news: (NewsInbox, Doorbell),
     stats: Arc<StoreStats>,
     handle: JoinHandle<()>,
 }
@@ -371,7 +372,7 @@ impl StateThread {
             &replica,
         ));
         let (tx, rx) = crossbeam_channel::bounded(crate::fleet::link::QUEUE);
-        let (news_tx, news) = crossbeam_channel::bounded(256);
+        let (news_tx, inbox, doorbell) = crate::fleet::inbox::inbox();
         let handle = crate::fleet::thread::spawn(
             state.clone(),
             replica,
@@ -383,7 +384,7 @@ impl StateThread {
         let link = StoreLink::new(tx, state.pick_timeout, stats.clone());
         Ok(Some(StateThread {
             link,
-            news,
+            news: (inbox, doorbell),
             stats,
             handle,
         }))
