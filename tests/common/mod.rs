@@ -2,6 +2,7 @@
 //! under either io driver, and talk to them with a blocking raw HTTP/1.1 client.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod client;
 pub mod process;
 pub mod scripted;

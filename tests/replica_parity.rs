@@ -1,0 +1,192 @@
+//! Three gateway replicas sharing prefixes through a real `redis-server` route a multi-turn
+//! workload like one gateway: the `rolter` binary, mock engines with LRU prefix caches
+//! smaller than the working set, six users whose next turn follows the previous answer
+//! after 10 to 50 ms (sooner than the 100 ms `sync_interval`), no `x-session-id`, and every
+//! request sent to a replica picked at random, as an L4 balancer spreads connections.
+//!
+//! The hit rate is the engines' own (cached prompt tokens over prompt tokens), for
+//! `cache_aware` and for `pipeline` with `fleet_load`, over three seeds: one gateway
+//! (2 workers), three replicas that share nothing, three that share through the store.
+
+mod common;
+use std::time::{Duration, Instant};
+
+use common::binary::Gw;
+use common::*;
+use rolter::config::DriverChoice;
+use rolter_mock::MockHandle;
+use rolter_store::testing::RedisServer;
+
+const USERS: usize = 6;
+const TURNS: usize = 50;
+/// Each engine holds about two of the six conversations at their longest: the fleet holds
+/// the working set only when each conversation stays on one engine.
+const CAPACITY_BLOCKS: usize = 480;
+/// Most the mean over the seeds of a sharing fleet may fall below one gateway's.
+const PARITY: f64 = 0.03;
+/// The time between an answer and the user's next turn, in milliseconds.
+const THINK_MS: std::ops::Range<u64> = 10..50;
+
+/// The strategies compared, without and with sharing.
+struct Strategy {
+    name: &'static str,
+    plain: &'static str,
+    shared: &'static str,
+}
+
+const CACHE_AWARE: Strategy = Strategy {
+    name: "cache_aware",
+    plain: "\"cache_aware\"",
+    shared: "{ name = \"cache_aware\", share_prefixes = true }",
+};
+const PIPELINE: Strategy = Strategy {
+    name: "pipeline + fleet_load",
+    plain: "\"pipeline\"",
+    shared: "{ name = \"pipeline\", share_prefixes = true, fleet_load = true }",
+};
+
+fn engines() -> Vec<MockHandle> {
+    (0..3)
+        .map(|i| {
+            mock(&format!("m{i}"), |c| {
+                c.prefix_cache = Some(rolter_mock::PrefixCacheConfig {
+                    capacity_blocks: CAPACITY_BLOCKS,
+                    prefill_us_per_token: 5,
+                    ..Default::default()
+                })
+            })
+        })
+        .collect()
+}
+
+fn state_table(redis: &RedisServer, prefix: &str, replica: &str) -> String {
+    // The defaults an operator runs with: the 100 ms sync interval.
+    format!(
+        "[state]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\nreplica = \"{replica}\"\n",
+        redis.url()
+    )
+}
+
+fn replica(d: DriverChoice, engines: &[MockHandle], strategy: &str, state: &str) -> Gw {
+    let mut rest = String::new();
+    for (i, m) in engines.iter().enumerate() {
+        rest.push_str(&target(&format!("t{i}"), m.addr(), ""));
+    }
+    rest.push_str(&format!(
+        "[[routes]]\nname = \"r\"\ntargets = [\"t0\", \"t1\", \"t2\"]\nstrategy = {strategy}\n{state}"
+    ));
+    Gw::start(d, 2, "", &rest)
+}
+
+/// The engines' hit rate for the workload over `gws`, with `seed` choosing the replica of
+/// each request.
+fn hit_rate(gws: &[Gw], engines: &[MockHandle], seed: u64) -> f64 {
+    let users: Vec<_> = (0..USERS)
+        .map(|u| {
+            let addrs: Vec<_> = gws.iter().map(|g| g.addr).collect();
+            std::thread::spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(seed * 1000 + u as u64);
+                let mut history = vec![serde_json::json!({
+                    "role": "system",
+                    "content": format!("User {u} of seed {seed}. {}", "You help operators size GPU fleets and explain each step. ".repeat(10)),
+                })];
+                for turn in 0..TURNS {
+                    history.push(serde_json::json!({"role": "user", "content": format!("Turn {turn} of user {u}: how many engines for {} requests a second?", rng.u32(1..1000))}));
+                    let body = serde_json::json!({"model": "m", "max_tokens": 4, "messages": history}).to_string();
+                    let addr = addrs[rng.usize(..addrs.len())];
+                    let r = call(addr, &post("/v1/chat/completions", &[], &body));
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    history.push(serde_json::json!({"role": "assistant", "content": format!("Answer {turn}: about {} engines, {}", rng.u32(1..64), "given the prompt lengths you sent. ".repeat(3))}));
+                    std::thread::sleep(Duration::from_millis(rng.u64(THINK_MS)));
+                }
+            })
+        })
+        .collect();
+    for u in users {
+        u.join().unwrap();
+    }
+    let (hits, queries) = engines
+        .iter()
+        .map(|m| m.prefix_cache_stats().unwrap())
+        .fold((0, 0), |(h, q), s| (h + s.hits, q + s.queries));
+    hits as f64 / queries as f64
+}
+
+fn wait_store(g: &Gw) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while g.series("rolter_state_up") != Some(1.0) {
+        assert!(
+            Instant::now() < end,
+            "the store never answered:\n{}",
+            g.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The three setups' hit rates for one seed: one gateway, three sharing nothing, three
+/// sharing through `redis`.
+fn setups(d: DriverChoice, s: &Strategy, redis: &RedisServer, seed: u64) -> [f64; 3] {
+    let run = |n: usize, strategy: &str, shared: bool| {
+        let engines = engines();
+        let prefix = format!("parity-{seed}-{}", fastrand::u32(..));
+        let gws: Vec<Gw> = (0..n)
+            .map(|i| {
+                let state = if shared {
+                    state_table(redis, &prefix, &format!("gw{i}"))
+                } else {
+                    String::new()
+                };
+                replica(d, &engines, strategy, &state)
+            })
+            .collect();
+        if shared {
+            gws.iter().for_each(wait_store);
+        }
+        hit_rate(&gws, &engines, seed)
+    };
+    [
+        run(1, s.plain, false),
+        run(3, s.plain, false),
+        run(3, s.shared, true),
+    ]
+}
+
+fn parity(s: &Strategy) {
+    let redis = RedisServer::start();
+    for d in drivers() {
+        let mut rows = Vec::new();
+        for seed in 0..3 {
+            let [one, nothing, sharing] = setups(d, s, &redis, seed);
+            eprintln!(
+                "{} {:?} seed {seed}: one gateway {one:.3}, 3 replicas sharing nothing {nothing:.3}, sharing {sharing:.3}",
+                s.name, d
+            );
+            rows.push((one, nothing, sharing));
+        }
+        for (seed, &(_, nothing, sharing)) in rows.iter().enumerate() {
+            assert!(
+                sharing >= nothing,
+                "{} {d:?} seed {seed}: sharing {sharing:.3} below sharing nothing {nothing:.3}",
+                s.name
+            );
+        }
+        let mean = |f: fn(&(f64, f64, f64)) -> f64| rows.iter().map(f).sum::<f64>() / 3.0;
+        let (one, sharing) = (mean(|r| r.0), mean(|r| r.2));
+        assert!(
+            sharing >= one - PARITY,
+            "{} {d:?}: sharing {sharing:.3} vs one gateway {one:.3} over three seeds",
+            s.name
+        );
+    }
+}
+
+#[test]
+fn cache_aware_on_three_replicas_keeps_one_gateways_hit_rate() {
+    parity(&CACHE_AWARE);
+}
+
+#[test]
+fn pipeline_with_fleet_load_on_three_replicas_keeps_one_gateways_hit_rate() {
+    parity(&PIPELINE);
+}
