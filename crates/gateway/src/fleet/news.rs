@@ -25,7 +25,7 @@ use crate::mesh::{ControlLinks, Kind, ToWorker};
 
 /// The shortest time between two publications of this replica's load: a burst of
 /// requests is one publication, not one per request.
-pub const LOAD_GAP: Duration = Duration::from_millis(5);
+pub const LOAD_GAP: Duration = Duration::from_millis(2);
 
 /// The control thread's end of the fleet plane.
 pub struct FleetControl {
