@@ -24,8 +24,9 @@ use crate::mesh::key_limits::{minute_now, KeyBook};
 use crate::mesh::{ControlLinks, Kind, ToWorker};
 
 /// The shortest time between two publications of this replica's load: a burst of
-/// requests is one publication, not one per request.
-pub const LOAD_GAP: Duration = Duration::from_millis(2);
+/// requests is one publication, not one per request, and a request of a millisecond or two
+/// is still seen ending soon after it ends.
+pub const LOAD_GAP: Duration = Duration::from_millis(1);
 
 /// The control thread's end of the fleet plane.
 pub struct FleetControl {

@@ -1,8 +1,8 @@
 //! The control thread: its own monoio runtime (the workers' driver) running the admin
-//! listener, the control plane's periodic tasks, and the 2 ms tick that folds the workers'
-//! messages in and publishes the targets' signals to every worker. On a reload it adopts the
-//! new configuration's plane and mesh, and folds what the replaced one's requests still
-//! report until the last of them ends.
+//! listener, the control plane's periodic tasks, and the tick (2 ms; 0.5 ms when the load is
+//! shared across replicas) that folds the workers' messages in and publishes the targets'
+//! signals to every worker. On a reload it adopts the new configuration's plane and mesh,
+//! and folds what the replaced one's requests still report until the last of them ends.
 //!
 //! Owns the thread and the composition of its tasks; what they do is `control`'s and
 //! `admin`'s.
@@ -32,8 +32,11 @@ use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
 
 /// How often the control thread drains the workers' messages and publishes target
-/// signals (the same period as the workers' signal tick).
-const CONTROL_TICK: Duration = Duration::from_millis(2);
+/// signals: the workers' signal tick (2 ms, or the fleet tick of a replica that shares its
+/// load, whose counts then leave for the store within about a millisecond).
+fn control_tick(config: &Config) -> Duration {
+    super::worker::signal_tick_of(config)
+}
 
 /// Everything the control thread runs with.
 pub struct ControlContext {
@@ -94,14 +97,14 @@ pub fn spawn(ctx: ControlContext) -> io::Result<JoinHandle<()>> {
 async fn run(ctx: ControlContext) {
     let mut control = Control::start(ctx);
     let mut watchdog = notify::Watchdog::from_env();
-    let mut due = Instant::now() + CONTROL_TICK;
+    let mut due = Instant::now() + control.tick_period();
     loop {
         if control.wait(due).await {
             // Another replica's news: to the workers now, the rest at the tick.
             control.deliver_news();
             continue;
         }
-        due = Instant::now() + CONTROL_TICK;
+        due = Instant::now() + control.tick_period();
         if let Ok(a) = control.adopts.try_recv() {
             control.adopt(a);
         }
@@ -266,6 +269,11 @@ impl Control {
             f.borrow_mut()
                 .tick(now, |t| p.in_flight(t), keys.as_deref(), links);
         }
+    }
+
+    /// The running configuration's tick.
+    fn tick_period(&self) -> Duration {
+        control_tick(&self.plane.borrow().config)
     }
 
     /// Waits until `due` (false) or, sooner, for the store's news (true).

@@ -34,10 +34,32 @@ use crate::upstream::tls::UpstreamTls;
 /// time a busy worker takes to reach its tick); see docs/architecture.md.
 pub const SIGNAL_TICK: Duration = Duration::from_millis(2);
 
-/// Housekeeping (pool eviction, shutdown checks) runs every this many signal ticks (100 ms).
+/// The signal tick of a replica that shares its load through the store (`[state]
+/// share_load`): a request to a fast engine may last a couple of milliseconds, so its
+/// count must leave this core well within that for the other replicas to see it while it
+/// is true (and its end before the next turn of the same conversation).
+pub const FLEET_TICK: Duration = Duration::from_micros(500);
+
+/// The signal tick a configuration runs at.
+pub fn signal_tick_of(config: &Config) -> Duration {
+    if config.state.as_ref().is_some_and(|s| s.share_load) {
+        FLEET_TICK
+    } else {
+        SIGNAL_TICK
+    }
+}
+
+/// How many [`FLEET_TICK`]s a tick of `tick` stands for (the pace counts in them).
+fn beats(tick: Duration) -> u32 {
+    (tick.as_micros() / FLEET_TICK.as_micros()).max(1) as u32
+}
+
+/// Housekeeping (pool eviction, shutdown checks) runs every this many signal ticks of 2 ms
+/// (100 ms, also at the fleet tick).
 const HOUSEKEEPING_EVERY: u32 = 50;
 
-/// A core with no request in flight and no note of activity for this many ticks (100 ms)
+/// A core with no request in flight and no note of activity for this many ticks of 2 ms
+/// (100 ms)
 /// is quiet: its tick slows to [`QUIET_TICK`] until the next note (a request arriving), a
 /// drain, a stop or a reload. Messages from the other cores wait in its inbox meanwhile
 /// (each pick drains the inbox first, so nothing is picked on an old view).
@@ -184,7 +206,7 @@ impl Worker {
         });
         Some(Worker {
             id,
-            pace: Pace::new(&core),
+            pace: Pace::new(&core, signal_tick_of(&generations.current().config)),
             core,
             generations,
             lifecycle: shared.lifecycle,
@@ -198,6 +220,7 @@ impl Worker {
     /// Ticks until the gateway stops, or the drain has nothing left to wait for.
     async fn tick_loop(&mut self) {
         loop {
+            self.pace.tick = signal_tick_of(&self.generations.current().config);
             self.pace.wait(&self.core, &self.lifecycle, self.id).await;
             self.take_handoff();
             self.signal_tick();
@@ -338,32 +361,41 @@ impl AcceptLoop {
     }
 }
 
-/// The pace of a worker's tick: a housekeeping tick every [`HOUSEKEEPING_EVERY`], and the
-/// slower [`QUIET_TICK`] once the core has been quiet for [`QUIET_AFTER`] ticks.
+/// The pace of a worker's tick: a housekeeping tick every [`HOUSEKEEPING_EVERY`] ticks of
+/// 2 ms, and the slower [`QUIET_TICK`] once the core has been quiet for [`QUIET_AFTER`]
+/// of them. It counts in [`FLEET_TICK`]s, so both keep their time at either tick.
 struct Pace {
-    /// Signal ticks since the last housekeeping one.
+    /// Beats since the last housekeeping tick.
     ticks: u32,
-    /// Signal ticks the core has been quiet for.
+    /// Beats the core has been quiet for.
     quiet_for: u32,
     /// The core's activity count at the last tick.
     notes: u64,
+    /// The signal tick of the current configuration.
+    tick: Duration,
 }
 
 impl Pace {
-    fn new(core: &WorkerCore) -> Pace {
+    fn new(core: &WorkerCore, tick: Duration) -> Pace {
         Pace {
             ticks: 0,
             quiet_for: 0,
             notes: core.activity.count(),
+            tick,
         }
+    }
+
+    /// Beats of a 2 ms tick: the unit of the thresholds.
+    fn per_tick() -> u32 {
+        beats(SIGNAL_TICK)
     }
 
     /// Waits for the next tick: the signal tick, or a quiet core's.
     async fn wait(&self, core: &WorkerCore, lifecycle: &Lifecycle, id: usize) {
-        if self.quiet_for >= QUIET_AFTER {
+        if self.quiet_for >= QUIET_AFTER * Self::per_tick() {
             quiet_tick(core, lifecycle, id).await;
         } else {
-            monoio::time::sleep(SIGNAL_TICK).await;
+            monoio::time::sleep(self.tick).await;
         }
     }
 
@@ -381,16 +413,18 @@ impl Pace {
             && generations.retired() == 0
             && !lifecycle.draining();
         self.notes = seen;
+        let step = beats(self.tick);
         self.quiet_for = if idle {
-            self.quiet_for.saturating_add(1)
+            self.quiet_for.saturating_add(step)
         } else {
             0
         };
-        self.ticks += 1;
-        if self.quiet_for > QUIET_AFTER {
-            self.ticks = HOUSEKEEPING_EVERY;
+        self.ticks += step;
+        let every = HOUSEKEEPING_EVERY * Self::per_tick();
+        if self.quiet_for > QUIET_AFTER * Self::per_tick() {
+            self.ticks = every;
         }
-        if self.ticks < HOUSEKEEPING_EVERY && !lifecycle.stopped() {
+        if self.ticks < every && !lifecycle.stopped() {
             return false;
         }
         self.ticks = 0;
