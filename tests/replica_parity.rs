@@ -1,8 +1,9 @@
 //! Three gateway replicas sharing prefixes through a real `redis-server` route a multi-turn
 //! workload like one gateway: the `rolter` binary, mock engines with LRU prefix caches
-//! smaller than the working set, six users whose next turn follows the previous answer
-//! after 10 to 50 ms (sooner than the 100 ms `sync_interval`), no `x-session-id`, and every
-//! request sent to a replica picked at random, as an L4 balancer spreads connections.
+//! smaller than the working set, six users who arrive within 50 ms and whose next turn
+//! follows the previous answer after 10 to 50 ms (sooner than the 100 ms `sync_interval`),
+//! no `x-session-id`, and every request sent to a replica picked at random, as an L4
+//! balancer spreads connections.
 //!
 //! The hit rate is the engines' own (cached prompt tokens over prompt tokens), for
 //! `cache_aware` and for `pipeline` with `fleet_load`, over three seeds: one gateway
@@ -90,6 +91,9 @@ fn hit_rate(gws: &[Gw], engines: &[MockHandle], seed: u64) -> f64 {
                     "role": "system",
                     "content": format!("User {u} of seed {seed}. {}", "You help operators size GPU fleets and explain each step. ".repeat(10)),
                 })];
+                // Users arrive over the first moments, as they go on: not in the same
+                // microsecond.
+                std::thread::sleep(Duration::from_millis(rng.u64(THINK_MS)));
                 for turn in 0..TURNS {
                     history.push(serde_json::json!({"role": "user", "content": format!("Turn {turn} of user {u}: how many engines for {} requests a second?", rng.u32(1..1000))}));
                     let body = serde_json::json!({"model": "m", "max_tokens": 4, "messages": history}).to_string();
@@ -152,7 +156,12 @@ fn setups(d: DriverChoice, s: &Strategy, redis: &RedisServer, seed: u64) -> [f64
     ]
 }
 
+/// One comparison at a time: two fleets of replicas on the same cores would time each
+/// other's loads, not their own.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn parity(s: &Strategy) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start();
     for d in drivers() {
         let mut rows = Vec::new();
