@@ -6,8 +6,10 @@
 //! itself into the sorted set `{p}:replicas`, scored by the unix time in ms of its last
 //! publication. A read runs one script that walks the set, skips the caller, reads each
 //! live replica's counts and removes the replicas whose counts expired. Each publication is
-//! also appended to the load stream `{p}:loads`, which `watch` follows. Owns that layout;
-//! it must not decide how strategies weigh remote load.
+//! also appended to the load stream `{p}:loads`, which `watch` follows; a change between
+//! two publications may go to the stream alone ([`append`]: one command instead of five),
+//! since readers that follow the stream need nothing else and the keys are only where a
+//! reader starts. Owns that layout; it must not decide how strategies weigh remote load.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -81,6 +83,20 @@ pub(crate) fn publish(
         STREAM_MAXLEN,
     ));
     batch::send_all::<Value>(link, &pipe)?;
+    Ok(())
+}
+
+/// Appends `replica`'s in-flight counts to the load stream only, leaving its key as the
+/// last [`publish`] wrote it.
+pub(crate) fn append(
+    link: &mut dyn ConnectionLike,
+    keys: &Keys,
+    replica: &str,
+    counts: &[(&str, u32)],
+) -> Result<(), StoreError> {
+    let blob = postcard::to_allocvec(counts)
+        .map_err(|e| StoreError::Invalid(format!("load counts do not encode: {e}")))?;
+    crate::watch::load_command(keys, replica, &blob, STREAM_MAXLEN).query::<Value>(link)?;
     Ok(())
 }
 

@@ -157,6 +157,12 @@ impl Store {
         self.run(|link, keys| load::publish(link, keys, replica, counts, ttl))
     }
 
+    /// Appends `replica`'s in-flight counts to the load stream alone (one command): a change
+    /// between two [`Store::publish_load`]s, for the replicas that follow the stream.
+    pub fn append_load(&mut self, replica: &str, counts: &[(&str, u32)]) -> Result<(), StoreError> {
+        self.run(|link, keys| load::append(link, keys, replica, counts))
+    }
+
     /// The other live replicas' in-flight counts, summed per target name (sorted by name).
     pub fn read_load(&mut self, replica: &str) -> Result<Vec<(String, u64)>, StoreError> {
         self.run(|link, keys| load::read(link, keys, replica))

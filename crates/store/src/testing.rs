@@ -107,6 +107,11 @@ impl RedisServer {
         &self.dir
     }
 
+    /// The server's process id while it runs (to read its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the server (SIGKILL) and waits for it to be gone; the port is left free.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -368,3 +368,29 @@ fn a_watch_wakes_on_another_replicas_items_and_load_and_skips_its_own() {
     assert_eq!(news.loads.len(), 1);
     assert_eq!(news.loads[0].replica, "A");
 }
+
+#[test]
+fn a_load_appended_between_publications_reaches_the_stream_and_leaves_the_keys_alone() {
+    let server = RedisServer::start();
+    let settings = server.settings("al");
+    let mut a = Store::connect(&settings).unwrap();
+    let mut b = Store::connect(&settings).unwrap();
+    b.publish_load("B", &[("e1", 1)], Duration::from_secs(60))
+        .unwrap();
+    let mut cursor = a.watch_cursor().unwrap();
+    b.append_load("B", &[("e1", 4), ("e2", 2)]).unwrap();
+    let news = a
+        .watch("A#1", "A", &mut cursor, 10, Some(Duration::from_secs(1)))
+        .unwrap();
+    assert_eq!(news.loads.len(), 1);
+    assert_eq!(news.loads[0].replica, "B");
+    assert_eq!(
+        news.loads[0].counts,
+        vec![("e1".to_string(), 4), ("e2".to_string(), 2)]
+    );
+    // Where a reader starts: the last publication's counts, not the appended change.
+    assert_eq!(a.read_load("A").unwrap(), vec![("e1".to_string(), 1)]);
+    // And the appended entry alone never makes a replica live in the keys.
+    b.append_load("C", &[("e3", 7)]).unwrap();
+    assert_eq!(a.read_load("A").unwrap(), vec![("e1".to_string(), 1)]);
+}

@@ -189,6 +189,8 @@ struct StateThread {
     /// store has it yet.
     load: Option<Vec<(String, u32)>>,
     load_sent: bool,
+    /// When the load's keys are written again (`None`: at the next publication).
+    load_keys_due: Option<Instant>,
     /// The client API keys' counts not yet in the store, by minute then key; and what this
     /// process added, by (minute, key), to tell the other replicas' share.
     key_pending: BTreeMap<u64, BTreeMap<String, (u64, u64)>>,
@@ -244,6 +246,7 @@ impl StateThread {
             own: BTreeMap::new(),
             load: None,
             load_sent: true,
+            load_keys_due: None,
             key_pending: BTreeMap::new(),
             key_own: BTreeMap::new(),
             news,
@@ -411,8 +414,9 @@ impl StateThread {
                     );
                 }
                 self.store = Some(store);
-                // The load is published again: it may have expired meanwhile.
+                // The load is published again, keys and all: it may have expired meanwhile.
                 self.load_sent = false;
+                self.load_keys_due = None;
             }
             Err(e) => {
                 let first = self.stats.last_error().is_none() || self.stats.is_up();
@@ -791,7 +795,15 @@ impl StateThread {
         };
         if let Some(load) = &self.load {
             let counts: Vec<(&str, u32)> = load.iter().map(|(n, c)| (n.as_str(), *c)).collect();
-            store.publish_load(&self.replica, &counts, load_ttl(&self.cfg))?;
+            // The keys (where a reader starts) once per interval; a change in between goes
+            // to the stream alone, which is all that readers following it need.
+            let now = Instant::now();
+            if self.load_keys_due.is_none_or(|due| now >= due) {
+                store.publish_load(&self.replica, &counts, load_ttl(&self.cfg))?;
+                self.load_keys_due = Some(now + self.cfg.sync_interval);
+            } else {
+                store.append_load(&self.replica, &counts)?;
+            }
         }
         self.load_sent = true;
         Ok(())
