@@ -10,6 +10,9 @@ pub struct Candidate {
     pub weight: f64,
     /// Requests in flight to this target (every core) plus its engine queue depth when known.
     pub load: u64,
+    /// Of `load`, the other gateway replicas' requests in flight (routes with `fleet_load`;
+    /// 0 otherwise).
+    pub fleet_load: u64,
     /// Failover tier (0 = primary).
     pub tier: u32,
     /// The engine's own waiting queue from a fresh scrape (0 when unknown; part of `load`).

@@ -27,7 +27,7 @@ pub use candidate::Candidate;
 pub use fleet::RouteLedger;
 pub use kv::{KvCacheView, KvView};
 pub use lora::{adapter_key, Level, Residency};
-pub use pick::Pick;
+pub use pick::{Basis, Pick};
 pub use price::{builtin, catalog_price, Price, PriceBook, TargetPrices, BUILTIN};
 pub use request::{AsyncInputs, Needs, PickRequest, SessionKey};
 pub use sample::{Sample, Usage, Verdict};

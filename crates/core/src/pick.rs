@@ -30,3 +30,35 @@ impl Pick {
         }
     }
 }
+
+/// What decided a pick on a route that shares state with the other gateway replicas: this
+/// replica's own information, or what it learned from the others (a session pin or a
+/// prefix another replica routed, or their requests in flight changing the choice).
+/// Counted per route in `rolter_routing_basis_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Basis {
+    #[default]
+    Local,
+    SharedPin,
+    SharedPrefix,
+    SharedLoad,
+}
+
+impl Basis {
+    pub const ALL: [Basis; 4] = [
+        Basis::Local,
+        Basis::SharedPin,
+        Basis::SharedPrefix,
+        Basis::SharedLoad,
+    ];
+
+    /// The metric's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Basis::Local => "local",
+            Basis::SharedPin => "shared_pin",
+            Basis::SharedPrefix => "shared_prefix",
+            Basis::SharedLoad => "shared_load",
+        }
+    }
+}

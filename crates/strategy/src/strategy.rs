@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use rolter_core::{
-    Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
+    Basis, Candidate, Needs, Pick, PickRequest, RouteLedger, Sample, ShareSink, Shared, TargetId,
 };
 
 /// The interface every load-balancing strategy implements. Its name is its options'
@@ -54,6 +54,19 @@ pub trait Strategy {
     /// Applies what another core's instance of this route's strategy shared (or, for the
     /// kinds the route shares through the state store, another replica's).
     fn apply_shared(&mut self, _item: &Shared<'_>, _now: Instant) {}
+
+    /// [`apply_shared`](Strategy::apply_shared) for what another gateway replica shared
+    /// through the state store: strategies that report their [`basis`](Strategy::basis)
+    /// remember it came from the fleet.
+    fn apply_fleet_shared(&mut self, item: &Shared<'_>, now: Instant) {
+        self.apply_shared(item, now);
+    }
+
+    /// What decided the last pick: this replica's own information, or the other
+    /// replicas' (read right after `pick`, on routes that share state).
+    fn basis(&self) -> Basis {
+        Basis::Local
+    }
 
     /// Applies the route's books as the shared state store holds them for the other
     /// replicas (`fair_catchup` with `durable = true`); replaces the previous ledger.

@@ -162,6 +162,9 @@ struct Node {
     older: u32,
     /// Prompt bytes this node stands for: `CHUNK` for a chunk, 1..=63 for a tail.
     len: u8,
+    /// Known only from another gateway replica's insertion (through the store): this
+    /// replica has not routed this prefix to the target itself.
+    fleet: bool,
 }
 
 /// One target's tree.
@@ -304,7 +307,7 @@ impl Tree {
     }
 
     /// Creates a node below `anchor` in the recency order.
-    fn create(&mut self, key: u64, parent: u32, len: u8, anchor: u32) -> u32 {
+    fn create(&mut self, key: u64, parent: u32, len: u8, anchor: u32, fleet: bool) -> u32 {
         let node = Node {
             key,
             tails: 0,
@@ -312,6 +315,7 @@ impl Tree {
             newer: NIL,
             older: NIL,
             len,
+            fleet,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -379,8 +383,28 @@ impl PrefixIndex {
         self.scratch = keys;
     }
 
+    /// [`insert`](PrefixIndex::insert) of another gateway replica's prompt (see
+    /// [`insert_keys_from_fleet`](PrefixIndex::insert_keys_from_fleet)).
+    pub fn insert_from_fleet(&mut self, target: TargetId, prompt: &[u8], now: Instant) {
+        let mut keys = std::mem::take(&mut self.scratch);
+        keys.compute(prompt);
+        self.insert_keys_as(target, &keys, now, true);
+        self.scratch = keys;
+    }
+
     /// [`insert`](PrefixIndex::insert) from keys computed (or decoded) beforehand.
-    pub fn insert_keys(&mut self, target: TargetId, keys: &PromptKeys, _now: Instant) {
+    pub fn insert_keys(&mut self, target: TargetId, keys: &PromptKeys, now: Instant) {
+        self.insert_keys_as(target, keys, now, false);
+    }
+
+    /// [`insert_keys`](PrefixIndex::insert_keys) for another gateway replica's insertion:
+    /// the nodes it adds are marked as known only from the fleet (nodes this replica
+    /// inserted itself stay its own).
+    pub fn insert_keys_from_fleet(&mut self, target: TargetId, keys: &PromptKeys, now: Instant) {
+        self.insert_keys_as(target, keys, now, true);
+    }
+
+    fn insert_keys_as(&mut self, target: TargetId, keys: &PromptKeys, _now: Instant, fleet: bool) {
         let (max_nodes, max_bytes) = (self.max_nodes, self.max_bytes);
         let Some(tree) = self.trees.get_mut(target) else {
             return;
@@ -395,6 +419,7 @@ impl PrefixIndex {
                 break;
             };
             tree.touch_after(parent, i);
+            tree.nodes[i as usize].fleet &= fleet;
             parent = i;
             depth += 1;
         }
@@ -414,9 +439,10 @@ impl PrefixIndex {
                     // A colliding key: reuse it rather than corrupt the map.
                     Some(&i) => {
                         tree.touch_after(parent, i);
+                        tree.nodes[i as usize].fleet &= fleet;
                         i
                     }
-                    None => tree.create(key, parent, CHUNK as u8, parent),
+                    None => tree.create(key, parent, CHUNK as u8, parent, fleet),
                 };
             }
         }
@@ -425,12 +451,15 @@ impl PrefixIndex {
         }
         let t = keys.tail_len;
         match tree.map.get(&keys.tail_key) {
-            Some(&i) => tree.touch_after(parent, i),
+            Some(&i) => {
+                tree.touch_after(parent, i);
+                tree.nodes[i as usize].fleet &= fleet;
+            }
             None => {
                 if !tree.make_room(1, usize::from(t), full, max_nodes, max_bytes) {
                     return;
                 }
-                tree.create(keys.tail_key, parent, t, parent);
+                tree.create(keys.tail_key, parent, t, parent, fleet);
             }
         }
         *tree.mask_mut(parent) |= 1u64 << t;
@@ -466,12 +495,24 @@ impl PrefixIndex {
     /// target: a binary search over the chunks (the tree is prefix-closed), so about
     /// log2(chunks) + 1 lookups per target. `keys` must be computed from `prompt`.
     pub fn matched_keys(&self, target: TargetId, keys: &PromptKeys, prompt: &[u8]) -> usize {
+        self.matched_keys_with_origin(target, keys, prompt).0
+    }
+
+    /// [`matched_keys`](PrefixIndex::matched_keys), and whether the longest held chunk of
+    /// the match is known only from another gateway replica (false when no whole chunk
+    /// matched).
+    pub fn matched_keys_with_origin(
+        &self,
+        target: TargetId,
+        keys: &PromptKeys,
+        prompt: &[u8],
+    ) -> (usize, bool) {
         debug_assert_eq!(keys.prompt_len(), prompt.len());
         let Some(tree) = self.trees.get(target) else {
-            return 0;
+            return (0, false);
         };
         if tree.count == 0 {
-            return 0;
+            return (0, false);
         }
         let full = &keys.full;
         let present = |c: usize| tree.map.get(&full[c - 1]).copied();
@@ -501,8 +542,12 @@ impl PrefixIndex {
             Some(i) => (i, full[c - 1]),
             None => (NIL, ROOT),
         };
+        let fleet = node != NIL && tree.nodes[node as usize].fleet;
         let pos = c * CHUNK;
-        pos + tree.tail_match(node, key, &prompt[pos.min(prompt.len())..])
+        (
+            pos + tree.tail_match(node, key, &prompt[pos.min(prompt.len())..]),
+            fleet,
+        )
     }
 
     /// Prompt bytes held for `target`: how warm it is.

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use rolter_core::{Candidate, Pick, PickRequest};
+use rolter_core::{Basis, Candidate, Pick, PickRequest};
 
 use crate::strategy::Strategy;
 
@@ -16,12 +16,20 @@ use crate::strategy::Strategy;
 pub trait Rule {
     /// The index of the chosen candidate (`candidates` is never empty), drawing from `rng`.
     fn choose(&mut self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize>;
+
+    /// What decided the choice of `chosen` (right after [`choose`](Rule::choose)): the
+    /// load-aware rules say [`Basis::SharedLoad`] when this replica's own load alone would
+    /// have chosen another candidate.
+    fn basis(&self, _candidates: &[Candidate], _chosen: usize) -> Basis {
+        Basis::Local
+    }
 }
 
 /// A [`Rule`] and its per-core generator, as one strategy.
 pub struct Seeded<R> {
     rng: fastrand::Rng,
     rule: R,
+    basis: Basis,
 }
 
 impl<R: Rule + Default> Seeded<R> {
@@ -30,6 +38,7 @@ impl<R: Rule + Default> Seeded<R> {
         Seeded {
             rng: fastrand::Rng::with_seed(seed),
             rule: R::default(),
+            basis: Basis::Local,
         }
     }
 }
@@ -45,6 +54,12 @@ impl<R: Rule> Strategy for Seeded<R> {
             !candidates.is_empty(),
             "a strategy is never asked among none"
         );
-        self.rule.choose(&mut self.rng, candidates).map(Pick::at)
+        let chosen = self.rule.choose(&mut self.rng, candidates)?;
+        self.basis = self.rule.basis(candidates, chosen);
+        Some(Pick::at(chosen))
+    }
+
+    fn basis(&self) -> Basis {
+        self.basis
     }
 }

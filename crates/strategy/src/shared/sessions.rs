@@ -78,6 +78,8 @@ struct SessionEntry {
     last: Instant,
     newer: u32,
     older: u32,
+    /// Learned from another gateway replica (through the store), not on this one.
+    fleet: bool,
 }
 
 /// Session key → (target, last use), bounded, least recently used evicted first.
@@ -125,8 +127,13 @@ impl SessionPins {
 
     /// The target that served `key` within the TTL.
     pub fn get(&self, key: u64, now: Instant) -> Option<TargetId> {
+        self.get_with_origin(key, now).map(|(t, _)| t)
+    }
+
+    /// [`get`](SessionPins::get), and whether the pin came from another gateway replica.
+    pub fn get_with_origin(&self, key: u64, now: Instant) -> Option<(TargetId, bool)> {
         let e = &self.entries[*self.map.get(&key)? as usize];
-        (now.saturating_duration_since(e.last) <= self.ttl).then_some(e.target)
+        (now.saturating_duration_since(e.last) <= self.ttl).then_some((e.target, e.fleet))
     }
 
     fn unlink(&mut self, i: u32) {
@@ -163,11 +170,22 @@ impl SessionPins {
         self.free.push(i);
     }
 
+    /// Pins `key` to `target`, as this replica routed it (or another core of it).
     pub fn pin(&mut self, key: u64, target: TargetId, now: Instant) {
+        self.pin_as(key, target, now, false);
+    }
+
+    /// Pins `key` to `target` as another gateway replica routed it.
+    pub fn pin_from_fleet(&mut self, key: u64, target: TargetId, now: Instant) {
+        self.pin_as(key, target, now, true);
+    }
+
+    fn pin_as(&mut self, key: u64, target: TargetId, now: Instant, fleet: bool) {
         if let Some(&i) = self.map.get(&key) {
             let e = &mut self.entries[i as usize];
             e.target = target;
             e.last = now;
+            e.fleet = fleet;
             self.unlink(i);
             self.link_front(i);
             return;
@@ -186,6 +204,7 @@ impl SessionPins {
             last: now,
             newer: NIL,
             older: NIL,
+            fleet,
         };
         let i = match self.free.pop() {
             Some(i) => {

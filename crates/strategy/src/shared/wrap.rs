@@ -113,6 +113,15 @@ impl<W: Wrapper> Strategy for Wrapped<W> {
         self.inner.apply_shared(item, now);
     }
 
+    fn apply_fleet_shared(&mut self, item: &Shared<'_>, now: Instant) {
+        self.own.apply_shared(item, now);
+        self.inner.apply_fleet_shared(item, now);
+    }
+
+    fn basis(&self) -> rolter_core::Basis {
+        self.inner.basis()
+    }
+
     fn apply_ledger(&mut self, ledger: &RouteLedger) {
         self.own.apply_ledger(ledger);
         self.inner.apply_ledger(ledger);

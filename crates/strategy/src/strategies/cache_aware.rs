@@ -50,7 +50,7 @@ use crate::shared::sessions::{PinsAndSharing, SessionPins};
 use crate::strategy::Strategy;
 use crate::traits::Trait;
 use crate::values::OptionError;
-use rolter_core::{Candidate, Needs, Pick, PickRequest, ShareSink, Shared, TargetId};
+use rolter_core::{Basis, Candidate, Needs, Pick, PickRequest, ShareSink, Shared, TargetId};
 
 /// Fallback reason of a pick for a request with no prompt to compare.
 pub const NO_PROMPT: &str = "no_prompt";
@@ -146,8 +146,11 @@ pub struct CacheAware {
     warm_step: usize,
     /// Scratch: the request's chunk keys (also decoding shared items).
     keys: PromptKeys,
-    /// Scratch: matched bytes per candidate.
-    matched: Vec<usize>,
+    /// Scratch: matched bytes per candidate, and whether the match is known only from
+    /// another gateway replica.
+    matched: Vec<(usize, bool)>,
+    /// What decided the last pick.
+    basis: Basis,
     /// Scratch: the encoding shared with other cores.
     share_buf: Vec<u8>,
 }
@@ -164,6 +167,7 @@ impl CacheAware {
             warm_step: (opts.max_bytes_per_target / 64).max(CHUNK),
             keys: PromptKeys::default(),
             matched: Vec::with_capacity(target_count),
+            basis: Basis::Local,
             share_buf: Vec::new(),
         }
     }
@@ -185,6 +189,7 @@ impl Strategy for CacheAware {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick> {
+        self.basis = Basis::Local;
         if candidates.len() == 1 {
             return Some(Pick::at(0));
         }
@@ -192,8 +197,11 @@ impl Strategy for CacheAware {
             return Some(Pick::fallback(i, IMBALANCE));
         }
         if req.session.is_explicit() {
-            if let Some(t) = self.sessions.get(req.session.hash(), now) {
+            if let Some((t, fleet)) = self.sessions.get_with_origin(req.session.hash(), now) {
                 if let Some(i) = candidates.iter().position(|c| c.target == t) {
+                    if fleet {
+                        self.basis = Basis::SharedPin;
+                    }
                     return Some(Pick::at(i));
                 }
             }
@@ -207,14 +215,20 @@ impl Strategy for CacheAware {
         self.matched.clear();
         self.keys.compute(prompt);
         for c in candidates {
-            let m = self.index.matched_keys(c.target, &self.keys, prompt);
-            best = best.max(m);
+            let m = self
+                .index
+                .matched_keys_with_origin(c.target, &self.keys, prompt);
+            best = best.max(m.0);
             self.matched.push(m);
         }
         let score = best as f64 / prompt.len() as f64;
         let matched = &self.matched;
         let chosen = if best > 0 && score >= self.threshold {
-            choose_least_loaded_among(&mut self.rng, candidates, |i| matched[i] == best)?
+            let i = choose_least_loaded_among(&mut self.rng, candidates, |i| matched[i].0 == best)?;
+            if matched[i].1 {
+                self.basis = Basis::SharedPrefix;
+            }
+            i
         } else {
             let index = &self.index;
             let coolest = candidates.iter().map(|c| index.held(c.target)).min()?;
@@ -263,6 +277,22 @@ impl Strategy for CacheAware {
             Shared::SessionPin { key, target } => self.sessions.pin(key, target, now),
             Shared::Assigned { .. } => {}
         }
+    }
+
+    fn apply_fleet_shared(&mut self, item: &Shared<'_>, now: Instant) {
+        match *item {
+            Shared::Prefix { target, data } => {
+                if self.keys.decode(data) && self.keys.prompt_len() > 0 {
+                    self.index.insert_keys_from_fleet(target, &self.keys, now);
+                }
+            }
+            Shared::SessionPin { key, target } => self.sessions.pin_from_fleet(key, target, now),
+            Shared::Assigned { .. } => {}
+        }
+    }
+
+    fn basis(&self) -> Basis {
+        self.basis
     }
 
     fn learned(&self, target: TargetId) -> Vec<(&'static str, f64)> {
@@ -632,6 +662,46 @@ mod tests {
             now,
         );
         assert_eq!(b.index().held(1), 0);
+    }
+
+    #[test]
+    fn a_pick_on_another_replicas_prefix_or_pin_says_so_until_this_replica_routes_it() {
+        let now = Instant::now();
+        let mut a = strategy(4);
+        let mut b = CacheAware::new(Options::default(), 4, 7);
+        let c = cands(&[(1.0, 0); 4]);
+        let mut sink = ShareSink::default();
+        sink.for_route(0);
+        let system = text(21, 4000);
+        let first = chat(&system, b"hello");
+        let (ta, _) = route(&mut a, &rq(&first, Some(b"s1")), &c, &mut sink, now);
+        let batch = sink.take_batch();
+        for (_, item) in batch.iter() {
+            b.apply_fleet_shared(&item, now);
+        }
+        // The pin came from the fleet.
+        assert_eq!(b.pick(&rq(&first, Some(b"s1")), &c, now).unwrap().index, ta);
+        assert_eq!(b.basis(), Basis::SharedPin);
+        // So did the prefix: the longest match is known only from the other replica.
+        let next = chat(&system, b"a second question");
+        assert_eq!(b.pick(&rq(&next, None), &c, now).unwrap().index, ta);
+        assert_eq!(b.basis(), Basis::SharedPrefix);
+        // A cold prompt goes by this replica's own view.
+        b.pick(&rq(&text(22, 3000), None), &c, now).unwrap();
+        assert_eq!(b.basis(), Basis::Local);
+        // Once this replica routed the prefix itself, the match is its own.
+        let mut own = ShareSink::default();
+        route(&mut b, &rq(&next, None), &c, &mut own, now);
+        let third = chat(&system, b"a second question and more");
+        assert_eq!(b.pick(&rq(&third, None), &c, now).unwrap().index, ta);
+        assert_eq!(b.basis(), Basis::Local);
+        // Items from this replica's other cores are its own information too.
+        let mut d = CacheAware::new(Options::default(), 4, 8);
+        for (_, item) in batch.iter() {
+            d.apply_shared(&item, now);
+        }
+        d.pick(&rq(&next, None), &c, now).unwrap();
+        assert_eq!(d.basis(), Basis::Local);
     }
 
     #[test]

@@ -66,6 +66,17 @@ impl Rule for LowestLoad {
     fn choose(&mut self, rng: &mut fastrand::Rng, candidates: &[Candidate]) -> Option<usize> {
         crate::shared::choose::choose_least_loaded(rng, candidates)
     }
+
+    /// The fleet's load decided when another candidate has less of this replica's own.
+    fn basis(&self, candidates: &[Candidate], chosen: usize) -> rolter_core::Basis {
+        let own = |c: &Candidate| c.load.saturating_sub(c.fleet_load);
+        let least = candidates.iter().map(own).min().unwrap_or(0);
+        if own(&candidates[chosen]) > least {
+            rolter_core::Basis::SharedLoad
+        } else {
+            rolter_core::Basis::Local
+        }
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +94,21 @@ mod tests {
         for _ in 0..100 {
             assert_eq!(s.pick(&req(), &c, now).unwrap().index, 1);
         }
+    }
+
+    #[test]
+    fn a_pick_the_fleets_load_changed_says_so() {
+        let now = Instant::now();
+        let mut s = LeastLoaded::new(3);
+        // Own loads 0, 2, 4; with the other replicas' 5 on target 0: 5, 2, 4.
+        let mut c = cands(&[(1.0, 5), (1.0, 2), (1.0, 4)]);
+        c[0].fleet_load = 5;
+        assert_eq!(s.pick(&req(), &c, now).unwrap().index, 1);
+        assert_eq!(s.basis(), rolter_core::Basis::SharedLoad);
+        // The same choice on this replica's own load alone.
+        c[0].fleet_load = 0;
+        assert_eq!(s.pick(&req(), &c, now).unwrap().index, 1);
+        assert_eq!(s.basis(), rolter_core::Basis::Local);
     }
 
     #[test]

@@ -53,7 +53,9 @@ use crate::strategies::lora_aware::LadderScores;
 use crate::strategy::Strategy;
 use crate::traits::Trait;
 use crate::values::OptionError;
-use rolter_core::{Candidate, Needs, Pick, PickRequest, Sample, ShareSink, Shared, TargetId};
+use rolter_core::{
+    Basis, Candidate, Needs, Pick, PickRequest, Sample, ShareSink, Shared, TargetId,
+};
 
 /// Scores closer than this tie (they differ only by rounding).
 const SCORE_EPSILON: f64 = 1e-12;
@@ -434,6 +436,11 @@ pub struct Pipeline {
     values: Vec<f64>,
     /// Weighted sum per kept candidate. Capacity `target_count`.
     totals: Vec<f64>,
+    /// The weighted sums with this replica's own load only (for the basis of a pick on
+    /// the fleet's load). Capacity `target_count`.
+    own_totals: Vec<f64>,
+    /// What decided the last pick.
+    basis: Basis,
 }
 
 impl Pipeline {
@@ -470,6 +477,68 @@ impl Pipeline {
             kept: Vec::with_capacity(n),
             values: Vec::with_capacity(n),
             totals: Vec::with_capacity(n),
+            own_totals: Vec::with_capacity(n),
+            basis: Basis::Local,
+        }
+    }
+
+    /// What decided the pick of `kept[chosen]`, other than a session pin: a prefix known
+    /// only from another replica, or the other replicas' load (with this replica's own
+    /// load alone, another candidate would have scored higher); else this replica's own.
+    fn basis_of(
+        &mut self,
+        req: &PickRequest<'_>,
+        candidates: &[Candidate],
+        chosen: usize,
+    ) -> Basis {
+        let target = candidates[self.kept[chosen]].target;
+        if self.prefix_on && !req.prompt.is_empty() {
+            // The prefix scorer left the prompt's keys in `sig.keys`.
+            let keys = self.sig.keys.borrow();
+            let (m, fleet) = self
+                .sig
+                .index
+                .matched_keys_with_origin(target, &keys, req.prompt);
+            if m > 0 && fleet {
+                return Basis::SharedPrefix;
+            }
+        }
+        let Some(w) = self
+            .active
+            .iter()
+            .find(|&&(s, _)| s == Scorer::Load)
+            .map(|&(_, w)| w)
+        else {
+            return Basis::Local;
+        };
+        if !self.kept.iter().any(|&i| candidates[i].fleet_load > 0) {
+            return Basis::Local;
+        }
+        let each = || self.kept.iter().map(|&i| &candidates[i]);
+        self.own_totals.clear();
+        self.own_totals.extend_from_slice(&self.totals);
+        self.values.clear();
+        inverse_share(each().map(|c| c.load), &mut self.values);
+        for (t, v) in self.own_totals.iter_mut().zip(&self.values) {
+            *t -= w * v;
+        }
+        self.values.clear();
+        inverse_share(
+            each().map(|c| c.load.saturating_sub(c.fleet_load)),
+            &mut self.values,
+        );
+        for (t, v) in self.own_totals.iter_mut().zip(&self.values) {
+            *t += w * v;
+        }
+        let best = self
+            .own_totals
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        if self.own_totals[chosen] < best - SCORE_EPSILON {
+            Basis::SharedLoad
+        } else {
+            Basis::Local
         }
     }
 
@@ -519,10 +588,14 @@ impl Strategy for Pipeline {
         candidates: &[Candidate],
         now: Instant,
     ) -> Option<Pick> {
+        self.basis = Basis::Local;
         let fallback = self.filter(candidates);
         if self.sessions.enabled() && req.session.is_explicit() {
-            if let Some(t) = self.sessions.get(req.session.hash(), now) {
+            if let Some((t, fleet)) = self.sessions.get_with_origin(req.session.hash(), now) {
                 if let Some(&i) = self.kept.iter().find(|&&i| candidates[i].target == t) {
+                    if fleet {
+                        self.basis = Basis::SharedPin;
+                    }
                     return Some(Pick {
                         index: i,
                         score: None,
@@ -556,6 +629,7 @@ impl Strategy for Pipeline {
         let chosen = crate::shared::choose::choose_uniform(&mut self.rng, totals.len(), |j| {
             totals[j] >= limit
         })?;
+        self.basis = self.basis_of(req, candidates, chosen);
         Some(Pick {
             index: self.kept[chosen],
             score: Some(self.totals[chosen]),
@@ -600,6 +674,22 @@ impl Strategy for Pipeline {
             }
             _ => {}
         }
+    }
+
+    fn apply_fleet_shared(&mut self, item: &Shared<'_>, now: Instant) {
+        match *item {
+            Shared::Prefix { target, data } if self.prefix_on && !data.is_empty() => {
+                self.sig.index.insert_from_fleet(target, data, now);
+            }
+            Shared::SessionPin { key, target } if self.sessions.enabled() => {
+                self.sessions.pin_from_fleet(key, target, now);
+            }
+            _ => {}
+        }
+    }
+
+    fn basis(&self) -> Basis {
+        self.basis
     }
 
     fn learned(&self, target: TargetId) -> Vec<(&'static str, f64)> {

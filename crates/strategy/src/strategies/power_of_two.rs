@@ -42,7 +42,10 @@ impl StrategyOptions for Options {
 /// `power_of_two`'s rule: the less loaded of two distinct candidates drawn uniformly, ties
 /// at random.
 #[derive(Debug, Default)]
-pub struct LessLoadedOfTwo;
+pub struct LessLoadedOfTwo {
+    /// The last two candidates drawn.
+    drawn: (usize, usize),
+}
 
 /// The `power_of_two` strategy: [`LessLoadedOfTwo`] with its per-core generator.
 pub type PowerOfTwo = Seeded<LessLoadedOfTwo>;
@@ -59,6 +62,7 @@ impl Rule for LessLoadedOfTwo {
         if b >= a {
             b += 1;
         }
+        self.drawn = (a, b);
         let (la, lb) = (candidates[a].load, candidates[b].load);
         let pick = if la < lb {
             a
@@ -71,6 +75,23 @@ impl Rule for LessLoadedOfTwo {
         };
         Some(pick)
     }
+
+    /// The fleet's load decided when the other candidate drawn has less of this replica's
+    /// own.
+    fn basis(&self, candidates: &[Candidate], chosen: usize) -> rolter_core::Basis {
+        let (a, b) = self.drawn;
+        let other = if chosen == a { b } else { a };
+        let own = |i: usize| {
+            candidates
+                .get(i)
+                .map_or(0, |c: &Candidate| c.load.saturating_sub(c.fleet_load))
+        };
+        if candidates.len() > 1 && own(other) < own(chosen) {
+            rolter_core::Basis::SharedLoad
+        } else {
+            rolter_core::Basis::Local
+        }
+    }
 }
 
 #[cfg(test)]
@@ -79,6 +100,24 @@ mod tests {
 
     use super::*;
     use crate::testing::{cands, req};
+
+    #[test]
+    fn a_pick_the_fleets_load_changed_says_so() {
+        let now = Instant::now();
+        let mut s = PowerOfTwo::new(5);
+        // Two candidates: own loads 1 and 3; the other replicas add 4 to the first.
+        let mut c = cands(&[(1.0, 5), (1.0, 3)]);
+        c[0].fleet_load = 4;
+        for _ in 0..20 {
+            assert_eq!(s.pick(&req(), &c, now).unwrap().index, 1);
+            assert_eq!(s.basis(), rolter_core::Basis::SharedLoad);
+        }
+        c[0].fleet_load = 1;
+        for _ in 0..20 {
+            assert_eq!(s.pick(&req(), &c, now).unwrap().index, 1);
+            assert_eq!(s.basis(), rolter_core::Basis::Local, "own loads 4 and 3");
+        }
+    }
 
     #[test]
     fn never_picks_the_most_loaded_of_three() {

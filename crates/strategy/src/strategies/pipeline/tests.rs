@@ -373,6 +373,47 @@ fn two_instances_converge_through_shared_items() {
 }
 
 #[test]
+fn a_pick_says_when_another_replicas_pin_prefix_or_load_decided_it() {
+    let mut a = pipeline(3, Options::default());
+    let mut b = pipeline(3, Options::default());
+    let mut sink = ShareSink::default();
+    let now = Instant::now();
+    let prompt: &'static [u8] =
+        b"[{\"role\":\"user\",\"content\":\"a long shared context about the fleet's sizing and more\"}]";
+    a.routed(&with_session(b"s1", prompt), 1, &mut sink, now);
+    for (_, item) in sink.take_batch().iter() {
+        b.apply_fleet_shared(&item, now);
+    }
+    let idle = cands(&[(1.0, 1), (1.0, 1), (1.0, 1)]);
+    assert_eq!(
+        b.pick(&with_session(b"s1", b"x"), &idle, now)
+            .unwrap()
+            .index,
+        1
+    );
+    assert_eq!(b.basis(), Basis::SharedPin);
+    assert_eq!(b.pick(&with_prompt(prompt), &idle, now).unwrap().index, 1);
+    assert_eq!(b.basis(), Basis::SharedPrefix);
+    // a routed it itself: the same pick is its own.
+    assert_eq!(a.pick(&with_prompt(prompt), &idle, now).unwrap().index, 1);
+    assert_eq!(a.basis(), Basis::Local);
+
+    // Load alone: target 0 is idle here but busy on the other replicas.
+    let mut p = pipeline(3, only(Scorer::Load));
+    let mut c = cands(&[(1.0, 3), (1.0, 2), (1.0, 2)]);
+    c[0].fleet_load = 3;
+    let picked = p.pick(&req(), &c, now).unwrap().index;
+    assert_ne!(picked, 0);
+    assert_eq!(p.basis(), Basis::SharedLoad, "own loads 0, 2, 2 pick 0");
+    // The fleet's load agrees with this replica's own (loads 3, 1, 2; own 3, 1, 1): the
+    // pick is its own.
+    let mut c = cands(&[(1.0, 3), (1.0, 1), (1.0, 2)]);
+    c[2].fleet_load = 1;
+    assert_eq!(p.pick(&req(), &c, now).unwrap().index, 1);
+    assert_eq!(p.basis(), Basis::Local);
+}
+
+#[test]
 fn scratch_does_not_grow_on_picks() {
     let mut p = pipeline(16, Options::default().with(Scorer::KvCache, 1.0));
     let c = cands(&[(1.0, 3); 16]);
