@@ -128,6 +128,43 @@ fn wait_store(g: &Gw) {
     }
 }
 
+/// The picks by basis over `gws`: every pick of a sharing fleet is counted once, some were
+/// decided on a prefix another replica routed; a fleet that shares nothing counts none.
+fn check_bases(gws: &[Gw], shared: bool) {
+    let labels = ["local", "shared_pin", "shared_prefix", "shared_load"];
+    let count = |basis: &str| -> f64 {
+        let name = format!("rolter_routing_basis_total{{route=\"r\",basis=\"{basis}\"}}");
+        gws.iter().filter_map(|g| g.series(&name)).sum()
+    };
+    let all = (USERS * TURNS) as f64;
+    let end = Instant::now() + Duration::from_secs(2);
+    let total = loop {
+        let total: f64 = labels.iter().map(|b| count(b)).sum();
+        if !shared || total >= all || Instant::now() > end {
+            break total;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if !shared {
+        assert_eq!(total, 0.0, "a route that shares nothing counts no basis");
+        return;
+    }
+    assert_eq!(total, all, "every pick counted once");
+    let prefix = count("shared_prefix");
+    assert!(
+        prefix > 0.0 && prefix < all,
+        "some picks (not all) followed another replica's prefix: {prefix} of {all}"
+    );
+    eprintln!(
+        "  bases: {}",
+        labels
+            .iter()
+            .map(|b| format!("{b} {}", count(b) + 0.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
 /// The three setups' hit rates for one seed: one gateway, three sharing nothing, three
 /// sharing through `redis`.
 fn setups(d: DriverChoice, s: &Strategy, redis: &RedisServer, seed: u64) -> [f64; 3] {
@@ -147,7 +184,9 @@ fn setups(d: DriverChoice, s: &Strategy, redis: &RedisServer, seed: u64) -> [f64
         if shared {
             gws.iter().for_each(wait_store);
         }
-        hit_rate(&gws, &engines, seed)
+        let rate = hit_rate(&gws, &engines, seed);
+        check_bases(&gws, shared);
+        rate
     };
     [
         run(1, s.plain, false),

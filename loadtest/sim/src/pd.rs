@@ -292,6 +292,7 @@ impl PoolState {
                 target: t,
                 weight: 1.0,
                 load: self.in_flight[t] + nodes[t].queue_depth() as u64,
+                fleet_load: 0,
                 tier: 0,
                 queue_depth: nodes[t].queue_depth() as u64,
                 kv_usage: Some(nodes[t].kv_usage()),

@@ -660,6 +660,7 @@ impl<'a> Run<'a> {
             .map(|t| Candidate {
                 target: t,
                 weight: self.weights[t],
+                fleet_load: self.remote_load[replica].iter().map(|l| l[t]).sum::<u64>(),
                 load: self.remote_load[replica].iter().map(|l| l[t]).sum::<u64>()
                     + match self.cfg.load_view {
                         LoadView::Global => {

@@ -371,6 +371,9 @@ impl Plane {
                 self.metrics.record_fallback(route as usize, reason);
                 self.log_fallback(route, reason, now);
             }
+            Record::Bases { route, ref counts } => {
+                self.metrics.record_bases(route as usize, counts);
+            }
             Record::CacheLookup {
                 route,
                 result,

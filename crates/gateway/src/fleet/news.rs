@@ -236,7 +236,7 @@ impl FleetControl {
                 }
                 if !sink.is_empty() {
                     let batch = Arc::new(sink.take_batch());
-                    links.broadcast(Kind::Shared, || ToWorker::Shared(batch.clone()));
+                    links.broadcast(Kind::Shared, || ToWorker::FleetShared(batch.clone()));
                 }
             }
             StoreNews::Ledgers(ledgers) => {

@@ -215,7 +215,7 @@ impl WorkerLinks {
         &self,
         view: &LoadView,
         mut learn: impl FnMut(&Sample),
-        mut apply: impl FnMut(&ShareBatch),
+        mut apply: impl FnMut(&ShareBatch, bool),
         mut addrs: impl FnMut(&[SocketAddr]),
         mut books: impl FnMut(&[(usize, RouteLedger)]),
     ) {
@@ -223,7 +223,8 @@ impl WorkerLinks {
             match msg {
                 ToWorker::Load { from, snapshot } => view.apply_peer(from, snapshot),
                 ToWorker::Samples(samples) => samples.iter().for_each(&mut learn),
-                ToWorker::Shared(batch) => apply(&batch),
+                ToWorker::Shared(batch) => apply(&batch, false),
+                ToWorker::FleetShared(batch) => apply(&batch, true),
                 ToWorker::Targets(targets) => view.apply_targets(&targets),
                 ToWorker::Lora(table) => view.lora.apply(table),
                 ToWorker::Addrs(table) => addrs(&table),

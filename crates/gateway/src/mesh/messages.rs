@@ -17,9 +17,10 @@ pub enum ToWorker {
     Load { from: usize, snapshot: Arc<[u32]> },
     /// Attempts that finished on another core.
     Samples(Arc<[Sample]>),
-    /// What another core's strategies learned from their routing (prefixes, sessions), or
-    /// (from the control thread) what the other replicas shared through the state store.
+    /// What another core's strategies learned from their routing (prefixes, sessions).
     Shared(Arc<ShareBatch>),
+    /// What the other replicas shared through the state store (from the control thread).
+    FleetShared(Arc<ShareBatch>),
     /// Routes' books beyond this replica's own, from the state store (by route index).
     Ledger(Arc<[(usize, RouteLedger)]>),
     /// The other replicas' requests in flight per target, from the state store.
@@ -64,6 +65,9 @@ pub enum Record {
     Request(Box<Entry>),
     /// A strategy could not use its signal and fell back.
     Fallback { route: u16, reason: &'static str },
+    /// Picks of a route that shares state with the other replicas since the last tick, by
+    /// what decided them (indexed like [`Basis::ALL`](rolter_core::Basis::ALL)).
+    Bases { route: u16, counts: [u32; 4] },
     /// A route asked its cache controller before picking: `result` is the lookup's
     /// outcome label; `unknown_instances` counts instance ids in the answer that named no
     /// target of the route.

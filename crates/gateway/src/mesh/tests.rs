@@ -30,7 +30,7 @@ fn every_core_converges_to_the_true_total_after_one_round() {
         l.publish(v);
     }
     for (l, v) in links.iter().zip(&views) {
-        l.drain(v, |_| {}, |_| {}, |_| {}, |_| {});
+        l.drain(v, |_| {}, |_, _| {}, |_| {}, |_| {});
     }
     for v in &views {
         for t in 0..targets {
@@ -50,7 +50,7 @@ fn every_core_converges_to_the_true_total_after_one_round() {
         l.publish(v);
     }
     for (l, v) in links.iter().zip(&views) {
-        l.drain(v, |_| {}, |_| {}, |_| {}, |_| {});
+        l.drain(v, |_| {}, |_, _| {}, |_| {}, |_| {});
     }
     for v in &views {
         for t in 0..targets {
@@ -83,7 +83,7 @@ fn samples_reach_every_other_core_and_records_reach_control() {
                 assert_eq!(s.ttft, sample.ttft);
                 seen[i] += 1;
             },
-            |_| {},
+            |_, _| {},
             |_| {},
             |_| {},
         );
@@ -110,7 +110,7 @@ fn a_full_inbox_drops_instead_of_blocking() {
     }
     assert!(links[1].has_mail());
     let v1 = LoadView::new(1, 2);
-    links[1].drain(&v1, |_| {}, |_| {}, |_| {}, |_| {});
+    links[1].drain(&v1, |_| {}, |_, _| {}, |_| {}, |_| {});
     // The inbox held INBOX snapshots (each saying one request); the rest were dropped
     // without blocking the sender.
     assert_eq!(v1.in_flight(0), 1);
@@ -135,13 +135,13 @@ fn the_heartbeat_heals_a_dropped_snapshot() {
     let _held = v0.enter(0);
     links[0].publish(&v0);
     assert!(control.dropped(Kind::Load) >= 1);
-    links[1].drain(&v1, |_| {}, |_| {}, |_| {}, |_| {});
+    links[1].drain(&v1, |_| {}, |_, _| {}, |_| {}, |_| {});
     assert_eq!(v1.in_flight(0), 0, "worker 1 missed the change");
     // Nothing changes on worker 0 any more; its ticks go on.
     let mut healed_after = None;
     for tick in 1..=HEARTBEAT_TICKS {
         links[0].publish(&v0);
-        links[1].drain(&v1, |_| {}, |_| {}, |_| {}, |_| {});
+        links[1].drain(&v1, |_| {}, |_, _| {}, |_| {}, |_| {});
         if v1.in_flight(0) == 1 {
             healed_after = Some(tick);
             break;
@@ -168,7 +168,8 @@ fn shared_routing_state_reaches_every_other_core() {
         l.drain(
             v,
             |_| {},
-            |b| {
+            |b, from_fleet| {
+                assert!(!from_fleet, "another core's items are this replica's own");
                 for (route, item) in b.iter() {
                     got[i].push(format!("{route}:{item:?}"));
                 }

@@ -101,6 +101,12 @@ struct Fallback {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteBasis {
+    route: String,
+    basis: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteReason {
     route: String,
     reason: &'static str,
@@ -185,6 +191,7 @@ pub struct GatewayMetrics {
     duration: HistogramFamily<RouteTarget>,
     decisions: Family<Decision, Counter>,
     fallbacks: Family<Fallback, Counter>,
+    bases: Family<RouteBasis, Counter>,
     gateway_responses: Family<GatewayResponse, Counter>,
     interrupted: Family<RouteTargetCause, Counter>,
     access_log_dropped: Counter,
@@ -193,6 +200,8 @@ pub struct GatewayMetrics {
     per_target: Vec<TargetSeries>,
     /// Per route: `rolter_strategy_fallbacks_total` per reason seen.
     route_fallbacks: Vec<Vec<(&'static str, Counter)>>,
+    /// Per route: `rolter_routing_basis_total` per basis seen.
+    route_bases: Vec<Vec<(&'static str, Counter)>>,
     cache_lookups: Family<CacheLookupLabel, Counter>,
     adapter_loads: Family<AdapterLoadLabel, Counter>,
     /// Per route: `rolter_cache_lookups_total` per result seen.
@@ -277,13 +286,15 @@ impl AttemptFamilies {
 struct PickFamilies {
     decisions: Family<Decision, Counter>,
     fallbacks: Family<Fallback, Counter>,
+    bases: Family<RouteBasis, Counter>,
     cache_lookups: Family<CacheLookupLabel, Counter>,
     adapter_loads: Family<AdapterLoadLabel, Counter>,
 }
 
 impl PickFamilies {
     /// Registers `rolter_strategy_decisions`, `rolter_strategy_fallbacks`,
-    /// `rolter_cache_lookups` and `rolter_adapter_loads`, in that order.
+    /// `rolter_routing_basis`, `rolter_cache_lookups` and `rolter_adapter_loads`, in that
+    /// order.
     fn register(registry: &mut Registry) -> Self {
         PickFamilies {
             decisions: registered(
@@ -296,6 +307,12 @@ impl PickFamilies {
                 registry,
                 "rolter_strategy_fallbacks",
                 "Picks a strategy made by its fallback path, by reason",
+                Family::default(),
+            ),
+            bases: registered(
+                registry,
+                "rolter_routing_basis",
+                "Picks of routes that share state with the other replicas, by what decided them: local (this replica's own information), shared_pin, shared_prefix or shared_load (what the other replicas shared)",
                 Family::default(),
             ),
             cache_lookups: registered(
@@ -533,6 +550,7 @@ impl GatewayMetrics {
             duration: attempts.duration,
             decisions: picks.decisions,
             fallbacks: picks.fallbacks,
+            bases: picks.bases,
             gateway_responses: own.gateway_responses,
             interrupted: own.interrupted,
             access_log_dropped: own.access_log_dropped,
@@ -541,6 +559,7 @@ impl GatewayMetrics {
                 .collect(),
             per_target,
             route_fallbacks: vec![Vec::new(); routes],
+            route_bases: vec![Vec::new(); routes],
             cache_lookups: picks.cache_lookups,
             adapter_loads: picks.adapter_loads,
             route_lookups: vec![Vec::new(); routes],
@@ -702,6 +721,27 @@ impl GatewayMetrics {
             })
         })
         .inc();
+    }
+
+    /// `counts[b]` picks of `route` were decided on basis `Basis::ALL[b]`.
+    pub fn record_bases(&mut self, route: usize, counts: &[u32; 4]) {
+        if !self.route_in_range(route) {
+            return;
+        }
+        for (basis, &n) in rolter_core::Basis::ALL.iter().zip(counts) {
+            if n == 0 {
+                continue;
+            }
+            let (bases, routes) = (&self.bases, &self.routes);
+            let label = basis.label();
+            counter_for(&mut self.route_bases[route], label, || {
+                bases.get_or_create_owned(&RouteBasis {
+                    route: routes[route].clone(),
+                    basis: label,
+                })
+            })
+            .inc_by(u64::from(n));
+        }
     }
 
     /// A request on `route` was tried again for `reason`.

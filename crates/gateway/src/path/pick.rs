@@ -173,11 +173,12 @@ fn fill(state: &WorkerState, ask: Ask<'_>, now: Instant) -> Result<(), GatewayEr
             full += 1;
             continue;
         }
-        let load = state.load.load(t) + if fleet_load { fleet } else { 0 };
+        let from_fleet = if fleet_load { fleet } else { 0 };
         cands.push(Candidate {
             target: t,
             weight: target.weight,
-            load,
+            load: state.load.load(t) + from_fleet,
+            fleet_load: from_fleet,
             tier: target.tier,
             queue_depth: state.load.queue_depth(t),
             kv_usage: state.load.kv_usage(t),
@@ -254,10 +255,16 @@ fn choose<'s>(
     now: Instant,
 ) -> Result<Option<Picked<'s>>, GatewayError> {
     let cands = state.candidates.borrow();
-    let pick = state.routes[route_idx]
-        .strategy
-        .borrow_mut()
-        .pick(preq, &cands, now);
+    let route = &state.routes[route_idx];
+    let pick = {
+        let mut strategy = route.strategy.borrow_mut();
+        let pick = strategy.pick(preq, &cands, now);
+        if pick.is_some() && (route.shares_items || route.fleet_load) {
+            let c = &route.bases[strategy.basis() as usize];
+            c.set(c.get().saturating_add(1));
+        }
+        pick
+    };
     match pick {
         Some(p) if p.index < cands.len() => {
             if let Some(reason) = p.fallback {

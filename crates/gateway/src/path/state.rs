@@ -56,6 +56,9 @@ pub struct RouteState {
     /// The route shares prefixes or sessions with the other replicas: what a pick teaches
     /// goes out at once, not at the next signal tick.
     pub shares_items: bool,
+    /// Picks since the last signal tick by what decided them (indexed like
+    /// [`Basis::ALL`](rolter_core::Basis::ALL)); counted only on routes that share state.
+    pub bases: [Cell<u32>; 4],
     /// The route's retry budget on this core.
     pub retry_budget: RetryBudget,
     /// Requests waiting in the route's queue on this core.
@@ -351,6 +354,7 @@ fn route_state(
             .map(Rotation::new),
         fleet_load: req.store.as_ref().is_some_and(|s| s.fleet_load),
         shares_items: req.store.as_ref().is_some_and(|s| s.shares_items()),
+        bases: Default::default(),
         retry_budget: RetryBudget::default(),
         queued: Cell::new(0),
         head_times: HeadTimes::default(),
@@ -376,11 +380,16 @@ impl WorkerState {
             self.links.drain(
                 &self.load,
                 |s| self.observe(s),
-                |batch| {
+                |batch, from_fleet| {
                     let now = std::time::Instant::now();
                     for (route, item) in batch.iter() {
                         if let Some(r) = self.routes.get(route) {
-                            r.strategy.borrow_mut().apply_shared(&item, now);
+                            let mut s = r.strategy.borrow_mut();
+                            if from_fleet {
+                                s.apply_fleet_shared(&item, now);
+                            } else {
+                                s.apply_shared(&item, now);
+                            }
                         }
                     }
                 },
@@ -433,9 +442,23 @@ impl WorkerState {
 
     /// The signal tick: publish this core's changes, apply the others'.
     pub fn signal_tick(&self) {
+        self.record_bases();
         self.links.publish(&self.load);
         self.share_now();
         self.drain_signals();
+    }
+
+    /// The picks' bases since the last tick, one record per route that picked.
+    fn record_bases(&self) {
+        for (i, r) in self.routes.iter().enumerate() {
+            let counts = r.bases.each_ref().map(|c| c.replace(0));
+            if counts.iter().any(|&n| n > 0) {
+                self.links.record(Record::Bases {
+                    route: i as u16,
+                    counts,
+                });
+            }
+        }
     }
 
     /// Sends what this core's strategies learned since the last time to the other cores and,
