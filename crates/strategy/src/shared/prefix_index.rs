@@ -181,6 +181,9 @@ struct Tree {
     held: usize,
     /// Tail lengths present directly below the root.
     root_tails: u64,
+    /// Nodes known only from another replica: while there are none (a route that shares
+    /// nothing, or whose fleet has not routed here), an insertion skips marking its path.
+    fleet_nodes: usize,
 }
 
 impl Tree {
@@ -265,6 +268,19 @@ impl Tree {
     }
 
     /// Moves the existing node `i` just below `anchor` (the front when `NIL`).
+    /// An insertion walked over node `i`: this replica's own makes it its own. Nothing to
+    /// do (not even a read) while the tree holds no node from the fleet.
+    #[inline]
+    fn own(&mut self, i: u32, fleet: bool) {
+        if fleet || self.fleet_nodes == 0 {
+            return;
+        }
+        if let Some(n) = self.nodes.get_mut(i as usize).filter(|n| n.fleet) {
+            n.fleet = false;
+            self.fleet_nodes -= 1;
+        }
+    }
+
     fn touch_after(&mut self, anchor: u32, i: u32) {
         if anchor == i {
             return;
@@ -279,6 +295,9 @@ impl Tree {
         let node = self.nodes[i as usize];
         self.unlink(i);
         self.map.remove(&node.key);
+        if node.fleet {
+            self.fleet_nodes -= 1;
+        }
         if usize::from(node.len) < CHUNK {
             *self.mask_mut(node.parent) &= !(1u64 << node.len);
         }
@@ -330,6 +349,7 @@ impl Tree {
         self.map.insert(key, i);
         self.link_after(anchor, i);
         self.count += 1;
+        self.fleet_nodes += usize::from(fleet);
         self.held += usize::from(len);
         i
     }
@@ -419,7 +439,7 @@ impl PrefixIndex {
                 break;
             };
             tree.touch_after(parent, i);
-            tree.nodes[i as usize].fleet &= fleet;
+            tree.own(i, fleet);
             parent = i;
             depth += 1;
         }
@@ -439,7 +459,7 @@ impl PrefixIndex {
                     // A colliding key: reuse it rather than corrupt the map.
                     Some(&i) => {
                         tree.touch_after(parent, i);
-                        tree.nodes[i as usize].fleet &= fleet;
+                        tree.own(i, fleet);
                         i
                     }
                     None => tree.create(key, parent, CHUNK as u8, parent, fleet),
@@ -453,7 +473,7 @@ impl PrefixIndex {
         match tree.map.get(&keys.tail_key) {
             Some(&i) => {
                 tree.touch_after(parent, i);
-                tree.nodes[i as usize].fleet &= fleet;
+                tree.own(i, fleet);
             }
             None => {
                 if !tree.make_room(1, usize::from(t), full, max_nodes, max_bytes) {
@@ -494,6 +514,7 @@ impl PrefixIndex {
     /// [`matched`](PrefixIndex::matched) with the prompt's keys computed once for every
     /// target: a binary search over the chunks (the tree is prefix-closed), so about
     /// log2(chunks) + 1 lookups per target. `keys` must be computed from `prompt`.
+    #[inline]
     pub fn matched_keys(&self, target: TargetId, keys: &PromptKeys, prompt: &[u8]) -> usize {
         self.matched_keys_with_origin(target, keys, prompt).0
     }
@@ -501,6 +522,7 @@ impl PrefixIndex {
     /// [`matched_keys`](PrefixIndex::matched_keys), and whether the longest held chunk of
     /// the match is known only from another gateway replica (false when no whole chunk
     /// matched).
+    #[inline]
     pub fn matched_keys_with_origin(
         &self,
         target: TargetId,
@@ -542,7 +564,8 @@ impl PrefixIndex {
             Some(i) => (i, full[c - 1]),
             None => (NIL, ROOT),
         };
-        let fleet = node != NIL && tree.nodes[node as usize].fleet;
+        // Read only by callers that ask (inlined, the load goes where the flag is unused).
+        let fleet = tree.nodes.get(node as usize).is_some_and(|n| n.fleet);
         let pos = c * CHUNK;
         (
             pos + tree.tail_match(node, key, &prompt[pos.min(prompt.len())..]),
@@ -756,6 +779,54 @@ mod tests {
         tiny.insert(0, b"abc", now);
         assert_eq!(tiny.nodes(0), 0, "no whole node fits 10 bytes");
         check_tree(&ix, 0);
+    }
+
+    #[test]
+    fn fleet_prefixes_are_the_fleets_until_this_replica_routes_them() {
+        let now = Instant::now();
+        let mut ix = PrefixIndex::new(1, 1 << 16);
+        let mut keys = PromptKeys::default();
+        let base = prompt(41, 1000);
+        let mut longer = base.clone();
+        longer.extend_from_slice(&prompt(42, 500));
+        keys.compute(&longer);
+        ix.insert_keys_from_fleet(0, &keys, now);
+        let origin = |ix: &PrefixIndex, p: &[u8]| {
+            let mut k = PromptKeys::default();
+            k.compute(p);
+            ix.matched_keys_with_origin(0, &k, p)
+        };
+        assert!(origin(&ix, &longer).1, "known only from the fleet");
+        assert_eq!(ix.trees[0].fleet_nodes, ix.nodes(0));
+        // This replica routes the first part: that part is its own, the rest still the fleet's.
+        ix.insert(0, &base, now);
+        let (m, fleet) = origin(&ix, &base);
+        assert!(m >= base.len() - CHUNK && !fleet, "{m}");
+        assert!(origin(&ix, &longer).1);
+        // A fleet insertion over its own nodes leaves them its own.
+        ix.insert_from_fleet(0, &base, now);
+        assert!(!origin(&ix, &base).1);
+        // Evicting every node leaves no fleet node counted.
+        let before = ix.trees[0].fleet_nodes;
+        assert!(before > 0);
+        ix.clear_target(0);
+        assert_eq!(ix.trees[0].fleet_nodes, 0);
+        // Evictions keep the count: a small tree filled from the fleet, then by this replica.
+        let mut small = PrefixIndex::new(1, 8 * CHUNK);
+        for seed in 0..5 {
+            small.insert_from_fleet(0, &prompt(50 + seed, 6 * CHUNK), now);
+            assert_eq!(small.trees[0].fleet_nodes, small.nodes(0));
+        }
+        for seed in 0..5 {
+            small.insert(0, &prompt(60 + seed, 3 * CHUNK), now);
+            let marked = small.trees[0].nodes.iter().filter(|n| n.fleet).count();
+            assert!(small.trees[0].fleet_nodes <= marked.max(small.nodes(0)));
+        }
+        // A matched count is the same whichever way it is asked.
+        ix.insert_from_fleet(0, &longer, now);
+        let mut k = PromptKeys::default();
+        k.compute(&longer);
+        assert_eq!(ix.matched_keys(0, &k, &longer), origin(&ix, &longer).0);
     }
 
     #[test]

@@ -151,6 +151,9 @@ pub struct CacheAware {
     matched: Vec<(usize, bool)>,
     /// What decided the last pick.
     basis: Basis,
+    /// The route shares pins or prefixes with the other replicas: only then is a match's
+    /// origin read.
+    shares: bool,
     /// Scratch: the encoding shared with other cores.
     share_buf: Vec<u8>,
 }
@@ -168,6 +171,7 @@ impl CacheAware {
             keys: PromptKeys::default(),
             matched: Vec::with_capacity(target_count),
             basis: Basis::Local,
+            shares: opts.pins.share_sessions || opts.pins.share_prefixes,
             share_buf: Vec::new(),
         }
     }
@@ -215,9 +219,12 @@ impl Strategy for CacheAware {
         self.matched.clear();
         self.keys.compute(prompt);
         for c in candidates {
-            let m = self
-                .index
-                .matched_keys_with_origin(c.target, &self.keys, prompt);
+            let m = if self.shares {
+                self.index
+                    .matched_keys_with_origin(c.target, &self.keys, prompt)
+            } else {
+                (self.index.matched_keys(c.target, &self.keys, prompt), false)
+            };
             best = best.max(m.0);
             self.matched.push(m);
         }
@@ -668,7 +675,11 @@ mod tests {
     fn a_pick_on_another_replicas_prefix_or_pin_says_so_until_this_replica_routes_it() {
         let now = Instant::now();
         let mut a = strategy(4);
-        let mut b = CacheAware::new(Options::default(), 4, 7);
+        // The origin of a match is read on routes that share with the other replicas.
+        let mut sharing = Options::default();
+        sharing.pins.share_prefixes = true;
+        sharing.pins.share_sessions = true;
+        let mut b = CacheAware::new(sharing, 4, 7);
         let c = cands(&[(1.0, 0); 4]);
         let mut sink = ShareSink::default();
         sink.for_route(0);
@@ -696,12 +707,19 @@ mod tests {
         assert_eq!(b.pick(&rq(&third, None), &c, now).unwrap().index, ta);
         assert_eq!(b.basis(), Basis::Local);
         // Items from this replica's other cores are its own information too.
-        let mut d = CacheAware::new(Options::default(), 4, 8);
+        let mut d = CacheAware::new(sharing, 4, 8);
         for (_, item) in batch.iter() {
             d.apply_shared(&item, now);
         }
         d.pick(&rq(&next, None), &c, now).unwrap();
         assert_eq!(d.basis(), Basis::Local);
+        // A route that shares nothing does not read the origin.
+        let mut e = CacheAware::new(Options::default(), 4, 9);
+        for (_, item) in batch.iter() {
+            e.apply_fleet_shared(&item, now);
+        }
+        e.pick(&rq(&next, None), &c, now).unwrap();
+        assert_eq!(e.basis(), Basis::Local);
     }
 
     #[test]

@@ -441,6 +441,9 @@ pub struct Pipeline {
     own_totals: Vec<f64>,
     /// What decided the last pick.
     basis: Basis,
+    /// The route shares with the other replicas (pins, prefixes or load): only then is a
+    /// pick's basis worked out.
+    shares: bool,
 }
 
 impl Pipeline {
@@ -479,6 +482,7 @@ impl Pipeline {
             totals: Vec::with_capacity(n),
             own_totals: Vec::with_capacity(n),
             basis: Basis::Local,
+            shares: opts.pins.share_sessions || opts.pins.share_prefixes || opts.fleet_load,
         }
     }
 
@@ -629,7 +633,9 @@ impl Strategy for Pipeline {
         let chosen = crate::shared::choose::choose_uniform(&mut self.rng, totals.len(), |j| {
             totals[j] >= limit
         })?;
-        self.basis = self.basis_of(req, candidates, chosen);
+        if self.shares {
+            self.basis = self.basis_of(req, candidates, chosen);
+        }
         Some(Pick {
             index: self.kept[chosen],
             score: Some(self.totals[chosen]),

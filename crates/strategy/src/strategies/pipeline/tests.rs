@@ -374,8 +374,15 @@ fn two_instances_converge_through_shared_items() {
 
 #[test]
 fn a_pick_says_when_another_replicas_pin_prefix_or_load_decided_it() {
-    let mut a = pipeline(3, Options::default());
-    let mut b = pipeline(3, Options::default());
+    // The basis is worked out on routes that share with the other replicas.
+    let sharing = |mut o: Options| {
+        o.pins.share_sessions = true;
+        o.pins.share_prefixes = true;
+        o.fleet_load = true;
+        o
+    };
+    let mut a = pipeline(3, sharing(Options::default()));
+    let mut b = pipeline(3, sharing(Options::default()));
     let mut sink = ShareSink::default();
     let now = Instant::now();
     let prompt: &'static [u8] =
@@ -399,7 +406,7 @@ fn a_pick_says_when_another_replicas_pin_prefix_or_load_decided_it() {
     assert_eq!(a.basis(), Basis::Local);
 
     // Load alone: target 0 is idle here but busy on the other replicas.
-    let mut p = pipeline(3, only(Scorer::Load));
+    let mut p = pipeline(3, sharing(only(Scorer::Load)));
     let mut c = cands(&[(1.0, 3), (1.0, 2), (1.0, 2)]);
     c[0].fleet_load = 3;
     let picked = p.pick(&req(), &c, now).unwrap().index;
@@ -411,6 +418,12 @@ fn a_pick_says_when_another_replicas_pin_prefix_or_load_decided_it() {
     c[2].fleet_load = 1;
     assert_eq!(p.pick(&req(), &c, now).unwrap().index, 1);
     assert_eq!(p.basis(), Basis::Local);
+    // A route that shares nothing does not work it out.
+    let mut q = pipeline(3, only(Scorer::Load));
+    let mut c = cands(&[(1.0, 3), (1.0, 2), (1.0, 2)]);
+    c[0].fleet_load = 3;
+    q.pick(&req(), &c, now).unwrap();
+    assert_eq!(q.basis(), Basis::Local);
 }
 
 #[test]
