@@ -6,7 +6,7 @@
 //! balancer spreads connections.
 //!
 //! The hit rate is the engines' own (cached prompt tokens over prompt tokens), for
-//! `cache_aware` and for `pipeline` with `fleet_load`, over three seeds: one gateway
+//! `cache_aware` and for `pipeline` with `fleet_load`, over eight seeds: one gateway
 //! (2 workers), three replicas that share nothing, three that share through the store.
 
 mod common;
@@ -25,6 +25,10 @@ const TURNS: usize = 50;
 const CAPACITY_BLOCKS: usize = 480;
 /// Most the mean over the seeds of a sharing fleet may fall below one gateway's.
 const PARITY: f64 = 0.03;
+/// Seeds per comparison: a seed's hit rate moves by about 3 points from run to run with
+/// the timing, so the mean of three would miss the bound by chance about one time in ten;
+/// over eight, about one in seventy.
+const SEEDS: u64 = 8;
 /// The time between an answer and the user's next turn, in milliseconds.
 const THINK_MS: std::ops::Range<u64> = 10..50;
 
@@ -204,7 +208,7 @@ fn parity(s: &Strategy) {
     let redis = RedisServer::start();
     for d in drivers() {
         let mut rows = Vec::new();
-        for seed in 0..3 {
+        for seed in 0..SEEDS {
             let [one, nothing, sharing] = setups(d, s, &redis, seed);
             eprintln!(
                 "{} {:?} seed {seed}: one gateway {one:.3}, 3 replicas sharing nothing {nothing:.3}, sharing {sharing:.3}",
@@ -219,11 +223,12 @@ fn parity(s: &Strategy) {
                 s.name
             );
         }
-        let mean = |f: fn(&(f64, f64, f64)) -> f64| rows.iter().map(f).sum::<f64>() / 3.0;
+        let mean =
+            |f: fn(&(f64, f64, f64)) -> f64| rows.iter().map(f).sum::<f64>() / rows.len() as f64;
         let (one, sharing) = (mean(|r| r.0), mean(|r| r.2));
         assert!(
             sharing >= one - PARITY,
-            "{} {d:?}: sharing {sharing:.3} vs one gateway {one:.3} over three seeds",
+            "{} {d:?}: sharing {sharing:.3} vs one gateway {one:.3} over {SEEDS} seeds",
             s.name
         );
     }
