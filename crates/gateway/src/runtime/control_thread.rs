@@ -31,13 +31,6 @@ use crate::notify;
 use crate::strategies::StrategyFactory;
 use crate::upstream::tls::UpstreamTls;
 
-/// How often the control thread drains the workers' messages and publishes target
-/// signals: the workers' signal tick (2 ms, or the fleet tick of a replica that shares its
-/// load, whose counts then leave for the store within about a millisecond).
-fn control_tick(config: &Config) -> Duration {
-    super::worker::signal_tick_of(config)
-}
-
 /// Everything the control thread runs with.
 pub struct ControlContext {
     pub config: Arc<Config>,
@@ -271,9 +264,11 @@ impl Control {
         }
     }
 
-    /// The running configuration's tick.
+    /// How often the control thread drains the workers' messages and publishes target
+    /// signals: the workers' signal tick (2 ms, or the fleet tick of a replica that shares
+    /// its load, whose counts then leave for the store within about a millisecond).
     fn tick_period(&self) -> Duration {
-        control_tick(&self.plane.borrow().config)
+        super::worker::signal_tick_of(&self.plane.borrow().config)
     }
 
     /// Waits until `due` (false) or, sooner, for the store's news (true).

@@ -397,18 +397,15 @@ impl PrefixIndex {
     /// Records that `prompt` was sent to `target` and makes its path the most recent.
     /// Unknown targets are ignored.
     pub fn insert(&mut self, target: TargetId, prompt: &[u8], now: Instant) {
-        let mut keys = std::mem::take(&mut self.scratch);
-        keys.compute(prompt);
-        self.insert_keys(target, &keys, now);
-        self.scratch = keys;
+        self.insert_as(target, prompt, now, false);
     }
 
-    /// [`insert`](PrefixIndex::insert) of another gateway replica's prompt (see
-    /// [`insert_keys_from_fleet`](PrefixIndex::insert_keys_from_fleet)).
-    pub fn insert_from_fleet(&mut self, target: TargetId, prompt: &[u8], now: Instant) {
+    /// [`insert`](PrefixIndex::insert), or (`fleet`) as another gateway replica routed it
+    /// (see [`insert_keys_as`](PrefixIndex::insert_keys_as)).
+    pub fn insert_as(&mut self, target: TargetId, prompt: &[u8], now: Instant, fleet: bool) {
         let mut keys = std::mem::take(&mut self.scratch);
         keys.compute(prompt);
-        self.insert_keys_as(target, &keys, now, true);
+        self.insert_keys_as(target, &keys, now, fleet);
         self.scratch = keys;
     }
 
@@ -417,14 +414,16 @@ impl PrefixIndex {
         self.insert_keys_as(target, keys, now, false);
     }
 
-    /// [`insert_keys`](PrefixIndex::insert_keys) for another gateway replica's insertion:
-    /// the nodes it adds are marked as known only from the fleet (nodes this replica
-    /// inserted itself stay its own).
-    pub fn insert_keys_from_fleet(&mut self, target: TargetId, keys: &PromptKeys, now: Instant) {
-        self.insert_keys_as(target, keys, now, true);
-    }
-
-    fn insert_keys_as(&mut self, target: TargetId, keys: &PromptKeys, _now: Instant, fleet: bool) {
+    /// [`insert_keys`](PrefixIndex::insert_keys), or (`fleet`) for another gateway
+    /// replica's insertion: the nodes it adds are marked as known only from the fleet
+    /// (nodes this replica inserted itself stay its own).
+    pub fn insert_keys_as(
+        &mut self,
+        target: TargetId,
+        keys: &PromptKeys,
+        _now: Instant,
+        fleet: bool,
+    ) {
         let (max_nodes, max_bytes) = (self.max_nodes, self.max_bytes);
         let Some(tree) = self.trees.get_mut(target) else {
             return;
@@ -790,7 +789,7 @@ mod tests {
         let mut longer = base.clone();
         longer.extend_from_slice(&prompt(42, 500));
         keys.compute(&longer);
-        ix.insert_keys_from_fleet(0, &keys, now);
+        ix.insert_keys_as(0, &keys, now, true);
         let origin = |ix: &PrefixIndex, p: &[u8]| {
             let mut k = PromptKeys::default();
             k.compute(p);
@@ -804,7 +803,7 @@ mod tests {
         assert!(m >= base.len() - CHUNK && !fleet, "{m}");
         assert!(origin(&ix, &longer).1);
         // A fleet insertion over its own nodes leaves them its own.
-        ix.insert_from_fleet(0, &base, now);
+        ix.insert_as(0, &base, now, true);
         assert!(!origin(&ix, &base).1);
         // Evicting every node leaves no fleet node counted.
         let before = ix.trees[0].fleet_nodes;
@@ -814,7 +813,7 @@ mod tests {
         // Evictions keep the count: a small tree filled from the fleet, then by this replica.
         let mut small = PrefixIndex::new(1, 8 * CHUNK);
         for seed in 0..5 {
-            small.insert_from_fleet(0, &prompt(50 + seed, 6 * CHUNK), now);
+            small.insert_as(0, &prompt(50 + seed, 6 * CHUNK), now, true);
             assert_eq!(small.trees[0].fleet_nodes, small.nodes(0));
         }
         for seed in 0..5 {
@@ -823,7 +822,7 @@ mod tests {
             assert!(small.trees[0].fleet_nodes <= marked.max(small.nodes(0)));
         }
         // A matched count is the same whichever way it is asked.
-        ix.insert_from_fleet(0, &longer, now);
+        ix.insert_as(0, &longer, now, true);
         let mut k = PromptKeys::default();
         k.compute(&longer);
         assert_eq!(ix.matched_keys(0, &k, &longer), origin(&ix, &longer).0);

@@ -175,12 +175,8 @@ impl SessionPins {
         self.pin_as(key, target, now, false);
     }
 
-    /// Pins `key` to `target` as another gateway replica routed it.
-    pub fn pin_from_fleet(&mut self, key: u64, target: TargetId, now: Instant) {
-        self.pin_as(key, target, now, true);
-    }
-
-    fn pin_as(&mut self, key: u64, target: TargetId, now: Instant, fleet: bool) {
+    /// [`pin`](SessionPins::pin), or (`fleet`) as another gateway replica routed it.
+    pub fn pin_as(&mut self, key: u64, target: TargetId, now: Instant, fleet: bool) {
         if let Some(&i) = self.map.get(&key) {
             let e = &mut self.entries[i as usize];
             e.target = target;

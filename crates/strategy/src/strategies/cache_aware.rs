@@ -159,6 +159,19 @@ pub struct CacheAware {
 }
 
 impl CacheAware {
+    /// Applies a prefix or pin another core (or, `fleet`, another replica) shared.
+    fn learn(&mut self, item: &Shared<'_>, now: Instant, fleet: bool) {
+        match *item {
+            Shared::Prefix { target, data } => {
+                if self.keys.decode(data) && self.keys.prompt_len() > 0 {
+                    self.index.insert_keys_as(target, &self.keys, now, fleet);
+                }
+            }
+            Shared::SessionPin { key, target } => self.sessions.pin_as(key, target, now, fleet),
+            Shared::Assigned { .. } => {}
+        }
+    }
+
     /// An instance for targets `0..target_count`.
     pub fn new(opts: Options, target_count: usize, seed: u64) -> Self {
         CacheAware {
@@ -275,27 +288,11 @@ impl Strategy for CacheAware {
     }
 
     fn apply_shared(&mut self, item: &Shared<'_>, now: Instant) {
-        match *item {
-            Shared::Prefix { target, data } => {
-                if self.keys.decode(data) && self.keys.prompt_len() > 0 {
-                    self.index.insert_keys(target, &self.keys, now);
-                }
-            }
-            Shared::SessionPin { key, target } => self.sessions.pin(key, target, now),
-            Shared::Assigned { .. } => {}
-        }
+        self.learn(item, now, false);
     }
 
     fn apply_fleet_shared(&mut self, item: &Shared<'_>, now: Instant) {
-        match *item {
-            Shared::Prefix { target, data } => {
-                if self.keys.decode(data) && self.keys.prompt_len() > 0 {
-                    self.index.insert_keys_from_fleet(target, &self.keys, now);
-                }
-            }
-            Shared::SessionPin { key, target } => self.sessions.pin_from_fleet(key, target, now),
-            Shared::Assigned { .. } => {}
-        }
+        self.learn(item, now, true);
     }
 
     fn basis(&self) -> Basis {

@@ -546,6 +546,19 @@ impl Pipeline {
         }
     }
 
+    /// Applies a prefix or pin another core (or, `fleet`, another replica) shared.
+    fn learn(&mut self, item: &Shared<'_>, now: Instant, fleet: bool) {
+        match *item {
+            Shared::Prefix { target, data } if self.prefix_on && !data.is_empty() => {
+                self.sig.index.insert_as(target, data, now, fleet);
+            }
+            Shared::SessionPin { key, target } if self.sessions.enabled() => {
+                self.sessions.pin_as(key, target, now, fleet);
+            }
+            _ => {}
+        }
+    }
+
     /// Sessions currently pinned.
     pub fn sessions(&self) -> usize {
         self.sessions.len()
@@ -671,27 +684,11 @@ impl Strategy for Pipeline {
     }
 
     fn apply_shared(&mut self, item: &Shared<'_>, now: Instant) {
-        match *item {
-            Shared::Prefix { target, data } if self.prefix_on && !data.is_empty() => {
-                self.sig.index.insert(target, data, now);
-            }
-            Shared::SessionPin { key, target } if self.sessions.enabled() => {
-                self.sessions.pin(key, target, now);
-            }
-            _ => {}
-        }
+        self.learn(item, now, false);
     }
 
     fn apply_fleet_shared(&mut self, item: &Shared<'_>, now: Instant) {
-        match *item {
-            Shared::Prefix { target, data } if self.prefix_on && !data.is_empty() => {
-                self.sig.index.insert_from_fleet(target, data, now);
-            }
-            Shared::SessionPin { key, target } if self.sessions.enabled() => {
-                self.sessions.pin_from_fleet(key, target, now);
-            }
-            _ => {}
-        }
+        self.learn(item, now, true);
     }
 
     fn basis(&self) -> Basis {
