@@ -17,6 +17,7 @@
 //! Owns the configuration's shape and its checks. It must not start anything: loading
 //! touches only the files it names and the resolver.
 
+pub mod discover;
 mod error;
 mod model;
 pub mod prices;
@@ -42,13 +43,23 @@ pub use validate::{
 };
 
 use error::Collector;
+pub use validate::Discoverer;
 use validate::{EnvLookup, Host, Resolver};
 
 /// Reads and loads the configuration file at `path`.
 pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
+    load_file_discovering(path, &system_discover)
+}
+
+/// [`load_file`] with `discover` looking `discover` entries up (a reload passes one that
+/// keeps a group's running members when its lookup fails).
+pub fn load_file_discovering(
+    path: &Path,
+    discover: Discoverer<'_>,
+) -> Result<Config, ConfigErrors> {
     let source = path.display().to_string();
     match std::fs::read_to_string(path) {
-        Ok(text) => load_str(&text, &source),
+        Ok(text) => load_full(&text, &source, &system_resolve, discover, &system_env),
         Err(e) => {
             let mut errs = Collector::new(&source);
             errs.push(
@@ -75,6 +86,25 @@ pub(crate) fn load_with(
     resolve: Resolver<'_>,
     env: EnvLookup<'_>,
 ) -> Result<Config, ConfigErrors> {
+    load_full(text, source, resolve, &system_discover, env)
+}
+
+/// Looks a `discover` entry up in DNS ([`discover::lookup`]).
+pub fn system_discover(
+    _entry: &str,
+    spec: &discover::DiscoverSpec,
+    nameservers: &[SocketAddr],
+) -> Result<Vec<discover::Member>, String> {
+    discover::lookup(spec, nameservers).map_err(|e| e.to_string())
+}
+
+pub(crate) fn load_full(
+    text: &str,
+    source: &str,
+    resolve: Resolver<'_>,
+    discover: Discoverer<'_>,
+    env: EnvLookup<'_>,
+) -> Result<Config, ConfigErrors> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Relative paths in the file (`ca_file`) are relative to the file's directory.
     let source_path = Path::new(source);
@@ -91,6 +121,7 @@ pub(crate) fn load_with(
         });
     let host = Host {
         resolve,
+        discover,
         env,
         cores,
         config_dir,

@@ -5,7 +5,7 @@
 //! (target indices valid, header values free of CR/LF, addresses resolved).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -45,6 +45,9 @@ pub struct Config {
     pub state: Option<StateConfig>,
     /// `[[keys]]` and `[auth] keys_file`: the client API keys. Empty: the gateway is open.
     pub keys: ApiKeys,
+    /// The `[[targets]]` entries given by `discover`, with their current members (which are
+    /// in `targets`).
+    pub discovery: Vec<DiscoveryGroup>,
 }
 
 /// The client API keys: every `[[keys]]` entry of the configuration, then those of
@@ -429,6 +432,9 @@ pub struct ServerConfig {
     /// How often targets named by a host name are resolved again (`dns_refresh`, default
     /// 30 s; zero: resolved once, at load).
     pub dns_refresh: Duration,
+    /// Where `discover` entries are looked up (`nameservers`, `ip[:port]`); empty: the
+    /// nameservers of `/etc/resolv.conf`.
+    pub nameservers: Vec<SocketAddr>,
     /// Client connections open at once over every worker (`max_connections`, default
     /// 10 000); a connection beyond it is answered 503 and closed. Reloadable.
     pub max_connections: usize,
@@ -585,6 +591,9 @@ pub struct Target {
     /// This target is one data-parallel rank of an engine run with `dp_size` ranks behind
     /// one address; `None`: a single engine.
     pub dp: Option<DpRank>,
+    /// The `discover` entry this target is a member of (its name is `<entry>/<host>:<port>`);
+    /// `None`: written with a `url`.
+    pub member_of: Option<String>,
 }
 
 /// `targets[i].engine`.
@@ -919,4 +928,71 @@ impl RouteMatch {
             .iter()
             .any(|p| path.starts_with(p.as_str()))
     }
+}
+
+/// What a `discover` entry looks up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiscoverSpec {
+    /// `discover = { dns = "name", port = N }`: one target per A/AAAA address of `name`.
+    Addresses { name: String, port: u16 },
+    /// `discover = { srv = "_http._tcp.name" }`: one target per SRV record, at its target's
+    /// address and its port; its weight scales the entry's, and a lower priority makes a
+    /// lower (preferred) failover tier.
+    Srv { name: String },
+}
+
+impl DiscoverSpec {
+    /// The name queried.
+    pub fn name(&self) -> &str {
+        match self {
+            DiscoverSpec::Addresses { name, .. } | DiscoverSpec::Srv { name } => name,
+        }
+    }
+}
+
+impl std::fmt::Display for DiscoverSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DiscoverSpec::Addresses { name, port } => write!(f, "A/AAAA {name} (port {port})"),
+            DiscoverSpec::Srv { name } => write!(f, "SRV {name}"),
+        }
+    }
+}
+
+/// One member of a discovered group, as the lookup found it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Member {
+    /// What the member's name shows after `<entry>/`: the address, or the SRV target host.
+    pub host: String,
+    pub addr: SocketAddr,
+    /// The SRV priority (0 for A/AAAA): lower is preferred.
+    pub priority: u16,
+    /// The SRV weight (1 for A/AAAA).
+    pub weight: u16,
+}
+
+impl Member {
+    /// `host:port`, with an IPv6 address in brackets.
+    pub fn label(&self) -> String {
+        match self.host.parse::<IpAddr>() {
+            Ok(IpAddr::V6(ip)) => format!("[{ip}]:{}", self.addr.port()),
+            _ => format!("{}:{}", self.host, self.addr.port()),
+        }
+    }
+}
+
+/// A `discover` entry of the running configuration: what it looks up, the target it was
+/// written as (every member is a copy with its own name, address, weight and tier), and
+/// its current members.
+#[derive(Debug, Clone)]
+pub struct DiscoveryGroup {
+    /// The entry's `name`; its members are `<name>/<host>:<port>`.
+    pub name: String,
+    /// Where it was written (`targets[i]`), for messages.
+    pub at: String,
+    pub spec: DiscoverSpec,
+    /// The entry as a target: `https`, `path` and every other setting of the entry.
+    pub template: Target,
+    /// The members the running configuration has, sorted by name.
+    pub members: Vec<Member>,
 }

@@ -141,6 +141,7 @@ pub(crate) struct RawServer {
     pub driver: Option<String>,
     pub shutdown_grace: Option<toml::Value>,
     pub dns_refresh: Option<toml::Value>,
+    pub nameservers: Option<Vec<String>>,
     pub max_connections: Option<i64>,
     pub limits: Option<RawLimits>,
     pub control_socket: Option<String>,
@@ -199,6 +200,17 @@ pub(crate) struct RawTarget {
     pub bootstrap_port: Option<i64>,
     pub dp_size: Option<i64>,
     pub engine: Option<String>,
+    pub discover: Option<RawDiscover>,
+}
+
+/// `targets[i].discover`: the target group's members come from DNS.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawDiscover {
+    pub dns: Option<String>,
+    pub srv: Option<String>,
+    pub port: Option<i64>,
+    pub https: Option<bool>,
+    pub path: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -371,6 +383,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "driver",
     "shutdown_grace",
     "dns_refresh",
+    "nameservers",
     "max_connections",
     "underscores_in_headers",
     "limits",
@@ -395,6 +408,7 @@ pub(crate) const LIMITS_KEYS: &[&str] = &[
     "keepalive_timeout",
     "write_timeout",
 ];
+pub(crate) const DISCOVER_KEYS: &[&str] = &["dns", "srv", "port", "https", "path"];
 pub(crate) const TARGET_KEYS: &[&str] = &[
     "name",
     "url",
@@ -415,6 +429,7 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "lmcache_instance",
     "bootstrap_port",
     "dp_size",
+    "discover",
     "engine",
 ];
 pub(crate) const PRICE_KEYS: &[&str] = &["input", "output"];
@@ -546,6 +561,7 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["targets", "timeouts"] => ("[targets.timeouts]", TIMEOUTS_KEYS),
         ["targets", "pool"] => ("[targets.pool]", POOL_KEYS),
         ["targets", "kv_events"] => ("[targets.kv_events]", TARGET_KV_EVENTS_KEYS),
+        ["targets", "discover"] => ("targets.discover", DISCOVER_KEYS),
         ["routes"] => ("[[routes]]", ROUTE_KEYS),
         ["routes", "match"] => ("[routes.match]", MATCH_KEYS),
         ["routes", "prefill"] => ("routes.prefill", PD_POOL_KEYS),

@@ -47,8 +47,35 @@ fn fake_env(name: &str) -> Option<String> {
     vars.get(name).map(|s| s.to_string())
 }
 
+/// Answers two `discover` names: `vllm.svc` (A records .1 and .2 of 192.0.2.0/24) and
+/// `_http._tcp.vllm.svc` (SRV: two at priority 0, weights 50 and 100, one at priority 5).
+fn fake_discover(
+    _entry: &str,
+    spec: &discover::DiscoverSpec,
+    _ns: &[SocketAddr],
+) -> Result<Vec<discover::Member>, String> {
+    let m = |host: &str, last: u8, port: u16, priority: u16, weight: u16| discover::Member {
+        host: host.to_string(),
+        addr: SocketAddr::from(([192, 0, 2, last], port)),
+        priority,
+        weight,
+    };
+    match spec {
+        discover::DiscoverSpec::Addresses { name, port } if name == "vllm.svc" => Ok(vec![
+            m("192.0.2.1", 1, *port, 0, 1),
+            m("192.0.2.2", 2, *port, 0, 1),
+        ]),
+        discover::DiscoverSpec::Srv { name } if name == "_http._tcp.vllm.svc" => Ok(vec![
+            m("a.vllm.svc", 1, 8000, 0, 50),
+            m("b.vllm.svc", 2, 8001, 0, 100),
+            m("c.vllm.svc", 3, 8002, 5, 100),
+        ]),
+        _ => Err("no such name".into()),
+    }
+}
+
 fn load(text: &str) -> Result<Config, ConfigErrors> {
-    load_with(text, "test.toml", &fake_resolve, &fake_env)
+    load_full(text, "test.toml", &fake_resolve, &fake_discover, &fake_env)
 }
 
 fn errors(text: &str) -> Vec<ConfigError> {
@@ -76,6 +103,7 @@ fn error_at<'a>(errs: &'a [ConfigError], key: &str) -> &'a ConfigError {
 const ONE_TARGET: &str = "[[targets]]\nname = \"a\"\nurl = \"http://10.0.0.1:8000\"\n";
 
 mod api_keys;
+mod discovery;
 mod examples;
 mod pd;
 mod prices;

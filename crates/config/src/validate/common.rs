@@ -12,22 +12,29 @@ pub(super) use std::time::Duration;
 
 pub(super) use rolter_strategy::Requirements;
 
+pub(super) use crate::discover::{DiscoverSpec, DiscoveryGroup, Member};
 pub(super) use crate::error::Collector;
 pub(super) use crate::model::*;
 pub(super) use crate::raw::{
-    closest, is_bare_key, join, OrderedPrices, OrderedStrings, RawAdmin, RawConfig, RawHeaderMatch,
-    RawHealth, RawKvEvents, RawLimits, RawLog, RawMatch, RawPdPool, RawPool, RawPrice, RawRoute,
-    RawScrape, RawServer, RawServerTls, RawTarget, RawTargetKvEvents, RawTimeouts,
+    closest, is_bare_key, join, OrderedPrices, OrderedStrings, RawAdmin, RawConfig, RawDiscover,
+    RawHeaderMatch, RawHealth, RawKvEvents, RawLimits, RawLog, RawMatch, RawPdPool, RawPool,
+    RawPrice, RawRoute, RawScrape, RawServer, RawServerTls, RawTarget, RawTargetKvEvents,
+    RawTimeouts,
 };
 
 /// Resolves a host name and port to socket addresses.
 pub(crate) type Resolver<'a> = &'a dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
+/// Looks a `discover` entry (its name and spec) up at the nameservers given (empty: the
+/// system's): its members, or why there are none.
+pub type Discoverer<'a> =
+    &'a dyn Fn(&str, &DiscoverSpec, &[SocketAddr]) -> Result<Vec<Member>, String>;
 /// Looks up an environment variable.
 pub(crate) type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// What validation needs from the outside world (injectable for tests).
 pub(crate) struct Host<'a> {
     pub resolve: Resolver<'a>,
+    pub discover: Discoverer<'a>,
     pub env: EnvLookup<'a>,
     /// Used when `server.workers = 0`.
     pub cores: usize,

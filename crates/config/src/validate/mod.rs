@@ -29,6 +29,7 @@ use server::server;
 use targets::{check_unique_names, target, target_tables};
 
 pub use api_keys::{parse_hash, HASH_PREFIX};
+pub use common::Discoverer;
 pub(crate) use common::{EnvLookup, Host, Resolver};
 pub use common::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FIRST_BYTE_TIMEOUT,
@@ -60,10 +61,19 @@ pub(crate) fn validate(
         .enumerate()
         .map(|(i, t)| targets::dp_size(t.dp_size, &format!("targets[{i}]"), errs))
         .collect();
+    let specs: Vec<Option<Option<DiscoverSpec>>> = raw_targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| targets::discover_spec(t, &format!("targets[{i}]"), errs))
+        .collect();
     let targets: Vec<Option<Target>> = raw_targets
         .into_iter()
+        .zip(&specs)
         .enumerate()
-        .map(|(i, t)| target(t, &format!("targets[{i}]"), host, errs))
+        .map(|(i, (t, spec))| {
+            let spec = spec.as_ref().and_then(Option::as_ref);
+            target(t, &format!("targets[{i}]"), spec, host, errs)
+        })
         .collect();
     check_unique_names(&names, "targets", "target", errs);
     let routes = routes(raw.routes, &names, &targets, host, errs);
@@ -99,7 +109,14 @@ pub(crate) fn validate(
     let mut routes = routes.into_iter().collect::<Option<Vec<_>>>()?;
     pd::engine_kinds(&mut targets, &engine_written, &routes);
     let targets = pd::expand_ranks(targets, &dp_sizes, &mut routes);
-    Some(Config {
+    // Each entry's spec at its first target after the ranks were expanded (`dp_size` is
+    // refused on `discover` entries, so such an entry is still one target).
+    let mut at_target: Vec<Option<DiscoverSpec>> = Vec::with_capacity(targets.len());
+    for (spec, size) in specs.into_iter().zip(&dp_sizes) {
+        at_target.push(spec.flatten());
+        at_target.extend((1..*size).map(|_| None));
+    }
+    let mut config = Config {
         source: PathBuf::from(source),
         digest: String::new(),
         server: server?,
@@ -114,5 +131,10 @@ pub(crate) fn validate(
         log: log?,
         state: state?,
         keys: keys?,
-    })
+        discovery: Vec::new(),
+    };
+    if at_target.iter().any(Option::is_some) {
+        targets::discover_members(&mut config, &at_target, host, errs);
+    }
+    errs.is_empty().then_some(config)
 }

@@ -27,6 +27,7 @@ pub(super) fn server(
         errs,
     );
     let dns_refresh = dns_refresh(raw.dns_refresh.as_ref(), errs);
+    let nameservers = nameservers(raw.nameservers, errs);
     let max_connections = max_connections(raw.max_connections, errs);
     let limits = limits(raw.limits.unwrap_or_default(), errs);
     let control_socket = control_socket(raw.control_socket.as_deref(), host, errs);
@@ -46,6 +47,7 @@ pub(super) fn server(
         shutdown_grace: shutdown_grace?,
         control_socket: control_socket?,
         dns_refresh: dns_refresh?,
+        nameservers: nameservers?,
         max_connections: max_connections?,
         underscores_in_headers: underscores_in_headers?,
         tls: tls?,
@@ -192,6 +194,33 @@ fn dns_refresh(v: Option<&toml::Value>, errs: &mut Collector) -> Option<Duration
         return None;
     }
     Some(d)
+}
+
+/// `server.nameservers`: `ip` or `ip:port` each (port 53 when absent); none: the ones of
+/// `/etc/resolv.conf`.
+fn nameservers(v: Option<Vec<String>>, errs: &mut Collector) -> Option<Vec<SocketAddr>> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (i, s) in v.unwrap_or_default().iter().enumerate() {
+        let parsed = s.parse::<SocketAddr>().ok().or_else(|| {
+            s.parse::<std::net::IpAddr>()
+                .ok()
+                .map(|ip| SocketAddr::new(ip, 53))
+        });
+        match parsed {
+            Some(a) => out.push(a),
+            None => {
+                ok = false;
+                errs.push(
+                    format!("server.nameservers[{i}]"),
+                    format!("`{s}` is not an IP address or ip:port"),
+                    "write a nameserver's address, e.g. \"10.96.0.10\" or \"127.0.0.1:5353\" \
+                     (leave nameservers out to use those of /etc/resolv.conf)",
+                );
+            }
+        }
+    }
+    ok.then_some(out)
 }
 
 pub(super) fn listen_addr(s: &str, host: &Host<'_>, errs: &mut Collector) -> Option<SocketAddr> {

@@ -30,11 +30,15 @@ pub(super) fn target_tables(raw: Option<Vec<RawTarget>>, errs: &mut Collector) -
 pub(super) fn target(
     raw: RawTarget,
     at: &str,
+    discover: Option<&DiscoverSpec>,
     host: &Host<'_>,
     errs: &mut Collector,
 ) -> Option<Target> {
     let name = target_name(raw.name, at, errs);
-    let url = required_url(raw.url, at, host, errs);
+    let url = match (discover, &raw.discover) {
+        (Some(spec), Some(d)) => Some(discover_url(spec, d)),
+        _ => required_url(raw.url, at, host, errs),
+    };
     let ca = match raw.ca_file {
         None => Some(None),
         Some(f) => ca_file(&f, url.as_ref(), &join(at, "ca_file"), host, errs).map(Some),
@@ -100,7 +104,179 @@ pub(super) fn target(
         engine: engine?,
         // Set when `dp_size` makes one target per rank.
         dp: None,
+        // Set for each member when a `discover` entry becomes its members.
+        member_of: None,
     })
+}
+
+/// `targets[i].discover`: `Some(None)` when the entry has none, `None` when it is wrong.
+/// An entry with `discover` has no `url`, and none of the settings that name one engine
+/// (`dp_size`, `kv_events`, `lmcache_instance`).
+pub(super) fn discover_spec(
+    raw: &RawTarget,
+    at: &str,
+    errs: &mut Collector,
+) -> Option<Option<DiscoverSpec>> {
+    let Some(d) = &raw.discover else {
+        return Some(None);
+    };
+    let key = join(at, "discover");
+    let mut ok = true;
+    let mut refuse = |what: &str, message: String, fix: &str| {
+        ok = false;
+        let at = if what.is_empty() {
+            key.clone()
+        } else {
+            join(&key, what)
+        };
+        errs.push(at, message, fix);
+    };
+    if raw.url.is_some() {
+        refuse(
+            "",
+            "a target has both `url` and `discover`".into(),
+            "keep `url` for one engine, or `discover` for a group found by DNS",
+        );
+    }
+    for (set, what) in [
+        (raw.dp_size.is_some_and(|n| n != 1), "dp_size"),
+        (raw.kv_events.is_some(), "kv_events"),
+        (raw.lmcache_instance.is_some(), "lmcache_instance"),
+    ] {
+        if set {
+            refuse(
+                "",
+                format!("`{what}` names one engine, and a `discover` entry stands for many"),
+                "list such engines one by one with `url`",
+            );
+        }
+    }
+    if let Some(p) = &d.path {
+        if !p.is_empty() && (!p.starts_with('/') || p.contains(['?', '#', ' '])) {
+            refuse(
+                "path",
+                format!("path is `{p}`; it must be empty or start with /"),
+                "write the engines' base path, e.g. path = \"/v1\", or leave it out",
+            );
+        }
+    }
+    let spec = match (&d.dns, &d.srv, d.port) {
+        (Some(name), None, Some(p)) if (1..=65535).contains(&p) => DiscoverSpec::Addresses {
+            name: name.clone(),
+            port: p as u16,
+        },
+        (Some(_), None, Some(p)) => {
+            refuse(
+                "port",
+                format!("port is {p}; it must be a TCP port, 1 to 65535"),
+                "set the engines' port, e.g. port = 8000",
+            );
+            return None;
+        }
+        (Some(_), None, None) => {
+            refuse(
+                "port",
+                "`discover.dns` needs the engines' port".into(),
+                "add port = 8000 (or the port the engines listen on)",
+            );
+            return None;
+        }
+        (None, Some(name), None) => DiscoverSpec::Srv { name: name.clone() },
+        (None, Some(_), Some(_)) => {
+            refuse(
+                "port",
+                "an SRV record carries its own port".into(),
+                "remove `port`, or use `dns` for A/AAAA records and a fixed port",
+            );
+            return None;
+        }
+        _ => {
+            refuse(
+                "",
+                "`discover` needs exactly one of `dns` (A/AAAA records) and `srv`".into(),
+                "write discover = { dns = \"vllm.default.svc.cluster.local\", port = 8000 } \
+                 or discover = { srv = \"_http._tcp.vllm.default.svc.cluster.local\" }",
+            );
+            return None;
+        }
+    };
+    if hickory_proto::rr::Name::from_ascii(spec.name()).is_err() || spec.name().is_empty() {
+        refuse(
+            if d.dns.is_some() { "dns" } else { "srv" },
+            format!("`{}` is not a DNS name", spec.name()),
+            "write the name as the DNS server answers it, e.g. vllm.default.svc.cluster.local",
+        );
+    }
+    ok.then_some(Some(spec))
+}
+
+/// Looks every `discover` entry up and puts its members in its place: `groups[i]` is
+/// target `i`'s spec. A lookup that finds nothing is an error at the entry's key.
+pub(super) fn discover_members(
+    config: &mut Config,
+    specs: &[Option<DiscoverSpec>],
+    host: &Host<'_>,
+    errs: &mut Collector,
+) {
+    let groups: Vec<DiscoveryGroup> = specs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, spec)| {
+            let spec = spec.clone()?;
+            let mut template = config.targets[i].clone();
+            template.member_of = Some(template.name.clone());
+            config.targets[i].member_of = Some(template.name.clone());
+            Some(DiscoveryGroup {
+                name: template.name.clone(),
+                at: format!("targets[{i}]"),
+                spec,
+                template,
+                members: Vec::new(),
+            })
+        })
+        .collect();
+    config.discovery = groups.clone();
+    for g in groups {
+        match (host.discover)(&g.name, &g.spec, &config.server.nameservers) {
+            Ok(members) => match config.rediscovered(&g.name, members) {
+                Some(next) => *config = next,
+                None => errs.push(
+                    join(&g.at, "discover"),
+                    format!("{}: the answer has no address", g.spec),
+                    "check the name and that the engines are up (dig it at the nameserver)",
+                ),
+            },
+            Err(e) => errs.push(
+                join(&g.at, "discover"),
+                format!("looking up {} failed: {e}", g.spec),
+                "check the name, that the nameserver answers (server.nameservers or \
+                 /etc/resolv.conf) and that the engines are registered",
+            ),
+        }
+    }
+}
+
+/// The URL parts every member of a `discover` entry shares (each member's own address is
+/// set when the entry becomes its members): the looked-up name is the TLS server name and
+/// the `Host` header, as for a URL with that name.
+fn discover_url(spec: &DiscoverSpec, d: &RawDiscover) -> ParsedUrl {
+    let tls = d.https.unwrap_or(false);
+    let scheme = if tls { "https" } else { "http" };
+    let base_path = d.path.clone().unwrap_or_default();
+    let base_path = base_path.trim_end_matches('/').to_string();
+    let (name, port) = match spec {
+        DiscoverSpec::Addresses { name, port } => (name.trim_end_matches('.'), *port),
+        DiscoverSpec::Srv { name } => (name.trim_end_matches('.'), if tls { 443 } else { 80 }),
+    };
+    ParsedUrl {
+        written: format!("{scheme}://{name}:{port}{base_path} (discovered: {spec})"),
+        addr: SocketAddr::from(([0, 0, 0, 0], port)),
+        dns_name: None,
+        tls,
+        server_name: name.to_string(),
+        host_header: format!("{name}:{port}"),
+        base_path,
+    }
 }
 
 /// `bootstrap_port`: a TCP port, default [`DEFAULT_BOOTSTRAP_PORT`].
