@@ -1,5 +1,6 @@
-//! What a configuration reload reports, the reload counters, and the hook through which the
-//! admin API (`POST /admin/reload`) and the control socket (`rolter reload`) ask for one.
+//! What a configuration reload reports, the reload counters, the hook through which the
+//! admin API (`POST /admin/reload`) and the control socket (`rolter reload`) ask for one,
+//! and the counters of DNS discovery (a changed member set is applied as a reload).
 //!
 //! Owns those values only: the reload itself is the runtime's (`runtime::supervisor`). Read
 //! by the control thread when it renders `/metrics` and `/admin/config`; never touched on
@@ -94,6 +95,31 @@ pub struct ReloadStats {
     last_success: AtomicU64,
     current: Mutex<Running>,
     hook: OnceLock<ReloadHook>,
+    /// Per `discover` entry, by name: its lookups and members.
+    discovery: Mutex<std::collections::BTreeMap<String, DiscoveryCounts>>,
+}
+
+/// One `discover` entry's lookups since the start, and its members now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiscoveryCounts {
+    /// The answer had the running members.
+    pub unchanged: u64,
+    /// The answer changed the members (applied as a reload).
+    pub changed: u64,
+    /// An error or an empty answer: the last good members were kept.
+    pub failed: u64,
+    /// Members in the running configuration.
+    pub members: usize,
+    /// The last failed lookup's message, until one succeeds.
+    pub last_error: Option<String>,
+}
+
+/// What a lookup of a `discover` entry did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    Unchanged,
+    Changed,
+    Failed,
 }
 
 /// The running configuration as the admin API shows it.
@@ -176,6 +202,26 @@ impl ReloadStats {
             ("restart_needed", g(&self.restart_needed)),
             ("failed", g(&self.failed)),
         ]
+    }
+
+    /// Counts one lookup of `group`, which has `members` members afterwards (`error`: why
+    /// it failed).
+    pub fn discovered(&self, group: &str, outcome: Lookup, members: usize, error: Option<String>) {
+        let mut map = self.discovery.lock().unwrap_or_else(|e| e.into_inner());
+        let c = map.entry(group.to_string()).or_default();
+        match outcome {
+            Lookup::Unchanged => c.unchanged += 1,
+            Lookup::Changed => c.changed += 1,
+            Lookup::Failed => c.failed += 1,
+        }
+        c.members = members;
+        c.last_error = error;
+    }
+
+    /// Every `discover` entry's counts, by name.
+    pub fn discovery(&self) -> Vec<(String, DiscoveryCounts)> {
+        let map = self.discovery.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
     /// Unix time of the start or the last successful reload.

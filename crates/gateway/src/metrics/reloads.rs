@@ -1,7 +1,8 @@
 //! The configuration's series: `rolter_config_info` (the running file's SHA-256),
 //! `rolter_config_reloads_total` by result, and
-//! `rolter_config_last_reload_success_timestamp_seconds`, written from the reload counters
-//! each time `/metrics` is rendered.
+//! `rolter_config_last_reload_success_timestamp_seconds`, and DNS discovery's
+//! `rolter_discovery_lookups_total{group,result}` and `rolter_discovery_members{group}`,
+//! written from the reload counters each time `/metrics` is rendered.
 //!
 //! Owns those names and their help texts. It keeps no state between renders.
 
@@ -18,6 +19,17 @@ use crate::reload::ReloadStats;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Digest {
     sha256: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupResult {
+    group: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Group {
+    group: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -56,5 +68,36 @@ pub(crate) fn registry(stats: &ReloadStats) -> Registry {
         "Unix time of the start or of the last successful reload",
         last,
     );
+    let groups = stats.discovery();
+    if !groups.is_empty() {
+        let lookups = Family::<GroupResult, Counter>::default();
+        let members = Family::<Group, IntGauge>::default();
+        for (group, c) in groups {
+            for (result, n) in [
+                ("unchanged", c.unchanged),
+                ("changed", c.changed),
+                ("failed", c.failed),
+            ] {
+                let labels = GroupResult {
+                    group: group.clone(),
+                    result,
+                };
+                lookups.get_or_create(&labels).inc_by(n);
+            }
+            members
+                .get_or_create(&Group { group })
+                .set(c.members as u64);
+        }
+        r.register(
+            "rolter_discovery_lookups",
+            "DNS lookups of discover entries (every server.dns_refresh), by result: unchanged, changed (members added or removed, applied as a reload), failed (an error or an empty answer; the last good members are kept)",
+            lookups,
+        );
+        r.register(
+            "rolter_discovery_members",
+            "Targets a discover entry has in the running configuration",
+            members,
+        );
+    }
     r
 }

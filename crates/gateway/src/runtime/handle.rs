@@ -17,6 +17,7 @@ use rolter_config::Config;
 use rolter_core::Switches;
 
 use super::control_thread::{self, ControlContext};
+use super::discovery;
 use super::driver::{self, ActiveDriver};
 use super::engine_threads::EngineThreads;
 use super::listener;
@@ -136,6 +137,12 @@ impl Gateway {
             lifecycle: shared.lifecycle.clone(),
         }));
         install_reload_hook(&config, &reloads, &supervisor);
+        // Detached: it holds the supervisor weakly and ends with the gateway.
+        discovery::spawn(
+            Arc::downgrade(&supervisor),
+            reloads.clone(),
+            shared.lifecycle.clone(),
+        )?;
         wait_until_listening(&workers.ready, count)?;
         announce(&config, &sockets, count, driver, workers.pinned);
         Ok(Gateway {

@@ -8,10 +8,12 @@
 //! the admin API and the control socket), never on a worker or the control thread's loop.
 //! A refused reload changes nothing.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, unbounded, Sender};
+use rolter_config::discover::{DiscoverSpec, Member};
 use rolter_config::prices::price_book;
 use rolter_config::reload::{
     restart_needed, same, same_targets, unchanged_routes, unchanged_targets,
@@ -54,7 +56,25 @@ impl Supervisor {
     pub fn reload_file(&mut self) -> Result<ReloadReport, ReloadError> {
         let path = self.config.source.clone();
         tracing::info!(file = %path.display(), "reloading the configuration");
-        let result = match rolter_config::load_file(&path) {
+        let running = self.config.clone();
+        // A `discover` entry whose lookup fails now keeps the members it runs with.
+        let discover = move |entry: &str, spec: &DiscoverSpec, ns: &[SocketAddr]| {
+            rolter_config::system_discover(entry, spec, ns).or_else(|e| {
+                let g = running
+                    .discovery
+                    .iter()
+                    .find(|g| g.name == entry && g.spec == *spec)
+                    .ok_or_else(|| e.clone())?;
+                tracing::warn!(
+                    group = entry,
+                    members = g.members.len(),
+                    "reload: looking up a discover entry failed: {e}; it keeps its running \
+                     members"
+                );
+                Ok(g.members.clone())
+            })
+        };
+        let result = match rolter_config::load_file_discovering(&path, &discover) {
             Ok(c) => self.apply(c),
             Err(errors) => Err(ReloadError::Invalid {
                 count: errors.errors.len(),
@@ -70,6 +90,56 @@ impl Supervisor {
         let result = self.apply(config);
         self.account(&result);
         result
+    }
+
+    /// Applies a new member set of `discover` entry `group` (looked up as `spec`): the
+    /// running configuration with the group's members replaced, through the reload path
+    /// (added targets start through slow start, removed ones take no new request and
+    /// finish what they serve). `None` when the running configuration no longer has that
+    /// entry, or already has these members.
+    pub fn rediscover(
+        &mut self,
+        group: &str,
+        spec: &DiscoverSpec,
+        members: Vec<Member>,
+    ) -> Option<Result<ReloadReport, ReloadError>> {
+        let g = self
+            .config
+            .discovery
+            .iter()
+            .find(|g| g.name == group && g.spec == *spec)?;
+        if g.members == members {
+            return None;
+        }
+        let label = |m: &Member| format!("{group}/{}", m.label());
+        let added: Vec<String> = members
+            .iter()
+            .filter(|m| !g.members.contains(m))
+            .map(label)
+            .collect();
+        let removed: Vec<String> = g
+            .members
+            .iter()
+            .filter(|m| !members.contains(m))
+            .map(label)
+            .collect();
+        let next = self.config.rediscovered(group, members)?;
+        let result = self.apply(next);
+        match &result {
+            Ok(r) => tracing::info!(
+                group,
+                added = ?added,
+                removed = ?removed,
+                "discovery: the members changed; {r}"
+            ),
+            Err(e) => tracing::warn!(
+                group,
+                added = ?added,
+                removed = ?removed,
+                "discovery: the members changed but cannot be applied: {e}"
+            ),
+        }
+        Some(result)
     }
 
     fn account(&self, result: &Result<ReloadReport, ReloadError>) {
