@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh machine when it is missing —
 # system packages with apt-get (curl, python3 with pip, g++, Python's ZMQ and msgpack
-# bindings, redis-server, and Prometheus's promtool where the distribution ships it), the
+# bindings, redis-server, dnsmasq, and Prometheus's promtool where the distribution ships it), the
 # OpenAI and Anthropic Python SDKs, Hugging Face's tokenizers and jinja2 with pip, the
 # pinned Rust toolchain with rustup — saying what it installs, then runs formatting, lints,
 # the module-import and function-length checks and the whole test suite: the default build,
@@ -22,7 +22,8 @@ log() { printf '==> %s\n' "$*"; }
 # promtool's check), systemd for systemd-analyze (tests/systemd.rs verifies and scores
 # config/rolter.service with it) and util-linux for setpriv (the same test reads the
 # installed configuration as an unprivileged uid), redis-server for the shared-state tests
-# of crates/store (with redis-tools' redis-cli, which builds their three-node cluster).
+# of crates/store (with redis-tools' redis-cli, which builds their three-node cluster),
+# dnsmasq-base's dnsmasq, the DNS server tests/discovery.rs serves its zone from.
 missing=()
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
@@ -32,6 +33,7 @@ python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || missing+=(dnsmasq-base)
 py_kv() { "$1" -c 'import zmq, msgpack' >/dev/null 2>&1; }
 py_kv python3 || py_kv /usr/bin/python3 || missing+=(python3 python3-zmq python3-msgpack)
 want_promtool=false
