@@ -72,6 +72,16 @@ pub trait Strategy {
     /// replicas (`fair_catchup` with `durable = true`); replaces the previous ledger.
     fn apply_ledger(&mut self, _ledger: &RouteLedger) {}
 
+    /// Carries what this instance learned over to a configuration whose targets moved:
+    /// `map[new] = Some(old)` for each target of the new configuration that is the same
+    /// target (same name, same definition) in the old one. Returns false (the default)
+    /// when the strategy cannot, and a fresh instance is built instead. A strategy whose
+    /// state is per target (a prefix index, session pins) keeps what the kept targets had,
+    /// so a target joining or leaving moves only its own keys.
+    fn remap_targets(&mut self, _map: &[Option<TargetId>]) -> bool {
+        false
+    }
+
     /// What the strategy has learned about `target`, as named numbers (a TTFT average,
     /// model coefficients), for the admin API. Never called on the request path.
     fn learned(&self, _target: TargetId) -> Vec<(&'static str, f64)> {

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use rolter_codec::h1::request_head::HeadLimits;
-use rolter_config::reload::{unchanged_routes, unchanged_targets};
+use rolter_config::reload::{same, unchanged_routes, unchanged_targets};
 use rolter_config::{Config, Route};
 use rolter_core::{Candidate, Needs, Sample, ShareSink, Verdict};
 use rolter_strategy::Strategy;
@@ -271,7 +271,13 @@ impl WorkerState {
                     .and_then(|(p, same)| same[i].map(|o| p.routes[o].clone()))
                 {
                     Some(old) => old,
-                    None => route_state(r, &config, strategies, seed),
+                    None => {
+                        let fresh = route_state(r, &config, strategies, seed);
+                        if let Some(p) = previous {
+                            carry_learned(p, r, &fresh, &config, strategies, seed);
+                        }
+                        fresh
+                    }
                 }
             })
             .collect();
@@ -320,6 +326,46 @@ impl WorkerState {
 
 /// A route's state on this core, new: its strategy instance and the clients of what the
 /// strategy needs (token ids, a cache lookup, adapter loading, the shared rotation).
+/// A route whose targets moved but whose definition is otherwise the same (a discovered
+/// member joined or left, a target was added to or removed from the file) takes what its
+/// strategy learned on `previous`, remapped to the new targets, when the strategy can
+/// carry it ([`Strategy::remap_targets`]); the old configuration's in-flight requests
+/// finish on a fresh instance.
+fn carry_learned(
+    previous: &WorkerState,
+    r: &Route,
+    fresh: &RouteState,
+    config: &Config,
+    strategies: &StrategyFactory,
+    seed: u64,
+) {
+    let Some(o) = previous.config.routes.iter().position(|o| o.name == r.name) else {
+        return;
+    };
+    let without_targets = |r: &Route| Route {
+        targets: Vec::new(),
+        ..r.clone()
+    };
+    let old_route = &previous.config.routes[o];
+    if !same(&without_targets(old_route), &without_targets(r))
+        || !same(&previous.config.kv_events, &config.kv_events)
+    {
+        return;
+    }
+    let map = unchanged_targets(&previous.config.targets, &config.targets);
+    let old = &previous.routes[o];
+    let Ok(mut learned) = old.strategy.try_borrow_mut() else {
+        return;
+    };
+    if !learned.remap_targets(&map) {
+        // Nothing was changed: the old instance goes on serving the old configuration.
+        return;
+    }
+    let stand_in = strategies.build(old_route, seed);
+    let carried = std::mem::replace(&mut *learned, stand_in);
+    *fresh.strategy.borrow_mut() = carried;
+}
+
 fn route_state(
     r: &Route,
     config: &Config,

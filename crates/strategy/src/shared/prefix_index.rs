@@ -394,6 +394,19 @@ impl PrefixIndex {
         }
     }
 
+    /// The index for a configuration whose targets moved (`map[new] = Some(old)`): a kept
+    /// target keeps its tree, a new one starts empty.
+    pub fn remap(&mut self, map: &[Option<TargetId>]) {
+        let mut old = std::mem::take(&mut self.trees);
+        self.trees = map
+            .iter()
+            .map(|from| match from.and_then(|o| old.get_mut(o)) {
+                Some(tree) => std::mem::replace(tree, Tree::new()),
+                None => Tree::new(),
+            })
+            .collect();
+    }
+
     /// Records that `prompt` was sent to `target` and makes its path the most recent.
     /// Unknown targets are ignored.
     pub fn insert(&mut self, target: TargetId, prompt: &[u8], now: Instant) {

@@ -83,6 +83,9 @@ struct SessionEntry {
 }
 
 /// Session key → (target, last use), bounded, least recently used evicted first.
+/// The target of a pin whose target left the configuration: never a candidate.
+pub const GONE: TargetId = TargetId::MAX;
+
 #[derive(Debug)]
 pub struct SessionPins {
     map: KeyMap<u32>,
@@ -171,6 +174,21 @@ impl SessionPins {
     }
 
     /// Pins `key` to `target`, as this replica routed it (or another core of it).
+    /// The pins for a configuration whose targets moved (`map[new] = Some(old)`): a pin to
+    /// a kept target follows it to its new id; a pin to a removed target points nowhere
+    /// (no candidate has [`GONE`]), so that session is placed afresh and pinned again.
+    pub fn remap(&mut self, map: &[Option<TargetId>]) {
+        let mut to_new = vec![GONE; map.iter().flatten().max().map_or(0, |&m| m + 1)];
+        for (new, from) in map.iter().enumerate() {
+            if let Some(old) = *from {
+                to_new[old] = new;
+            }
+        }
+        for e in &mut self.entries {
+            e.target = to_new.get(e.target).copied().unwrap_or(GONE);
+        }
+    }
+
     pub fn pin(&mut self, key: u64, target: TargetId, now: Instant) {
         self.pin_as(key, target, now, false);
     }

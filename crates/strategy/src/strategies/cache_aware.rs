@@ -287,6 +287,12 @@ impl Strategy for CacheAware {
         }
     }
 
+    fn remap_targets(&mut self, map: &[Option<TargetId>]) -> bool {
+        self.index.remap(map);
+        self.sessions.remap(map);
+        true
+    }
+
     fn apply_shared(&mut self, item: &Shared<'_>, now: Instant) {
         self.learn(item, now, false);
     }
@@ -835,5 +841,43 @@ mod tests {
         let ctx = crate::testing::context(&[1.0, 1.0], &[]);
         let spec = crate::testing::raw("cache_aware", ok);
         crate::testing::build(&spec, &ctx);
+    }
+
+    #[test]
+    fn remapped_targets_keep_their_prefixes_and_pins_and_a_removed_ones_are_gone() {
+        let t0 = Instant::now();
+        let mut s = CacheAware::new(Options::default(), 3, 1);
+        let mut sink = ShareSink::default();
+        let (p0, p1, p2) = (&[b'a'; 256][..], &[b'b'; 256][..], &[b'c'; 256][..]);
+        s.routed(&rq(p0, Some(b"s0")), 0, &mut sink, t0);
+        s.routed(&rq(p1, Some(b"s1")), 1, &mut sink, t0);
+        s.routed(&rq(p2, Some(b"s2")), 2, &mut sink, t0);
+        // Target 1 leaves; target 2 becomes 1; a new target 2 joins.
+        assert!(s.remap_targets(&[Some(0), Some(2), None]));
+        assert_eq!(s.index.matched(0, p0), 256);
+        assert_eq!(
+            s.index.matched(1, p2),
+            256,
+            "target 2's prefixes follow it to id 1"
+        );
+        assert_eq!(
+            s.index.matched(1, p1),
+            0,
+            "the removed target's prefixes are gone"
+        );
+        assert_eq!(s.index.held(2), 0, "the joining target starts empty");
+        let pin = |id: &[u8]| {
+            s.sessions.get(
+                SessionKey {
+                    header: Some(id),
+                    prompt: b"",
+                }
+                .hash(),
+                t0,
+            )
+        };
+        assert_eq!(pin(b"s0"), Some(0));
+        assert_eq!(pin(b"s2"), Some(1));
+        assert_eq!(pin(b"s1"), Some(crate::shared::sessions::GONE));
     }
 }
