@@ -455,6 +455,65 @@ fn a_consistent_hash_route_moves_only_the_changed_targets_keys() {
     }
 }
 
+/// Which target serves each conversation of `prompts` (no session header: the prefix
+/// decides).
+fn prompt_owners(g: &Gw, prompts: &[String]) -> Vec<String> {
+    prompts
+        .iter()
+        .map(|p| {
+            let body = serde_json::json!({
+                "model": "m",
+                "messages": [{"role": "user", "content": p}],
+            })
+            .to_string();
+            let r = call(g.addr, &post("/v1/chat/completions", &[], &body));
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.header("x-rolter-target").unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_cache_aware_route_keeps_the_prefixes_of_the_targets_that_stay() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let (port, _engines) = engines(&[2, 3, 4], Duration::ZERO);
+        let dns = Dns::start(&[ip(2), ip(3), ip(4)]);
+        let g = gateway(d, &dns, port, "cache_aware", "");
+        let all = [member(2, port), member(3, port), member(4, port)];
+        wait_members(&g, &all, ctx);
+        let prompts: Vec<String> = (0..30)
+            .map(|i| {
+                format!(
+                    "conversation {i}: {}",
+                    "a long shared system prompt ".repeat(20)
+                )
+            })
+            .collect();
+        let before = prompt_owners(&g, &prompts);
+        let owned: BTreeSet<&String> = before.iter().collect();
+        assert_eq!(owned.len(), 3, "{ctx}: new prompts spread: {owned:?}");
+
+        dns.set(&[ip(2), ip(3)]);
+        wait_members(&g, &all[..2], ctx);
+        let after = prompt_owners(&g, &prompts);
+        for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+            if *b == all[2] {
+                assert_ne!(
+                    a, &all[2],
+                    "{ctx}: conversation {i} left the removed target"
+                );
+            } else {
+                assert_eq!(
+                    a, b,
+                    "{ctx}: conversation {i} stays where its prefix is warm (the kept targets' \
+                     prefixes carried over)"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_dns_outage_keeps_the_last_good_set_logged_and_counted() {
     for d in drivers() {
