@@ -377,8 +377,9 @@ fn a_removed_address_drains_its_target_without_a_failed_or_cut_request() {
 
         dns.set(&[ip(2)]);
         wait_members(&g, &[member(2, port)], ctx);
-        // Streams picked before the switch may still finish on the removed target.
-        std::thread::sleep(Duration::from_millis(1200));
+        // Streams picked before the workers switched (the admin API shows the control
+        // thread's view, which switches first) may still finish on the removed target.
+        std::thread::sleep(Duration::from_millis(2000));
         let removed_before = served(&tally, &member(3, port));
         let kept_before = served(&tally, &member(2, port));
         std::thread::sleep(Duration::from_millis(1500));
