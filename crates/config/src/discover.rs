@@ -160,7 +160,7 @@ fn query(name: &str, rtype: RecordType, servers: &[SocketAddr]) -> Result<Messag
     }
     let qname = Name::from_ascii(&fqdn)
         .map_err(|e| LookupError(format!("`{name}` is not a DNS name: {e}")))?;
-    let id: u16 = rand_id();
+    let id = fastrand::u16(..);
     let mut msg = Message::new(id, MessageType::Query, OpCode::Query);
     msg.metadata.recursion_desired = true;
     msg.add_query(Query::query(qname, rtype));
@@ -181,18 +181,6 @@ fn query(name: &str, rtype: RecordType, servers: &[SocketAddr]) -> Result<Messag
         }
     }
     Err(last)
-}
-
-/// A query id that differs between queries (an answer must carry it).
-fn rand_id() -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish() as u16
 }
 
 /// Sends `packet` to `server` over UDP and reads its answer (over TCP when truncated).
@@ -266,14 +254,11 @@ pub fn member_targets(entry: &str, template: &Target, members: &[Member]) -> Vec
         .map(|m| {
             let mut t = template.clone();
             let label = m.label();
-            let addr_label = match m.addr {
-                SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
-                SocketAddr::V4(a) => a.to_string(),
-            };
             t.name = format!("{entry}/{label}");
             t.url = format!(
-                "{}://{addr_label}{}",
+                "{}://{}{}",
                 if t.tls { "https" } else { "http" },
+                m.addr,
                 t.base_path
             );
             t.addr = m.addr;

@@ -975,8 +975,9 @@ impl Member {
     /// `host:port`, with an IPv6 address in brackets.
     pub fn label(&self) -> String {
         match self.host.parse::<IpAddr>() {
-            Ok(IpAddr::V6(ip)) => format!("[{ip}]:{}", self.addr.port()),
-            _ => format!("{}:{}", self.host, self.addr.port()),
+            // An address member: the socket address, IPv6 in brackets.
+            Ok(_) => self.addr.to_string(),
+            Err(_) => format!("{}:{}", self.host, self.addr.port()),
         }
     }
 }
