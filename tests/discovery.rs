@@ -403,21 +403,36 @@ fn a_removed_address_drains_its_target_without_a_failed_or_cut_request() {
     }
 }
 
+/// The target that served one chat request with `headers` and `body` (which must succeed).
+fn served_by(g: &Gw, headers: &[(&str, &str)], body: &str) -> String {
+    let r = call(g.addr, &post("/v1/chat/completions", headers, body));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.header("x-rolter-target").unwrap().to_string()
+}
+
+/// The targets that served `n` plain requests.
+fn targets_serving(g: &Gw, n: usize) -> BTreeSet<String> {
+    (0..n)
+        .map(|_| served_by(g, &[], &chat_body(false)))
+        .collect()
+}
+
+/// Checks that between `before` and `after` (each item's target) only the items of
+/// `removed` moved, and that they left it; `what` names an item in messages.
+fn only_removed_moved(before: &[String], after: &[String], removed: &str, what: &str) {
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        if b == removed {
+            assert_ne!(a, removed, "{what} {i} left the removed target");
+        } else {
+            assert_eq!(a, b, "{what} {i} of a kept target stays where it was");
+        }
+    }
+}
+
 /// Which target serves each of `keys` (as `x-session-id`).
 fn owners(g: &Gw, keys: &[String]) -> Vec<String> {
     keys.iter()
-        .map(|k| {
-            let r = call(
-                g.addr,
-                &post(
-                    "/v1/chat/completions",
-                    &[("x-session-id", k.as_str())],
-                    &chat_body(false),
-                ),
-            );
-            assert_eq!(r.status, 200, "{}", r.text());
-            r.header("x-rolter-target").unwrap().to_string()
-        })
+        .map(|k| served_by(g, &[("x-session-id", k.as_str())], &chat_body(false)))
         .collect()
 }
 
@@ -438,13 +453,7 @@ fn a_consistent_hash_route_moves_only_the_changed_targets_keys() {
         dns.set(&[ip(2), ip(3)]);
         wait_members(&g, &all[..2], ctx);
         let without = owners(&g, &keys);
-        for (i, (b, a)) in before.iter().zip(&without).enumerate() {
-            if *b == all[2] {
-                assert_ne!(a, &all[2], "{ctx}: key {i} left the removed target");
-            } else {
-                assert_eq!(a, b, "{ctx}: key {i} of a kept target stays where it was");
-            }
-        }
+        only_removed_moved(&before, &without, &all[2], &format!("{ctx}: key"));
 
         dns.set(&[ip(2), ip(3), ip(4)]);
         wait_members(&g, &all, ctx);
@@ -465,11 +474,8 @@ fn prompt_owners(g: &Gw, prompts: &[String]) -> Vec<String> {
             let body = serde_json::json!({
                 "model": "m",
                 "messages": [{"role": "user", "content": p}],
-            })
-            .to_string();
-            let r = call(g.addr, &post("/v1/chat/completions", &[], &body));
-            assert_eq!(r.status, 200, "{}", r.text());
-            r.header("x-rolter-target").unwrap().to_string()
+            });
+            served_by(g, &[], &body.to_string())
         })
         .collect()
 }
@@ -498,20 +504,9 @@ fn a_cache_aware_route_keeps_the_prefixes_of_the_targets_that_stay() {
         dns.set(&[ip(2), ip(3)]);
         wait_members(&g, &all[..2], ctx);
         let after = prompt_owners(&g, &prompts);
-        for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-            if *b == all[2] {
-                assert_ne!(
-                    a, &all[2],
-                    "{ctx}: conversation {i} left the removed target"
-                );
-            } else {
-                assert_eq!(
-                    a, b,
-                    "{ctx}: conversation {i} stays where its prefix is warm (the kept targets' \
-                     prefixes carried over)"
-                );
-            }
-        }
+        // A kept target's conversation stays where its prefix is warm: the kept targets'
+        // prefixes carried over.
+        only_removed_moved(&before, &after, &all[2], &format!("{ctx}: conversation"));
     }
 }
 
@@ -531,16 +526,7 @@ fn a_dns_outage_keeps_the_last_good_set_logged_and_counted() {
             g.series(failed) >= Some(2.0)
         });
         assert_eq!(members(&g), two.iter().cloned().collect(), "{ctx}");
-        let seen: BTreeSet<String> = (0..20)
-            .map(|_| {
-                let r = call(
-                    g.addr,
-                    &post("/v1/chat/completions", &[], &chat_body(false)),
-                );
-                assert_eq!(r.status, 200, "{ctx}: {}", r.text());
-                r.header("x-rolter-target").unwrap().to_string()
-            })
-            .collect();
+        let seen = targets_serving(&g, 20);
         assert_eq!(
             seen,
             two.iter().cloned().collect(),
@@ -599,16 +585,7 @@ fn srv_records_become_targets_at_their_ports() {
         ]
         .into();
         assert_eq!(members(&g), want, "{ctx}");
-        let seen: BTreeSet<String> = (0..10)
-            .map(|_| {
-                let r = call(
-                    g.addr,
-                    &post("/v1/chat/completions", &[], &chat_body(false)),
-                );
-                assert_eq!(r.status, 200, "{ctx}: {}", r.text());
-                r.header("x-rolter-target").unwrap().to_string()
-            })
-            .collect();
+        let seen = targets_serving(&g, 10);
         assert_eq!(seen, want, "{ctx}: both records' engines serve");
     }
 }
