@@ -142,9 +142,12 @@ fn ip(last: u8) -> Ipv4Addr {
 }
 
 /// Mock engines on 127.0.0.`last` for each of `lasts`, all at one port; named by address.
-fn engines(lasts: &[u8], itl: Duration) -> (u16, Vec<MockHandle>) {
+/// The port stays bound on 127.0.0.1 by the returned listener while the engines run, so
+/// that a test picking a free port there (a gateway's listener, dnsmasq) cannot get it.
+fn engines(lasts: &[u8], itl: Duration) -> (u16, (Vec<MockHandle>, std::net::TcpListener)) {
     for _ in 0..20 {
-        let port = free_port();
+        let guard = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = guard.local_addr().unwrap().port();
         let started: Result<Vec<MockHandle>, _> = lasts
             .iter()
             .map(|&l| {
@@ -161,7 +164,7 @@ fn engines(lasts: &[u8], itl: Duration) -> (u16, Vec<MockHandle>) {
             })
             .collect();
         if let Ok(m) = started {
-            return (port, m);
+            return (port, (m, guard));
         }
     }
     panic!("no port free on every loopback address");
