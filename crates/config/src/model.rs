@@ -45,6 +45,9 @@ pub struct Config {
     pub state: Option<StateConfig>,
     /// `[[keys]]` and `[auth] keys_file`: the client API keys. Empty: the gateway is open.
     pub keys: ApiKeys,
+    /// `[[classes]]`: the priority classes, in configuration order (a request's class is an
+    /// index here). Never empty: without `[[classes]]` there is one, [`DEFAULT_CLASS`].
+    pub classes: Vec<PriorityClass>,
     /// The `[[targets]]` entries given by `discover`, with their current members (which are
     /// in `targets`).
     pub discovery: Vec<DiscoveryGroup>,
@@ -86,6 +89,15 @@ pub struct ApiKey {
     pub requests_per_minute: Option<u32>,
     /// Tokens (prompt and completion) per fixed one-minute window, per gateway.
     pub tokens_per_minute: Option<u32>,
+    /// The class of the key's requests (`priority`, an index in `Config::classes`);
+    /// `None`: the route's default class.
+    pub priority: Option<usize>,
+    /// The key may choose its requests' class with `x-rolter-priority` on routes that trust
+    /// the header (`set_priority`, default false).
+    pub set_priority: bool,
+    /// The key's weight in its routes' fair queueing (`share`, default 1): a key with
+    /// share 2 is served twice the tokens of a key with share 1 while both wait.
+    pub share: u32,
 }
 
 impl std::fmt::Debug for ApiKey {
@@ -96,6 +108,9 @@ impl std::fmt::Debug for ApiKey {
             .field("models", &self.models)
             .field("requests_per_minute", &self.requests_per_minute)
             .field("tokens_per_minute", &self.tokens_per_minute)
+            .field("priority", &self.priority)
+            .field("set_priority", &self.set_priority)
+            .field("share", &self.share)
             .finish_non_exhaustive()
     }
 }
@@ -594,6 +609,20 @@ pub struct Target {
     /// The `discover` entry this target is a member of (its name is `<entry>/<host>:<port>`);
     /// `None`: written with a `url`.
     pub member_of: Option<String>,
+    /// The body field the engine schedules by (`priority_field`, e.g. vLLM's `priority`
+    /// with `--scheduling-policy priority`), set to the request's class's value.
+    pub priority: Option<EnginePriority>,
+}
+
+/// `targets[i].priority_field` and `priority_values`: what the engine is told of a
+/// request's class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnginePriority {
+    /// The JSON field set in the request body.
+    pub field: String,
+    /// Its value for each class (indexed like `Config::classes`): `priority_values`, else
+    /// the class's `rank` (lower first, as vLLM schedules).
+    pub values: Vec<i64>,
 }
 
 /// `targets[i].engine`.
@@ -669,6 +698,9 @@ pub struct Route {
     /// `max_concurrent`, a request waits for a place instead of a 503 at once. `None`: no
     /// queue (the default).
     pub queue: Option<RouteQueue>,
+    /// Who goes first when the route's targets are full: the requests' classes, tenants and
+    /// deadlines.
+    pub admission: RouteAdmission,
     /// The local tokenizer the route's strategy named (`tokenizer = "<path>"`), loaded at
     /// configuration time; `None` when it reads no token ids or asks the engine.
     #[cfg(feature = "local-tokenizer")]
@@ -884,6 +916,67 @@ pub struct RouteQueue {
     /// Longest a request waits (`queue_timeout`, default 2 s) before a 503 with
     /// `Retry-After`.
     pub timeout: Duration,
+}
+
+/// The class every request has when `[[classes]]` is absent.
+pub const DEFAULT_CLASS: &str = "default";
+
+/// The most classes (ranks 0 to 7).
+pub const MAX_CLASSES: usize = 8;
+
+/// One `[[classes]]` entry: a priority class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PriorityClass {
+    pub name: String,
+    /// 0 to 7; a lower rank is admitted first (as vLLM's `priority` schedules).
+    pub rank: u8,
+    /// The share (0 to 0.9) of every target's `max_concurrent` that requests of a lower
+    /// class (a higher rank) may not take (`reserve`).
+    pub reserve: f64,
+}
+
+/// A route's admission settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RouteAdmission {
+    /// The class of a request no key or header gives one (`default_class`).
+    pub default_class: usize,
+    /// The route takes a request's class from `x-rolter-priority` (`priority_header`):
+    /// from any client when the gateway has no keys, else only from keys with
+    /// `set_priority`.
+    pub priority_header: bool,
+    /// The header naming a request's tenant for fair queueing (`tenant_header`); `None`:
+    /// the tenant is the caller's key.
+    pub tenant_header: Option<String>,
+    /// A request whose predicted time to first token (`predicted_latency`, `fastest`)
+    /// already exceeds its remaining deadline is refused at once (`refuse_unmeetable`,
+    /// default false).
+    pub refuse_unmeetable: bool,
+}
+
+impl PriorityClass {
+    /// The class of a configuration without `[[classes]]`.
+    pub fn default_class() -> Self {
+        PriorityClass {
+            name: DEFAULT_CLASS.to_string(),
+            rank: 0,
+            reserve: 0.0,
+        }
+    }
+}
+
+/// The places of a target capped at `max` that a request of class rank `rank` may not
+/// take: the reserves of every class ranked before it (each `floor(reserve × max)`).
+#[inline]
+pub fn held_back(classes: &[PriorityClass], rank: u8, max: u32) -> u32 {
+    if rank == 0 {
+        return 0;
+    }
+    let held: u32 = classes
+        .iter()
+        .filter(|c| c.rank < rank)
+        .map(|c| (c.reserve * f64::from(max)).floor() as u32)
+        .sum();
+    held.min(max.saturating_sub(1))
 }
 
 /// An LMCache controller's HTTP API (`python -m lmcache.v1.api_server`).

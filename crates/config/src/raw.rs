@@ -29,6 +29,15 @@ pub(crate) struct RawConfig {
     pub state: Option<RawState>,
     pub auth: Option<RawAuth>,
     pub keys: Option<Vec<RawKey>>,
+    pub classes: Option<Vec<RawClass>>,
+}
+
+/// One `[[classes]]` entry: a priority class.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawClass {
+    pub name: Option<String>,
+    pub rank: Option<i64>,
+    pub reserve: Option<f64>,
 }
 
 /// `[auth]`: where client API keys come from besides `[[keys]]`.
@@ -47,6 +56,9 @@ pub(crate) struct RawKey {
     pub models: Option<Vec<String>>,
     pub requests_per_minute: Option<i64>,
     pub tokens_per_minute: Option<i64>,
+    pub priority: Option<String>,
+    pub set_priority: Option<bool>,
+    pub share: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -201,6 +213,8 @@ pub(crate) struct RawTarget {
     pub dp_size: Option<i64>,
     pub engine: Option<String>,
     pub discover: Option<RawDiscover>,
+    pub priority_field: Option<String>,
+    pub priority_values: Option<std::collections::BTreeMap<String, i64>>,
 }
 
 /// `targets[i].discover`: the target group's members come from DNS.
@@ -256,6 +270,10 @@ pub(crate) struct RawRoute {
     pub disaggregation: Option<String>,
     pub prefill: Option<RawPdPool>,
     pub decode: Option<RawPdPool>,
+    pub default_class: Option<String>,
+    pub priority_header: Option<bool>,
+    pub tenant_header: Option<String>,
+    pub refuse_unmeetable: Option<bool>,
 }
 
 /// `routes.prefill` / `routes.decode`: one pool of a disaggregated route.
@@ -344,7 +362,9 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "state",
     "auth",
     "keys",
+    "classes",
 ];
+pub(crate) const CLASS_KEYS: &[&str] = &["name", "rank", "reserve"];
 pub(crate) const AUTH_KEYS: &[&str] = &["keys_file", "share_limits"];
 pub(crate) const KEY_KEYS: &[&str] = &[
     "name",
@@ -353,6 +373,9 @@ pub(crate) const KEY_KEYS: &[&str] = &[
     "models",
     "requests_per_minute",
     "tokens_per_minute",
+    "priority",
+    "set_priority",
+    "share",
 ];
 pub(crate) const STATE_KEYS: &[&str] = &[
     "backend",
@@ -431,6 +454,8 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "dp_size",
     "discover",
     "engine",
+    "priority_field",
+    "priority_values",
 ];
 pub(crate) const PRICE_KEYS: &[&str] = &["input", "output"];
 pub(crate) const TIMEOUTS_KEYS: &[&str] = &["connect", "first_byte", "idle"];
@@ -456,6 +481,10 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "disaggregation",
     "prefill",
     "decode",
+    "default_class",
+    "priority_header",
+    "tenant_header",
+    "refuse_unmeetable",
 ];
 pub(crate) const PD_POOL_KEYS: &[&str] = &["targets", "strategy"];
 pub(crate) const MATCH_KEYS: &[&str] = &["paths", "passthrough", "models", "header"];
@@ -576,6 +605,7 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["state"] => ("[state]", STATE_KEYS),
         ["auth"] => ("[auth]", AUTH_KEYS),
         ["keys"] => ("[[keys]]", KEY_KEYS),
+        ["classes"] => ("[[classes]]", CLASS_KEYS),
         ["catalog", _] => ("a [catalog] entry", PRICE_KEYS),
         _ => return None,
     })

@@ -102,6 +102,7 @@ fn error_at<'a>(errs: &'a [ConfigError], key: &str) -> &'a ConfigError {
 
 const ONE_TARGET: &str = "[[targets]]\nname = \"a\"\nurl = \"http://10.0.0.1:8000\"\n";
 
+mod admission;
 mod api_keys;
 mod discovery;
 mod examples;

@@ -18,14 +18,14 @@ const HASH_FIX: &str = "write the key's hash as printed by `rolter keys hash` (i
 pub(super) fn keys(
     raw: Option<Vec<RawKey>>,
     auth: Option<RawAuth>,
-    route_names: &[Option<String>],
+    (route_names, classes): (&[Option<String>], &[PriorityClass]),
     host: &Host<'_>,
     errs: &mut Collector,
 ) -> Option<ApiKeys> {
     let mut entries: Vec<(String, ApiKey)> = Vec::new();
     let mut ok = true;
     for (i, k) in raw.unwrap_or_default().into_iter().enumerate() {
-        match key(k, &format!("keys[{i}]"), route_names, errs) {
+        match key(k, &format!("keys[{i}]"), (route_names, classes), errs) {
             Some(k) => entries.push((format!("keys[{i}]"), k)),
             None => ok = false,
         }
@@ -44,7 +44,7 @@ pub(super) fn keys(
         }
         Some(p) => {
             let path = config_path(host.config_dir, p);
-            match keys_file(&path, route_names, errs) {
+            match keys_file(&path, (route_names, classes), errs) {
                 Some(more) => entries.extend(more),
                 None => ok = false,
             }
@@ -91,7 +91,7 @@ pub(super) fn keys(
 /// The `[[keys]]` tables of `path`; its errors name that file.
 fn keys_file(
     path: &Path,
-    route_names: &[Option<String>],
+    refs: (&[Option<String>], &[PriorityClass]),
     errs: &mut Collector,
 ) -> Option<Vec<(String, ApiKey)>> {
     let shown = path.display().to_string();
@@ -133,7 +133,7 @@ fn keys_file(
         }
         for (i, k) in raw.keys.unwrap_or_default().into_iter().enumerate() {
             let at = format!("keys[{i}]");
-            if let Some(k) = key(k, &at, route_names, &mut file_errs) {
+            if let Some(k) = key(k, &at, refs, &mut file_errs) {
                 out.push((format!("{shown}: {at}"), k));
             }
         }
@@ -147,9 +147,10 @@ fn keys_file(
 fn key(
     raw: RawKey,
     at: &str,
-    route_names: &[Option<String>],
+    (route_names, classes): (&[Option<String>], &[PriorityClass]),
     errs: &mut Collector,
 ) -> Option<ApiKey> {
+    let admission = super::admission::key(&raw, classes, at, errs);
     let name = match raw.name {
         None => {
             errs.push(
@@ -226,7 +227,11 @@ fn key(
         "tokens",
         errs,
     );
+    let (priority, share) = admission?;
     Some(ApiKey {
+        priority,
+        set_priority: raw.set_priority.unwrap_or(false),
+        share,
         name: name?,
         hash: hash?,
         routes: routes?,

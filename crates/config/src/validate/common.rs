@@ -16,9 +16,9 @@ pub(super) use crate::discover::{DiscoverSpec, DiscoveryGroup, Member};
 pub(super) use crate::error::Collector;
 pub(super) use crate::model::*;
 pub(super) use crate::raw::{
-    closest, is_bare_key, join, OrderedPrices, OrderedStrings, RawAdmin, RawConfig, RawDiscover,
-    RawHeaderMatch, RawHealth, RawKvEvents, RawLimits, RawLog, RawMatch, RawPdPool, RawPool,
-    RawPrice, RawRoute, RawScrape, RawServer, RawServerTls, RawTarget, RawTargetKvEvents,
+    closest, is_bare_key, join, OrderedPrices, OrderedStrings, RawAdmin, RawClass, RawConfig,
+    RawDiscover, RawHeaderMatch, RawHealth, RawKvEvents, RawLimits, RawLog, RawMatch, RawPdPool,
+    RawPool, RawPrice, RawRoute, RawScrape, RawServer, RawServerTls, RawTarget, RawTargetKvEvents,
     RawTimeouts,
 };
 

@@ -2,6 +2,7 @@
 //! section, [`common`] for what they share, this module for the order.
 
 mod admin;
+mod admission;
 mod api_keys;
 pub(crate) mod common;
 mod health;
@@ -39,15 +40,33 @@ pub use common::{
 };
 pub use server_tls::DEFAULT_HANDSHAKE_TIMEOUT;
 
+/// Each entry's spec at its first target after the ranks were expanded (`dp_size` is
+/// refused on `discover` entries, so such an entry is still one target).
+fn specs_at_targets(
+    specs: Vec<Option<Option<DiscoverSpec>>>,
+    dp_sizes: &[u32],
+    targets: usize,
+) -> Vec<Option<DiscoverSpec>> {
+    let mut at_target: Vec<Option<DiscoverSpec>> = Vec::with_capacity(targets);
+    for (spec, size) in specs.into_iter().zip(dp_sizes) {
+        at_target.push(spec.flatten());
+        at_target.extend((1..*size).map(|_| None));
+    }
+    at_target
+}
+
 /// Validates everything in `raw`; returns the config only when no error was pushed.
 pub(crate) fn validate(
-    raw: RawConfig,
+    mut raw: RawConfig,
     source: &str,
     host: &Host<'_>,
     errs: &mut Collector,
 ) -> Option<Config> {
     let server = server(raw.server.unwrap_or_default(), host, errs);
+    let classes = admission::classes(raw.classes.take(), errs);
     let raw_targets = target_tables(raw.targets, errs);
+    let (route_admission, engine_priority) =
+        admission::from_raw(raw.routes.as_ref(), &raw_targets, &classes, errs);
     // Route names as written, for the keys' `routes` references.
     let route_names: Vec<Option<String>> = match &raw.routes {
         None => vec![Some(IMPLICIT_ROUTE_NAME.to_string())],
@@ -69,14 +88,17 @@ pub(crate) fn validate(
     let targets: Vec<Option<Target>> = raw_targets
         .into_iter()
         .zip(&specs)
+        .zip(engine_priority)
         .enumerate()
-        .map(|(i, (t, spec))| {
+        .map(|(i, ((t, spec), priority))| {
             let spec = spec.as_ref().and_then(Option::as_ref);
-            target(t, &format!("targets[{i}]"), spec, host, errs)
+            let t = target(t, &format!("targets[{i}]"), spec, host, errs)?;
+            Some(Target { priority, ..t })
         })
         .collect();
     check_unique_names(&names, "targets", "target", errs);
-    let routes = routes(raw.routes, &names, &targets, host, errs);
+    let mut routes = routes(raw.routes, &names, &targets, host, errs);
+    admission::apply_to_routes(&mut routes, route_admission);
 
     let health = health(raw.health, errs);
     let scrape = scrape(raw.metrics_scrape, errs);
@@ -88,7 +110,7 @@ pub(crate) fn validate(
     let kv_events = kv_events(raw.kv_events, errs);
     let log = log(raw.log, errs);
     let state = state::state(raw.state, host, errs);
-    let keys = api_keys::keys(raw.keys, raw.auth, &route_names, host, errs);
+    let keys = api_keys::keys(raw.keys, raw.auth, (&route_names, &classes), host, errs);
     state::check_store_use(&routes, state.as_ref(), errs);
     api_keys::check_shared_limits(keys.as_ref(), state.as_ref(), errs);
     let adaptive = AdaptiveConfig {
@@ -109,13 +131,7 @@ pub(crate) fn validate(
     let mut routes = routes.into_iter().collect::<Option<Vec<_>>>()?;
     pd::engine_kinds(&mut targets, &engine_written, &routes);
     let targets = pd::expand_ranks(targets, &dp_sizes, &mut routes);
-    // Each entry's spec at its first target after the ranks were expanded (`dp_size` is
-    // refused on `discover` entries, so such an entry is still one target).
-    let mut at_target: Vec<Option<DiscoverSpec>> = Vec::with_capacity(targets.len());
-    for (spec, size) in specs.into_iter().zip(&dp_sizes) {
-        at_target.push(spec.flatten());
-        at_target.extend((1..*size).map(|_| None));
-    }
+    let at_target = specs_at_targets(specs, &dp_sizes, targets.len());
     let mut config = Config {
         source: PathBuf::from(source),
         digest: String::new(),
@@ -131,6 +147,7 @@ pub(crate) fn validate(
         log: log?,
         state: state?,
         keys: keys?,
+        classes,
         discovery: Vec::new(),
     };
     if at_target.iter().any(Option::is_some) {

@@ -83,6 +83,7 @@ fn implicit_route(count: usize) -> Route {
         retries: DEFAULT_RETRIES,
         retry: RetryPolicy::default(),
         queue: None,
+        admission: RouteAdmission::default(),
         #[cfg(feature = "local-tokenizer")]
         tokenizer: None,
         cache_controller: None,
@@ -159,6 +160,8 @@ pub(super) fn route(
         retries: retries?,
         retry: retry?,
         queue: queue?,
+        // Set by `admission::apply_to_routes`.
+        admission: RouteAdmission::default(),
         #[cfg(feature = "local-tokenizer")]
         tokenizer,
         cache_controller,

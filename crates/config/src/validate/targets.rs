@@ -106,6 +106,8 @@ pub(super) fn target(
         dp: None,
         // Set for each member when a `discover` entry becomes its members.
         member_of: None,
+        // Set from `admission::target`.
+        priority: None,
     })
 }
 
