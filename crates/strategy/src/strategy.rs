@@ -82,6 +82,13 @@ pub trait Strategy {
         false
     }
 
+    /// The time to first token (ms) the strategy predicts for `req` on candidate `c`, when
+    /// it makes such predictions and knows the target (admission refuses a request whose
+    /// deadline no candidate can meet). `None` (the default): no prediction.
+    fn predicted_ttft_ms(&self, _req: &PickRequest<'_>, _c: &Candidate) -> Option<f64> {
+        None
+    }
+
     /// What the strategy has learned about `target`, as named numbers (a TTFT average,
     /// model coefficients), for the admin API. Never called on the request path.
     fn learned(&self, _target: TargetId) -> Vec<(&'static str, f64)> {

@@ -134,6 +134,10 @@ impl Strategy for Fastest {
         })
     }
 
+    fn predicted_ttft_ms(&self, _req: &PickRequest<'_>, c: &Candidate) -> Option<f64> {
+        self.ttft_ewma_ms(c.target)
+    }
+
     fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
         self.ttft.learned(target)
     }

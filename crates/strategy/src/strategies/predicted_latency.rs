@@ -238,6 +238,11 @@ impl Strategy for PredictedLatency {
         })
     }
 
+    fn predicted_ttft_ms(&self, req: &PickRequest<'_>, c: &Candidate) -> Option<f64> {
+        self.predict_ms(c.target, c.load, req.prompt_tokens)
+            .map(|v| v.max(0.0))
+    }
+
     fn learned(&self, target: usize) -> Vec<(&'static str, f64)> {
         let Some(m) = self.models.get(target) else {
             return Vec::new();
