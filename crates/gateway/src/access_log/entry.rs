@@ -167,6 +167,8 @@ impl<const N: usize> std::fmt::Debug for Inline<N> {
 pub const MAX_PATH: usize = 256;
 /// Longest model name kept in an entry.
 pub const MAX_MODEL: usize = 128;
+/// Longest header-named tenant kept in an entry.
+pub const MAX_TENANT: usize = 64;
 
 /// One request, as the access log shows it.
 #[derive(Debug, Clone)]
@@ -204,6 +206,12 @@ pub struct Entry {
     pub fallback: Option<&'static str>,
     /// The client API key's index in `[[keys]]`, once identified (its name is logged).
     pub key: Option<u32>,
+    /// The request's priority class (an index in `config.classes`), once classified.
+    pub class: Option<u8>,
+    /// The tenant a route's `tenant_header` named (empty: the tenant is the key).
+    pub tenant: Inline<MAX_TENANT>,
+    /// How long the request waited in its route's queue (`None`: it did not wait).
+    pub queue_wait: Option<Duration>,
     /// On a disaggregated route: what the prefill legs came to (`target` and the fields
     /// above are the decode's).
     pub prefill: Option<PrefillLeg>,
@@ -253,6 +261,9 @@ impl Entry {
             tokens_estimated: false,
             fallback: None,
             key: None,
+            class: None,
+            tenant: Inline::default(),
+            queue_wait: None,
             prefill: None,
         }
     }

@@ -186,6 +186,11 @@ impl Plane {
                     .iter()
                     .map(|r| r.queue.map(|_| r.name.clone()))
                     .collect(),
+                crate::metrics::queue::AdmissionNames {
+                    routes: config.routes.iter().map(|r| r.name.clone()).collect(),
+                    classes: config.classes.iter().map(|c| c.name.clone()).collect(),
+                    keys: config.keys.keys.iter().map(|k| k.name.clone()).collect(),
+                },
             ),
             switches,
             loads: vec![None; workers],
@@ -396,12 +401,14 @@ impl Plane {
             },
             Record::Cooldown { target, until } => self.fold_cooldown(target as usize, until),
             Record::RetryBudgetExhausted { route } => self.fold_budget_exhausted(route, now),
-            Record::Queued { route } => self.queues.queued(route),
+            Record::Queued { route, class } => self.queues.queued(route, class),
             Record::Queue {
                 route,
+                class,
+                tenant,
                 result,
                 waited,
-            } => self.queues.left(route, result, waited),
+            } => self.queues.left(route, (class, tenant), result, waited),
             Record::Request(ref entry) => self.fold_access_line(entry),
         }
     }

@@ -57,12 +57,14 @@ impl TargetCaps {
         self.limits[t].is_some_and(|m| self.admitted(t) >= m)
     }
 
-    /// Admits one attempt to target `t`, unless it is at its cap. The guard releases the
+    /// Admits one attempt to target `t`, unless it is at its cap less the `held_back`
+    /// places reserved for classes ranked before the request's. The guard releases the
     /// place when dropped.
-    pub fn try_admit(&self, t: usize) -> Option<Admitted<'_>> {
+    pub fn try_admit(&self, t: usize, held_back: u32) -> Option<Admitted<'_>> {
         let Some(max) = self.limits[t] else {
             return Some(Admitted { slot: None });
         };
+        let max = max.saturating_sub(held_back);
         let slot = &self.slots[t].admitted;
         let mut now = slot.load(Ordering::Acquire);
         loop {
@@ -158,17 +160,17 @@ mod tests {
     #[test]
     fn admits_up_to_the_cap_and_releases_on_drop() {
         let caps = TargetCaps::new(&targets(&[Some(2), None]), None);
-        let a = caps.try_admit(0).expect("first");
-        let b = caps.try_admit(0).expect("second");
-        assert!(caps.try_admit(0).is_none());
+        let a = caps.try_admit(0, 0).expect("first");
+        let b = caps.try_admit(0, 0).expect("second");
+        assert!(caps.try_admit(0, 0).is_none());
         assert!(caps.is_full(0));
         drop(a);
         assert_eq!(caps.admitted(0), 1);
-        let c = caps.try_admit(0).expect("freed");
+        let c = caps.try_admit(0, 0).expect("freed");
         drop((b, c));
         assert_eq!(caps.admitted(0), 0);
         // Uncapped: always admitted, never counted.
-        let _u: Vec<_> = (0..100).map(|_| caps.try_admit(1).unwrap()).collect();
+        let _u: Vec<_> = (0..100).map(|_| caps.try_admit(1, 0).unwrap()).collect();
         assert_eq!(caps.admitted(1), 0);
     }
 
@@ -176,12 +178,12 @@ mod tests {
     fn a_reload_keeps_the_counter_of_an_unchanged_target() {
         let old_targets = targets(&[Some(1), Some(1)]);
         let old = TargetCaps::new(&old_targets, None);
-        let _a = old.try_admit(0).unwrap();
-        let _b = old.try_admit(1).unwrap();
+        let _a = old.try_admit(0, 0).unwrap();
+        let _b = old.try_admit(1, 0).unwrap();
         let new_targets = targets(&[Some(1), Some(3)]);
         let new = TargetCaps::new(&new_targets, Some((&old, &old_targets)));
         // t0 is unchanged: the old configuration's attempt still holds its place.
-        assert!(new.try_admit(0).is_none());
+        assert!(new.try_admit(0, 0).is_none());
         // t1 changed (its cap): a fresh counter.
         assert_eq!(new.admitted(1), 0);
     }

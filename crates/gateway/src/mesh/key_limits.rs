@@ -266,6 +266,9 @@ mod tests {
             models: None,
             requests_per_minute: rpm,
             tokens_per_minute: tpm,
+            priority: None,
+            set_priority: false,
+            share: 1,
         }
     }
 

@@ -106,11 +106,15 @@ pub enum Record {
         until: std::time::Instant,
     },
     /// A request entered `route`'s queue on this core.
-    Queued { route: u16 },
+    Queued { route: u16, class: u8 },
     /// A request left `route`'s queue (or found it full: `overflow`, not queued), with how
     /// it ended and how long it waited.
     Queue {
         route: u16,
+        /// The request's class (an index in `config.classes`).
+        class: u8,
+        /// The request's tenant (`path::admit::Admit::tenant`).
+        tenant: u32,
         result: &'static str,
         waited: std::time::Duration,
     },

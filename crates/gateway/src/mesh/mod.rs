@@ -18,6 +18,7 @@
 //! Workers only push into channels (`try_send`) and drain them (`try_recv`); nothing here
 //! blocks, locks or does I/O.
 
+pub mod admission;
 pub mod caps;
 pub mod key_limits;
 pub mod links;

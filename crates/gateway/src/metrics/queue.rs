@@ -1,7 +1,14 @@
 //! The routes' queues: `rolter_queue_depth{route}` (requests waiting now, over every
 //! worker), `rolter_queue_wait_seconds{route}` (how long requests waited, however their
 //! wait ended) and `rolter_queue_requests_total{route,result}` (admitted, timeout,
-//! overflow, client_gone, unavailable, dropped), fed by the control thread from the
+//! deadline_exceeded, overflow, displaced, client_gone, unavailable, dropped); and by
+//! class and tenant: `rolter_queue_class_depth{route,class}`,
+//! `rolter_queue_class_wait_seconds{route,class}`,
+//! `rolter_queue_tenant_wait_seconds{route,tenant}` and
+//! `rolter_admission_requests_total{route,class,tenant,result}` (the results above, and
+//! `deadline_unmeetable` for a request refused before it queued). A tenant is a key's
+//! name, `-` for callers without a key, or `by_header` for the tenants a route's
+//! `tenant_header` names (their names are unbounded). Fed by the control thread from the
 //! workers' records.
 //!
 //! Owns these series' names, labels and buckets. It must not be used from worker threads.
@@ -29,6 +36,50 @@ struct RouteResult {
     result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteClass {
+    route: String,
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteTenant {
+    route: String,
+    tenant: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Admission {
+    route: String,
+    class: String,
+    tenant: String,
+    result: &'static str,
+}
+
+/// The names the class and tenant labels take.
+pub struct AdmissionNames {
+    /// Every route's name.
+    pub routes: Vec<String>,
+    pub classes: Vec<String>,
+    /// The keys' names (a tenant index past them is `-`, then `by_header`).
+    pub keys: Vec<String>,
+}
+
+impl AdmissionNames {
+    fn tenant(&self, t: u32) -> String {
+        let t = t as usize;
+        match t.cmp(&self.keys.len()) {
+            std::cmp::Ordering::Less => self.keys[t].clone(),
+            std::cmp::Ordering::Equal => "-".to_string(),
+            std::cmp::Ordering::Greater => "by_header".to_string(),
+        }
+    }
+
+    fn class(&self, c: u8) -> String {
+        self.classes.get(c as usize).cloned().unwrap_or_default()
+    }
+}
+
 fn wait_histogram() -> Histogram {
     Histogram::new(WAIT_BUCKETS)
 }
@@ -39,11 +90,16 @@ pub struct QueueMetrics {
     depth: Family<RouteLabel, Gauge>,
     waits: Family<RouteLabel, Histogram, fn() -> Histogram>,
     results: Family<RouteResult, Counter>,
+    names: AdmissionNames,
+    class_depth: Family<RouteClass, Gauge>,
+    class_waits: Family<RouteClass, Histogram, fn() -> Histogram>,
+    tenant_waits: Family<RouteTenant, Histogram, fn() -> Histogram>,
+    admission: Family<Admission, Counter>,
 }
 
 impl QueueMetrics {
     /// `routes`: each route's name when it has a queue.
-    pub fn new(routes: Vec<Option<String>>) -> Self {
+    pub fn new(routes: Vec<Option<String>>, names: AdmissionNames) -> Self {
         let depth = Family::<RouteLabel, Gauge>::default();
         let waits = Family::<RouteLabel, Histogram, fn() -> Histogram>::new_with_constructor(
             wait_histogram,
@@ -60,6 +116,11 @@ impl QueueMetrics {
             depth,
             waits,
             results: Family::default(),
+            names,
+            class_depth: Family::default(),
+            class_waits: Family::new_with_constructor(wait_histogram),
+            tenant_waits: Family::new_with_constructor(wait_histogram),
+            admission: Family::default(),
         }
     }
 
@@ -68,16 +129,67 @@ impl QueueMetrics {
     }
 
     /// A request entered `route`'s queue.
-    pub fn queued(&mut self, route: u16) {
+    pub fn queued(&mut self, route: u16, class: u8) {
         if let Some(n) = self.name(route) {
             self.depth
                 .get_or_create(&RouteLabel { route: n.clone() })
                 .inc();
+            let l = RouteClass {
+                route: n.clone(),
+                class: self.names.class(class),
+            };
+            self.class_depth.get_or_create(&l).inc();
         }
     }
 
+    /// The class and tenant series of a request that left `route`'s queue or never took
+    /// a seat (`queued` false).
+    fn by_class(
+        &mut self,
+        route: u16,
+        (class, tenant): (u8, u32),
+        result: &'static str,
+        waited: Option<std::time::Duration>,
+    ) {
+        let Some(r) = self.names.routes.get(route as usize).cloned() else {
+            return;
+        };
+        let (c, t) = (self.names.class(class), self.names.tenant(tenant));
+        self.admission
+            .get_or_create(&Admission {
+                route: r.clone(),
+                class: c.clone(),
+                tenant: t.clone(),
+                result,
+            })
+            .inc();
+        let Some(w) = waited else {
+            return;
+        };
+        let l = RouteClass {
+            route: r.clone(),
+            class: c,
+        };
+        self.class_depth.get_or_create(&l).dec();
+        self.class_waits.get_or_create(&l).observe(w.as_secs_f64());
+        self.tenant_waits
+            .get_or_create(&RouteTenant {
+                route: r,
+                tenant: t,
+            })
+            .observe(w.as_secs_f64());
+    }
+
     /// A request left `route`'s queue (or found it full: `overflow`, never queued).
-    pub fn left(&mut self, route: u16, result: &'static str, waited: std::time::Duration) {
+    pub fn left(
+        &mut self,
+        route: u16,
+        who: (u8, u32),
+        result: &'static str,
+        waited: std::time::Duration,
+    ) {
+        let seated = !matches!(result, "overflow" | "deadline_unmeetable");
+        self.by_class(route, who, result, seated.then_some(waited));
         let Some(n) = self.name(route).cloned() else {
             return;
         };
@@ -87,7 +199,7 @@ impl QueueMetrics {
                 result,
             })
             .inc();
-        if result == "overflow" {
+        if !seated {
             return;
         }
         let l = RouteLabel { route: n };
@@ -97,10 +209,31 @@ impl QueueMetrics {
 
     /// Appends the series to `out`; nothing when no route has a queue.
     pub fn render(&self, out: &mut String) {
+        let mut r = Registry::default();
+        r.register(
+            "rolter_admission_requests",
+            "Requests that met admission by class and tenant, by how it ended: the queue's results, and deadline_unmeetable (refused at once, no target predicted within the deadline)",
+            self.admission.clone(),
+        );
         if self.routes.iter().all(Option::is_none) {
+            super::text::append(out, &r);
             return;
         }
-        let mut r = Registry::default();
+        r.register(
+            "rolter_queue_class_depth",
+            "Requests waiting in the route's queue now, by class",
+            self.class_depth.clone(),
+        );
+        r.register(
+            "rolter_queue_class_wait_seconds",
+            "How long requests waited in the route's queue, by class",
+            self.class_waits.clone(),
+        );
+        r.register(
+            "rolter_queue_tenant_wait_seconds",
+            "How long requests waited in the route's queue, by tenant",
+            self.tenant_waits.clone(),
+        );
         r.register(
             "rolter_queue_depth",
             "Requests waiting in the route's queue for a target under its max_concurrent, over every worker",
@@ -113,7 +246,7 @@ impl QueueMetrics {
         );
         r.register(
             "rolter_queue_requests",
-            "Requests that found every target of the route full, by how their wait ended: admitted, timeout (503 after queue_timeout), overflow (503 at once, the queue was full), client_gone, unavailable, dropped",
+            "Requests that found every target of the route full, by how their wait ended: admitted, timeout (503 after queue_timeout), deadline_exceeded (504), overflow (503 at once, the queue was full), displaced (503, a higher class took the seat), client_gone, unavailable, dropped",
             self.results.clone(),
         );
         super::text::append(out, &r);

@@ -43,7 +43,7 @@ pub async fn until_answered(ex: &mut Exchange<'_>, io: &mut ClientIo, bufs: &mut
         .request(ex.attempts.started);
     loop {
         // One clock read serves the pick and the routing record (`Picked::at`).
-        let pick = queue::pick(ex.state, ex.ask(), Instant::now(), &io.reader);
+        let pick = queue::pick(ex.state, ex.ask(), ex.attempts.request_end, &io.reader);
         let picked = match pick.await {
             Ok(p) => p,
             Err(e) => return no_candidate(ex, io, bufs, e).await,

@@ -28,7 +28,6 @@
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::task::Poll;
-use std::time::Instant;
 
 use rolter_codec::api::fields::Fields;
 use rolter_codec::{GatewayError, UpstreamFailure};
@@ -131,7 +130,7 @@ fn retries_left(ex: &Exchange<'_>, failures: usize, others: usize) -> usize {
 
 /// Picks in `ex`'s pool among the candidates it has not failed on.
 async fn pick<'s>(ex: &Exchange<'s>, io: &ClientIo) -> Result<Picked<'s>, GatewayError> {
-    queue::pick(ex.state, ex.ask(), Instant::now(), &io.reader).await
+    queue::pick(ex.state, ex.ask(), ex.attempts.request_end, &io.reader).await
 }
 
 /// A leg's places held while it runs: the target's place under `max_concurrent` and its

@@ -8,13 +8,15 @@
 //! It must not run a stage itself; the stages take the exchange instead of a long list of
 //! arguments.
 
-use std::time::Instant;
+use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 use rolter_codec::api::fields::Fields;
 use rolter_codec::GatewayError;
 use rolter_config::{RetryPolicy, MAX_RETRIES};
 use rolter_core::{PickRequest, TargetId, Usage};
 
+use super::admit::Admit;
 use super::inputs::Inputs;
 use super::leg_body::LegBody;
 use super::pick::Ask;
@@ -42,6 +44,10 @@ pub struct Exchange<'a> {
     /// The client body's top-level fields, parsed once for every leg of a disaggregated
     /// request (`None`: not parsed).
     pub fields: Option<&'a Fields<'a>>,
+    /// The request's class, tenant and deadline.
+    pub admit: Admit,
+    /// How long the request waited in the route's queue (zero: it did not).
+    pub waited: Cell<Duration>,
 }
 
 /// Most attempts one request can make: the first try and the most retries the
@@ -58,7 +64,8 @@ pub struct Attempts {
     pub n: usize,
     /// The last failure that allowed a retry: what the client gets when no candidate is left.
     pub last_err: Option<GatewayError>,
-    /// The route's `deadline` for the whole request.
+    /// The end of the whole request: the route's `deadline`, or the client's
+    /// (`x-rolter-deadline-ms`) when sooner.
     pub request_end: Option<monoio::time::Instant>,
     /// When the first attempt was about to be picked (the retry budget counts the request
     /// then).
@@ -67,15 +74,18 @@ pub struct Attempts {
 
 impl Attempts {
     /// No attempt yet, for a request under `policy` that started at `start`.
-    pub fn new(policy: &RetryPolicy, start: Instant) -> Self {
+    pub fn new(policy: &RetryPolicy, start: Instant, deadline: Option<Instant>) -> Self {
+        let route_end = policy.deadline.map(|d| start + d);
+        let end = match (route_end, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Attempts {
             tried: [usize::MAX; MAX_ATTEMPTS],
             tried_n: 0,
             n: 0,
             last_err: None,
-            request_end: policy
-                .deadline
-                .map(|d| monoio::time::Instant::from_std(start + d)),
+            request_end: end.map(monoio::time::Instant::from_std),
             started: start,
         }
     }
@@ -160,6 +170,8 @@ impl<'a> Exchange<'a> {
             routed: self.routed,
             preq: self.pick,
             tried: self.attempts.tried(),
+            admit: &self.admit,
+            waited: Some(&self.waited),
         }
     }
 
@@ -191,6 +203,15 @@ impl<'a> Exchange<'a> {
             None => {}
         }
         e.fallback = s.fallback;
+        e.class = Some(self.admit.class as u8);
+        if self.admit.tenant_named {
+            let header = self.routed.route.admission.tenant_header.as_deref();
+            if let Some(v) = header.and_then(|h| self.req.header(h)) {
+                e.tenant = Inline::new(v);
+            }
+        }
+        let waited = self.waited.get();
+        e.queue_wait = (!waited.is_zero()).then_some(waited);
     }
 
     /// Adds what a disaggregated request's prefill legs (this exchange's) came to into the

@@ -13,6 +13,7 @@ use rolter_codec::api::fields::Fields;
 use rolter_codec::GatewayError;
 use rolter_core::{PickRequest, SessionKey};
 
+use super::admit::{self, Admit};
 use super::client::{respond, ClientIo, Fate};
 use super::disaggregated::{self, Legs};
 use super::exchange::{Attempts, Exchange, Served};
@@ -63,13 +64,31 @@ pub async fn forward(
         }
         routed.key_header = Some(c.header);
     }
+    let admit = match admit::classify(state, req, &routed, caller) {
+        Ok(a) => a,
+        Err(e) => {
+            let refusal = Refusal {
+                key,
+                at: Some((routed.index as u16, routed.facts.model.as_bytes())),
+                ..Refusal::new(req, &e)
+            };
+            return refuse(state, io, bufs, refusal).await;
+        }
+    };
     if let Some(d) = routed
         .route
         .disaggregation
         .filter(|_| disaggregates(req.head.path(req.buf)))
     {
         // Boxed: two exchanges' state, on disaggregated routes only.
-        return Box::pin(disaggregated(state, io, req, bufs, (routed, caller, d))).await;
+        return Box::pin(disaggregated(
+            state,
+            io,
+            req,
+            bufs,
+            (routed, caller, d, admit),
+        ))
+        .await;
     }
     let inputs = inputs::resolve(state, &routed, req, bufs).await;
     // The canonical prompt lives in a buffer lent for the request (taken out of `bufs`,
@@ -82,10 +101,12 @@ pub async fn forward(
         routed: &routed,
         inputs: &inputs,
         pick: &pick,
-        attempts: Attempts::new(&routed.route.retry, Instant::now()),
+        attempts: Attempts::new(&routed.route.retry, Instant::now(), admit.deadline),
         served: Served::default(),
         body: LegBody::default(),
         fields: None,
+        admit,
+        waited: Default::default(),
     };
     let fate = attempt::until_answered(&mut ex, io, bufs).await;
     let fate = conclude(&ex, caller, io, fate, |_| {});
@@ -109,7 +130,7 @@ async fn disaggregated(
     io: &mut ClientIo,
     req: &Request<'_>,
     bufs: &mut IoBufs,
-    (routed, caller, d): (Routed<'_>, Option<auth::Caller>, Disaggregation),
+    (routed, caller, d, admit): (Routed<'_>, Option<auth::Caller>, Disaggregation, Admit),
 ) -> Fate {
     // Parsed once: both legs (and their retries) change the same body.
     let fields = match Fields::parse(req.body) {
@@ -144,10 +165,12 @@ async fn disaggregated(
         routed,
         inputs,
         pick,
-        attempts: Attempts::new(&routed.route.retry, start),
+        attempts: Attempts::new(&routed.route.retry, start, admit.deadline),
         served: Served::default(),
         body: LegBody::default(),
         fields: Some(&fields),
+        admit,
+        waited: Default::default(),
     };
     let mut prefill = exchange(&pool, &pool_inputs, &pool_pick);
     let mut decode = exchange(&routed, &decode_inputs, &decode_pick);

@@ -355,6 +355,8 @@ async fn launch<'s>(plan: Plan<'_, 's>, report: &mut Report, sent: &Sent) -> Opt
         routed,
         preq: ex.pick,
         tried: &[plan.first.target],
+        admit: &ex.admit,
+        waited: None,
     };
     let picked = match pick::pick(state, ask, Instant::now()).await {
         Ok(p) => p,

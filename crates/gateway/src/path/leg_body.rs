@@ -104,16 +104,25 @@ pub fn rank_in_body(target: &Target) -> bool {
     target.dp.is_some() && target.engine == EngineKind::Sglang
 }
 
+/// What the target changes in every leg's body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Changes<'a> {
+    /// Its upstream model name, quoted, when it maps the model.
+    pub model: Option<&'a str>,
+    /// The field it schedules by and the request's class's value (`priority_field`).
+    pub priority: Option<(&'a str, &'a str)>,
+}
+
 /// Writes the body whose top-level fields are `fields` with the leg's changes, the
-/// target's body rank and its upstream model name (`model`: the quoted name, when the
-/// target maps the model) into `out`.
+/// target's body rank, its upstream model name and its priority field into `out`.
 pub fn write(
     fields: &Fields<'_>,
     leg: &LegBody,
     target: &Target,
-    model: Option<&str>,
+    changes: Changes<'_>,
     out: &mut Vec<u8>,
 ) {
+    let Changes { model, priority } = changes;
     let rank = target
         .dp
         .as_ref()
@@ -129,6 +138,9 @@ pub fn write(
     }
     if let Some(m) = model {
         edits.push(Edit::Replace("model", m));
+    }
+    if let Some((field, value)) = priority {
+        edits.push(Edit::Set(field, value));
     }
     fields.write(&edits, out);
 }
@@ -156,8 +168,25 @@ mod tests {
     fn json(leg: &LegBody, t: &Target, body: &str) -> serde_json::Value {
         let mut out = Vec::new();
         let fields = Fields::parse(body.as_bytes()).unwrap();
-        write(&fields, leg, t, None, &mut out);
+        write(&fields, leg, t, Changes::default(), &mut out);
         serde_json::from_slice(&out).unwrap()
+    }
+
+    #[test]
+    fn the_priority_field_is_set_over_what_the_client_sent() {
+        let t = target(None, EngineKind::Vllm);
+        let fields = Fields::parse(br#"{"model":"m","priority":-100,"prompt":"x"}"#).unwrap();
+        let mut out = Vec::new();
+        let changes = Changes {
+            model: None,
+            priority: Some(("priority", "5")),
+        };
+        write(&fields, &LegBody::default(), &t, changes, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"model": "m", "priority": 5, "prompt": "x"})
+        );
     }
 
     #[test]
@@ -257,7 +286,10 @@ mod tests {
             &fields,
             &LegBody::vllm_prefill(),
             &t,
-            Some("\"real\""),
+            Changes {
+                model: Some("\"real\""),
+                priority: None,
+            },
             &mut out,
         );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();

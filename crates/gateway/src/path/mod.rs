@@ -7,15 +7,16 @@
 //! 2. [`auth`] (when `[[keys]]` are configured): the caller's API key (401 when missing or
 //!    unknown); then [`route`]: the request facts, and the route whose rules hold; then
 //!    [`auth`] again: the key allowed that route and model (403) and within its per-minute
-//!    limits (429);
+//!    limits (429); then [`admit`]: the request's class, tenant and deadline;
 //! 3. [`inputs`]: what the route's strategy asks for before its pick (token ids, a cache
 //!    lookup, the canonical prompt);
 //!    From here on the request is one [`exchange`]: what the later stages read, and the
 //!    record of its attempts they write.
 //! 4. [`pick`]: the candidates (eligible, serving the model, under their limit, not tried
-//!    yet), the strategy's choice and its admission under `max_concurrent`; [`queue`]
-//!    waits for a place when the route has a queue and every candidate is full
-//!    ([`release`] wakes the waiters);
+//!    yet, under what its class may take), the strategy's choice and its admission under
+//!    `max_concurrent`; [`queue`] waits for a place in the route's shared queue when the
+//!    route has one and every candidate is full or others wait already, in class and
+//!    fair-share order ([`release`] wakes the waiters);
 //! 5. [`attempt`]: the attempt layer: one try on the chosen target (an adapter loaded
 //!    first when asked), the upstream request's bytes ([`upstream_request`]; [`outgoing`]
 //!    holds and writes them, a large body from where it was read), and the retry decision
@@ -39,6 +40,7 @@
 //! lock, or log per request; anything slow belongs to the control thread.
 
 pub mod activity;
+pub mod admit;
 pub mod attempt;
 pub mod auth;
 pub mod client;

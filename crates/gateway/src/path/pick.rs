@@ -26,8 +26,10 @@ use std::time::Instant;
 
 use rolter_codec::h1::retry_after::whole_seconds;
 use rolter_codec::GatewayError;
+use rolter_config::held_back;
 use rolter_core::{AsyncInputs, Candidate, Needs, Pick, PickRequest, Residency, TargetId};
 
+use super::admit::Admit;
 use super::route::Routed;
 use crate::mesh::caps::Admitted;
 use crate::mesh::Record;
@@ -37,13 +39,17 @@ use crate::path::state::WorkerState;
 /// log's `UO`, overflow).
 pub const ALL_FULL: &str = "every target for this model is at its max_concurrent limit";
 
-/// What a pick is asked: the routed request, what its strategy picks for, and the targets
-/// it tried already (never candidates again).
+/// What a pick is asked: the routed request, what its strategy picks for, the targets it
+/// tried already (never candidates again), and what admission knows of it (its class
+/// decides the places it may take).
 #[derive(Clone, Copy)]
 pub struct Ask<'a> {
     pub routed: &'a Routed<'a>,
     pub preq: &'a PickRequest<'a>,
     pub tried: &'a [TargetId],
+    pub admit: &'a Admit,
+    /// Where a wait in the route's queue is noted, for the access log.
+    pub waited: Option<&'a std::cell::Cell<std::time::Duration>>,
 }
 
 /// The strategy's choice, admitted.
@@ -109,11 +115,26 @@ fn admit<'s>(
         if round > 0 || !filled {
             fill(state, ask, now)?;
         }
-        if let Some(p) = choose(state, ask.routed.index, ask.preq, now)? {
+        if let Some(p) = choose(state, ask, now)? {
             return Ok(p);
         }
     }
     Err(all_full())
+}
+
+/// The lowest time to first token (ms) the route's strategy predicts for the request
+/// over its candidates, when it predicts one for each of them (`None` otherwise, or when
+/// no candidate is left: the pick then answers).
+pub fn predicted_ttft_ms(state: &WorkerState, ask: Ask<'_>, now: Instant) -> Option<f64> {
+    fill(state, ask, now).ok()?;
+    let cands = state.candidates.borrow();
+    let strategy = state.routes[ask.routed.index].strategy.borrow();
+    let mut best: Option<f64> = None;
+    for c in cands.iter() {
+        let v = strategy.predicted_ttft_ms(ask.preq, c)?;
+        best = Some(best.map_or(v, |b| b.min(v)));
+    }
+    best
 }
 
 /// The 503 when every candidate is at its cap.
@@ -127,7 +148,10 @@ fn fill(state: &WorkerState, ask: Ask<'_>, now: Instant) -> Result<(), GatewayEr
         routed,
         preq,
         tried,
+        admit,
+        ..
     } = ask;
+    let classes = &state.config.classes;
     let (route_idx, route) = (routed.index, routed.route);
     let fleet_load = state.routes[route_idx].fleet_load;
     state.drain_signals();
@@ -168,7 +192,7 @@ fn fill(state: &WorkerState, ask: Ask<'_>, now: Instant) -> Result<(), GatewayEr
         let counted = u64::from(state.caps.admitted(t)) + if state.fleet_caps { fleet } else { 0 };
         if target
             .max_concurrent
-            .is_some_and(|m| counted >= u64::from(m))
+            .is_some_and(|m| counted + u64::from(held_back(classes, admit.rank, m)) >= u64::from(m))
         {
             full += 1;
             continue;
@@ -250,10 +274,10 @@ fn slow_start(state: &WorkerState, cands: &mut Vec<Candidate>) {
 /// `None` when another core took its last place meanwhile.
 fn choose<'s>(
     state: &'s WorkerState,
-    route_idx: usize,
-    preq: &PickRequest<'_>,
+    ask: Ask<'_>,
     now: Instant,
 ) -> Result<Option<Picked<'s>>, GatewayError> {
+    let (route_idx, preq) = (ask.routed.index, ask.preq);
     let cands = state.candidates.borrow();
     let route = &state.routes[route_idx];
     let pick = {
@@ -274,7 +298,10 @@ fn choose<'s>(
                 });
             }
             let chosen = &cands[p.index];
-            let Some(admitted) = state.caps.try_admit(chosen.target) else {
+            let held = state.config.targets[chosen.target]
+                .max_concurrent
+                .map_or(0, |m| held_back(&state.config.classes, ask.admit.rank, m));
+            let Some(admitted) = state.caps.try_admit(chosen.target, held) else {
                 return Ok(None);
             };
             Ok(Some(Picked {

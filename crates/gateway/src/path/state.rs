@@ -17,6 +17,7 @@ use rolter_core::{Candidate, Needs, Sample, ShareSink, Verdict};
 use rolter_strategy::Strategy;
 
 use crate::fleet::StoreLink;
+use crate::mesh::admission::RouteQueues;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::key_limits::KeyBook;
 use crate::mesh::load::LoadView;
@@ -167,6 +168,8 @@ pub struct WorkerState {
     pub load: LoadView,
     /// Each target's exact admission count over every core (`max_concurrent`).
     pub caps: Arc<TargetCaps>,
+    /// Each route's queue over every core (`queue_max`): who gets the next place.
+    pub queues: Arc<RouteQueues>,
     /// Each client API key's windows and counts over every core (`[[keys]]` limits).
     pub keys: Arc<KeyBook>,
     /// Channels to the other cores and the control thread.
@@ -235,6 +238,7 @@ pub struct StateParts<'a> {
     pub config: Arc<Config>,
     pub tls: Arc<UpstreamTls>,
     pub caps: Arc<TargetCaps>,
+    pub queues: Arc<RouteQueues>,
     pub keys: Arc<KeyBook>,
     pub strategies: &'a StrategyFactory,
     pub links: WorkerLinks,
@@ -254,6 +258,7 @@ impl WorkerState {
             config,
             tls,
             caps,
+            queues,
             keys,
             strategies,
             links,
@@ -298,6 +303,7 @@ impl WorkerState {
             upstream,
             load: LoadView::new(config.targets.len(), workers),
             caps,
+            queues,
             keys,
             links,
             share: RefCell::new(ShareSink::default()),

@@ -121,6 +121,7 @@ pub fn build_leg(up: &mut Outgoing, ex: &Exchange<'_>, target: &Target) {
     let edit = Rewrite {
         leg: &ex.body,
         fields: ex.fields,
+        class: Some(ex.admit.class),
     };
     write(up, ex.req, ex.routed, edit, target);
 }
@@ -133,6 +134,7 @@ pub fn build(up: &mut Outgoing, req: &Request<'_>, routed: &Routed<'_>, target: 
     let edit = Rewrite {
         leg: &LegBody::default(),
         fields: None,
+        class: None,
     };
     write(up, req, routed, edit, target);
 }
@@ -142,6 +144,8 @@ pub fn build(up: &mut Outgoing, req: &Request<'_>, routed: &Routed<'_>, target: 
 struct Rewrite<'a> {
     leg: &'a LegBody,
     fields: Option<&'a Fields<'a>>,
+    /// The request's class, told to a target that schedules by it (`priority_field`).
+    class: Option<usize>,
 }
 
 fn write(
@@ -158,7 +162,12 @@ fn write(
         .upstream_models
         .get(facts.model.as_ref())
         .filter(|_| facts.model_span.is_some());
-    if !edit.leg.is_empty() || leg_body::rank_in_body(target) {
+    let priority = target
+        .priority
+        .as_ref()
+        .zip(edit.class)
+        .and_then(|(p, c)| Some((p.field.as_str(), p.values.get(c)?.to_string())));
+    if !edit.leg.is_empty() || leg_body::rank_in_body(target) || priority.is_some() {
         let parsed;
         let fields = match edit.fields {
             Some(f) => Some(f),
@@ -172,7 +181,12 @@ fn write(
             let model = upstream_model.map(|m| serde_json::to_string(m).unwrap_or_default());
             let mut body = std::mem::take(&mut up.scratch);
             body.clear();
-            leg_body::write(fields, edit.leg, target, model.as_deref(), &mut body);
+            let priority = priority.as_ref().map(|(f, v)| (*f, v.as_str()));
+            let changes = leg_body::Changes {
+                model: model.as_deref(),
+                priority,
+            };
+            leg_body::write(fields, edit.leg, target, changes, &mut body);
             write_content_length(&mut up.bytes, body.len() as u64);
             up.bytes.extend_from_slice(b"\r\n");
             up.bytes.extend_from_slice(&body);

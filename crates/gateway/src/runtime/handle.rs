@@ -28,6 +28,7 @@ use crate::fleet::inbox::{Doorbell, NewsInbox};
 use crate::fleet::news::FleetControl;
 use crate::fleet::{StoreLink, StoreStats};
 use crate::lifecycle::Lifecycle;
+use crate::mesh::admission::RouteQueues;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::key_limits::KeyBook;
 use crate::mesh::mesh;
@@ -308,6 +309,7 @@ fn shared_for_workers(
         config: config.clone(),
         tls,
         caps: TargetCaps::new(&config.targets, None),
+        queues: RouteQueues::new(config),
         keys: KeyBook::new(&config.keys.keys, None),
         connections: Arc::new(ConnectionCap::default()),
         poll_stats: Arc::new(PollStats::default()),

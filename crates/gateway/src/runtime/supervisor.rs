@@ -25,6 +25,7 @@ use super::control_thread::Adopt;
 use super::engine_threads::EngineThreads;
 use super::worker::Handoff;
 use crate::lifecycle::Lifecycle;
+use crate::mesh::admission::RouteQueues;
 use crate::mesh::caps::TargetCaps;
 use crate::mesh::key_limits::KeyBook;
 use crate::mesh::{mesh, ControlLinks, WorkerLinks};
@@ -207,6 +208,7 @@ impl Supervisor {
             kv_view.clone(),
         ));
         Ok(Prepared {
+            queues: RouteQueues::new(&config),
             config,
             tls,
             caps,
@@ -251,6 +253,7 @@ impl Supervisor {
                 config: next.config.clone(),
                 tls: next.tls.clone(),
                 caps: next.caps.clone(),
+                queues: next.queues.clone(),
                 keys: next.keys.clone(),
                 strategies: next.strategies.clone(),
                 links,
@@ -307,6 +310,8 @@ struct Prepared {
     config: Arc<Config>,
     tls: Arc<UpstreamTls>,
     caps: Arc<TargetCaps>,
+    /// Fresh route queues (a waiter stays in its own configuration's).
+    queues: Arc<RouteQueues>,
     keys: Arc<KeyBook>,
     strategies: Arc<StrategyFactory>,
     /// New engine-state threads, when the targets or their settings changed.

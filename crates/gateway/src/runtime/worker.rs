@@ -17,6 +17,7 @@ use rolter_config::Config;
 
 use super::busy_poll;
 use crate::lifecycle::Lifecycle;
+use crate::mesh::admission::RouteQueues;
 use crate::mesh::caps::{ConnectionCap, TargetCaps};
 use crate::mesh::key_limits::KeyBook;
 use crate::mesh::polling::PollStats;
@@ -75,6 +76,8 @@ pub struct WorkerShared {
     pub tls: Arc<UpstreamTls>,
     /// Each target's admission counter, shared by every worker.
     pub caps: Arc<TargetCaps>,
+    /// Each route's queue, shared by every worker.
+    pub queues: Arc<RouteQueues>,
     /// Each client API key's windows and counts, shared by every worker.
     pub keys: Arc<KeyBook>,
     /// The process's client connections, shared by every worker.
@@ -106,6 +109,7 @@ pub struct Handoff {
     pub config: Arc<Config>,
     pub tls: Arc<UpstreamTls>,
     pub caps: Arc<TargetCaps>,
+    pub queues: Arc<RouteQueues>,
     pub keys: Arc<KeyBook>,
     pub strategies: Arc<StrategyFactory>,
     pub links: WorkerLinks,
@@ -186,6 +190,7 @@ impl Worker {
             config: shared.config,
             tls: shared.tls,
             caps: shared.caps,
+            queues: shared.queues,
             keys: shared.keys,
             strategies: &shared.strategies,
             links,
@@ -253,6 +258,7 @@ impl Worker {
             config: h.config,
             tls: h.tls,
             caps: h.caps,
+            queues: h.queues,
             keys: h.keys,
             strategies: &h.strategies,
             links: h.links,
