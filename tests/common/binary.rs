@@ -25,13 +25,29 @@ impl Gw {
     /// log off, `server_extra` appended to `[server]`, and `rest` (targets, routes, any other
     /// table) after it.
     pub fn start(driver: DriverChoice, workers: usize, server_extra: &str, rest: &str) -> Gw {
+        Gw::start_logging(driver, workers, server_extra, rest, false)
+    }
+
+    /// [`Gw::start`], with the access log written to [`Gw::access_log`] when `access`.
+    pub fn start_logging(
+        driver: DriverChoice,
+        workers: usize,
+        server_extra: &str,
+        rest: &str,
+        access: bool,
+    ) -> Gw {
         let dir = tempfile::tempdir().unwrap();
+        let log = if access {
+            format!("{:?}", dir.path().join("access.log"))
+        } else {
+            "\"off\"".to_string()
+        };
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let text = format!(
             "[server]\nlisten = \"{addr}\"\nworkers = {workers}\npin_workers = false\n\
              driver = \"{}\"\nshutdown_grace = \"1s\"\n{server_extra}\n\n\
-             [log]\naccess = \"off\"\n\n[admin]\nlisten = \"{admin}\"\n\n{rest}",
+             [log]\naccess = {log}\n\n[admin]\nlisten = \"{admin}\"\n\n{rest}",
             driver_name(driver)
         );
         let path = dir.path().join("rolter.toml");
@@ -63,6 +79,15 @@ impl Gw {
             std::thread::sleep(Duration::from_millis(20));
         }
         gw
+    }
+
+    /// The access log's lines so far (parsed), when started with one.
+    pub fn access_log(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.path().join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     pub fn stderr(&self) -> String {
