@@ -10,9 +10,11 @@
 //! a tenant that floods the queue is served its share and the others theirs. Only the
 //! first waiter (of its model) tries admission; the others wait for their turn.
 //!
-//! When every seat is taken, a newcomer of a class ranked before some waiter's takes the
-//! seat of the last-ranked, latest-finishing waiter, which is displaced (it finds its seat
-//! no longer its own and answers 503). Nothing admitted is ever displaced.
+//! When every seat is taken, a newcomer in line before the last-ranked, latest-finishing
+//! waiter (of an earlier class, or of the same class with an earlier tag: a tenant within
+//! its share against one flooding the queue) takes that waiter's seat; the waiter is
+//! displaced (it finds its seat no longer its own and answers 503). Nothing admitted is
+//! ever displaced.
 //!
 //! Owns the seats, the virtual time and the tenants' finish tags. It takes no lock and
 //! never blocks: a seat is taken and given back by compare-and-swap. It must not admit a
@@ -57,9 +59,9 @@ pub struct SharedQueue {
 pub enum Joined<'q> {
     /// A seat of its own.
     Seated(Ticket<'q>),
-    /// A seat taken from a later-ranked waiter, who is displaced.
+    /// A seat taken from a waiter in line after it, who is displaced.
     Displaced(Ticket<'q>),
-    /// Every seat is taken by a waiter ranked the same or before.
+    /// Every seat is taken by a waiter in line before it.
     Full,
 }
 
@@ -69,6 +71,16 @@ pub struct Ticket<'q> {
     seat: usize,
     word: u64,
     admitted: bool,
+    /// The tenant's tag slot and the cost it was charged, given back when the waiter
+    /// leaves unserved.
+    charge: Charge,
+}
+
+/// What a request's tag added to its tenant's last finish tag.
+#[derive(Clone, Copy)]
+pub struct Charge {
+    tenant: usize,
+    step: u64,
 }
 
 impl SharedQueue {
@@ -96,22 +108,49 @@ impl SharedQueue {
 
     /// The finish tag of `tenant`'s next request, costed `cost` tokens at weight `share`:
     /// `max(V, the tenant's last) + cost / share`, and the tenant's last is then that.
-    pub fn tag(&self, tenant: usize, cost: u64, share: u32) -> u64 {
+    fn tag(&self, tenant: usize, cost: u64, share: u32) -> (u64, Charge) {
         let step = (cost / u64::from(share.max(1))).max(1);
+        let tenant = tenant % self.finish.len();
         let v = self.vtime.load(Ordering::Acquire);
-        let slot = &self.finish[tenant % self.finish.len()];
+        let slot = &self.finish[tenant];
         let mut last = slot.load(Ordering::Acquire);
         loop {
             let next = (last.max(v) + step).min(TAG_MASK);
             match slot.compare_exchange_weak(last, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return next,
+                Ok(_) => return (next, Charge { tenant, step }),
                 Err(seen) => last = seen,
             }
         }
     }
 
-    /// Joins the queue with class rank `rank`, finish tag `tag`, for model hash `model`.
-    pub fn join(&self, rank: u8, tag: u64, model: u32) -> Joined<'_> {
+    /// Gives back what an unserved request added to its tenant's finish tag (never below
+    /// the virtual time), so a tenant whose requests time out, are displaced or are refused
+    /// is not pushed back for work it was never served.
+    fn refund(&self, c: Charge) {
+        let v = self.vtime.load(Ordering::Acquire);
+        let _ = self.finish[c.tenant].fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+            Some(f.saturating_sub(c.step).max(v))
+        });
+    }
+
+    /// Joins the queue with class rank `rank` as a request of `tenant` (weight `share`)
+    /// costed `cost` tokens, for model hash `model`.
+    pub fn join(
+        &self,
+        rank: u8,
+        (tenant, share): (usize, u32),
+        cost: u64,
+        model: u32,
+    ) -> Joined<'_> {
+        let (tag, charge) = self.tag(tenant, cost, share);
+        let joined = self.seat(rank, tag, model, charge);
+        if matches!(joined, Joined::Full) {
+            self.refund(charge);
+        }
+        joined
+    }
+
+    fn seat(&self, rank: u8, tag: u64, model: u32, charge: Charge) -> Joined<'_> {
         let gen = u64::from(self.generation.fetch_add(1, Ordering::Relaxed)) & GEN_MASK;
         let word =
             OCCUPIED | (u64::from(rank & 7) << RANK_SHIFT) | (gen << GEN_SHIFT) | (tag & TAG_MASK);
@@ -123,11 +162,11 @@ impl SharedQueue {
                     .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
-                    return Joined::Seated(self.sit(word, model));
+                    return Joined::Seated(self.sit(word, model, charge));
                 }
                 continue;
             }
-            match self.worst_after(rank) {
+            match self.worst_after(order(word)) {
                 None => return Joined::Full,
                 Some((seat, old)) => {
                     let s = &self.seats[seat];
@@ -136,7 +175,7 @@ impl SharedQueue {
                         .is_ok()
                     {
                         s.model.store(model, Ordering::Release);
-                        return Joined::Displaced(self.ticket(seat, word));
+                        return Joined::Displaced(self.ticket(seat, word, charge));
                     }
                 }
             }
@@ -144,7 +183,7 @@ impl SharedQueue {
     }
 
     /// Takes a free seat (one is, or is about to be: `taken` was counted first).
-    fn sit(&self, word: u64, model: u32) -> Ticket<'_> {
+    fn sit(&self, word: u64, model: u32, charge: Charge) -> Ticket<'_> {
         loop {
             for (i, s) in self.seats.iter().enumerate() {
                 if s.word.load(Ordering::Relaxed) != 0 {
@@ -157,28 +196,30 @@ impl SharedQueue {
                     // Until this store, the seat may show its last waiter's model: another
                     // waiter's `is_first` can then misjudge it once, until its next wake.
                     s.model.store(model, Ordering::Release);
-                    return self.ticket(i, word);
+                    return self.ticket(i, word, charge);
                 }
             }
             std::hint::spin_loop();
         }
     }
 
-    fn ticket(&self, seat: usize, word: u64) -> Ticket<'_> {
+    fn ticket(&self, seat: usize, word: u64, charge: Charge) -> Ticket<'_> {
         Ticket {
             queue: self,
             seat,
             word,
             admitted: false,
+            charge,
         }
     }
 
-    /// The last-ranked, latest-finishing waiter ranked after `rank`: its seat and word.
-    fn worst_after(&self, rank: u8) -> Option<(usize, u64)> {
+    /// The last-ranked, latest-finishing waiter, when it is in line after `me` (a later
+    /// class, or the same class and a later tag): its seat and word.
+    fn worst_after(&self, me: (u8, u64)) -> Option<(usize, u64)> {
         let mut worst: Option<(usize, u64)> = None;
         for (i, s) in self.seats.iter().enumerate() {
             let w = s.word.load(Ordering::Acquire);
-            if w == 0 || rank_of(w) <= rank {
+            if w == 0 || order(w) <= me {
                 continue;
             }
             if worst.is_none_or(|(_, b)| order(w) > order(b)) {
@@ -224,6 +265,8 @@ impl Drop for Ticket<'_> {
         let q = self.queue;
         if self.admitted {
             q.vtime.fetch_max(self.word & TAG_MASK, Ordering::AcqRel);
+        } else {
+            q.refund(self.charge);
         }
         let seat = &q.seats[self.seat].word;
         if seat
@@ -274,6 +317,14 @@ impl RouteQueues {
 mod tests {
     use super::*;
 
+    /// Joins as a fresh tenant (so the tag is `tag`, the virtual time being 0).
+    fn at(q: &SharedQueue, rank: u8, tag: u64, model: u32) -> Joined<'_> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let tenant = NEXT.fetch_add(1, Ordering::Relaxed) % 4096;
+        q.finish[tenant % q.finish.len()].store(0, Ordering::Release);
+        q.join(rank, (tenant, 1), tag, model)
+    }
+
     fn seated(j: Joined<'_>) -> Ticket<'_> {
         match j {
             Joined::Seated(t) => t,
@@ -283,10 +334,10 @@ mod tests {
 
     #[test]
     fn the_first_in_line_is_the_best_rank_then_the_earliest_tag() {
-        let q = SharedQueue::new(4, 4);
-        let batch = seated(q.join(1, 10, 7));
-        let late = seated(q.join(0, 50, 7));
-        let early = seated(q.join(0, 20, 7));
+        let q = SharedQueue::new(4, 4096);
+        let batch = seated(at(&q, 1, 10, 7));
+        let late = seated(at(&q, 0, 50, 7));
+        let early = seated(at(&q, 0, 20, 7));
         assert!(early.is_first());
         assert!(!late.is_first() && !batch.is_first());
         drop(early);
@@ -299,20 +350,20 @@ mod tests {
 
     #[test]
     fn other_models_waiters_never_block_the_first_of_a_model() {
-        let q = SharedQueue::new(4, 4);
-        let a = seated(q.join(0, 1, 1));
-        let b = seated(q.join(1, 9, 2));
+        let q = SharedQueue::new(4, 4096);
+        let a = seated(at(&q, 0, 1, 1));
+        let b = seated(at(&q, 1, 9, 2));
         assert!(a.is_first() && b.is_first());
     }
 
     #[test]
     fn a_full_queue_displaces_only_a_later_class_and_its_latest_waiter() {
-        let q = SharedQueue::new(2, 4);
-        let b1 = seated(q.join(1, 5, 0));
-        let b2 = seated(q.join(1, 9, 0));
-        // The same class finds the queue full.
-        assert!(matches!(q.join(1, 1, 0), Joined::Full));
-        let i = match q.join(0, 3, 0) {
+        let q = SharedQueue::new(2, 4096);
+        let b1 = seated(at(&q, 1, 5, 0));
+        let b2 = seated(at(&q, 1, 9, 0));
+        // The same class with a later tag finds the queue full.
+        assert!(matches!(at(&q, 1, 20, 0), Joined::Full));
+        let i = match at(&q, 0, 3, 0) {
             Joined::Displaced(t) => t,
             _ => panic!("an earlier class displaces"),
         };
@@ -321,7 +372,7 @@ mod tests {
         // The displaced waiter leaving does not free the seat it lost.
         drop(b2);
         assert_eq!(q.waiting(), 2);
-        let i2 = match q.join(0, 4, 0) {
+        let i2 = match at(&q, 0, 4, 0) {
             Joined::Displaced(t) => t,
             _ => panic!("the last batch waiter is displaced too"),
         };
@@ -334,23 +385,51 @@ mod tests {
     #[test]
     fn a_flooding_tenant_finishes_later_and_the_virtual_time_follows_admissions() {
         let q = SharedQueue::new(64, 3);
-        let heavy: Vec<u64> = (0..10).map(|_| q.tag(0, 100, 1)).collect();
-        let light = q.tag(1, 100, 1);
-        assert_eq!(heavy[9], 1000);
+        let heavy: Vec<Ticket<'_>> = (0..10).map(|_| seated(q.join(0, (0, 1), 100, 0))).collect();
+        let light = seated(q.join(0, (1, 1), 100, 0));
+        assert_eq!(heavy[9].word & TAG_MASK, 1000);
         assert_eq!(
-            light, 100,
+            light.word & TAG_MASK,
+            100,
             "a tenant that just arrived is not behind the flood"
         );
-        // Twice the share, half the step.
-        assert_eq!(q.tag(2, 100, 2), 50);
-        let mut t = seated(q.join(0, heavy[4], 0));
-        t.admitted();
-        drop(t);
-        assert_eq!(
-            q.tag(1, 100, 1),
-            600,
-            "an idle tenant restarts at the virtual time"
+        assert!(light.is_first() || heavy[0].is_first());
+        assert!(
+            !heavy[1].is_first(),
+            "the light tenant goes before the flood's second"
         );
+        // Twice the share, half the step.
+        assert_eq!(seated(q.join(0, (2, 2), 100, 0)).word & TAG_MASK, 50);
+        let mut heavy = heavy.into_iter();
+        let mut first = heavy.next().unwrap();
+        first.admitted();
+        drop(first);
+        assert_eq!(q.vtime.load(Ordering::Acquire), 100);
+        drop(light);
+        // The light tenant left unserved: its charge is given back, down to the virtual time.
+        assert_eq!(seated(q.join(0, (1, 1), 100, 0)).word & TAG_MASK, 200);
+        // The flood's nine unserved waiters leave: the tenant is charged for none of them.
+        drop(heavy);
+        assert_eq!(q.finish[0].load(Ordering::Acquire), 100);
+    }
+
+    #[test]
+    fn a_full_queue_of_one_class_gives_the_seat_of_the_latest_tag_to_an_earlier_one() {
+        let q = SharedQueue::new(2, 8);
+        let flood: Vec<Ticket<'_>> = (0..2).map(|_| seated(q.join(0, (0, 1), 100, 0))).collect();
+        match q.join(0, (1, 1), 100, 0) {
+            Joined::Displaced(t) => assert!(t.is_seated()),
+            _ => panic!("a tenant within its share displaces the flood's latest"),
+        }
+        assert!(flood[0].is_seated() && !flood[1].is_seated());
+    }
+
+    #[test]
+    fn a_request_refused_at_a_full_queue_costs_its_tenant_nothing() {
+        let q = SharedQueue::new(1, 2);
+        let _w = seated(q.join(0, (0, 1), 10, 0));
+        assert!(matches!(q.join(0, (1, 1), 500, 0), Joined::Full));
+        assert_eq!(q.finish[1].load(Ordering::Acquire), 0);
     }
 
     #[test]
@@ -363,7 +442,7 @@ mod tests {
                 let (q, seated, peak) = (q.clone(), seated.clone(), peak.clone());
                 std::thread::spawn(move || {
                     for i in 0..2000u64 {
-                        if let Joined::Seated(t) = q.join(0, i, 0) {
+                        if let Joined::Seated(t) = q.join(0, (0, 1), i, 0) {
                             let n = seated.fetch_add(1, Ordering::AcqRel) + 1;
                             peak.fetch_max(n, Ordering::AcqRel);
                             seated.fetch_sub(1, Ordering::AcqRel);

@@ -4,8 +4,9 @@
 //! A request whose first pick finds every candidate at its `max_concurrent` (or finds
 //! others already waiting) takes a seat in the route's queue, one per gateway shared by
 //! every worker (`mesh::admission`): beyond `queue_max` waiters it gets a 503 `queue_full`
-//! at once, unless it is of a class ranked before some waiter's, whose seat it then takes
-//! (that waiter answers a 503 `displaced`, with `Retry-After`). Waiters are admitted in
+//! at once, unless it is in line before the last waiter (of an earlier class, or of its
+//! class with an earlier fair-share tag), whose seat it then takes (that waiter answers a
+//! 503 `displaced`, with `Retry-After`). Waiters are admitted in
 //! class order, and within a class by fair queueing between tenants, costed in estimated
 //! tokens: only the first in line (of its model) tries, whenever a place is released on
 //! this core (`path::release`) and on every signal tick (for places freed on other cores
@@ -123,9 +124,8 @@ async fn wait<'s>(
         .queue
         .expect("a route with a shared queue has queue_max");
     let cost = u64::from(preq.prompt_tokens) + preq.max_tokens.unwrap_or(COMPLETION_ESTIMATE);
-    let tag = queue.tag(admit.tenant, cost, admit.share);
     let model = xxhash_rust::xxh3::xxh3_64(preq.model.as_bytes()) as u32;
-    let ticket = match queue.join(admit.rank, tag, model) {
+    let ticket = match queue.join(admit.rank, (admit.tenant, admit.share), cost, model) {
         Joined::Seated(t) | Joined::Displaced(t) => t,
         Joined::Full => {
             state.links.record(Record::Queue {
@@ -154,7 +154,7 @@ async fn wait<'s>(
             return Err(GatewayError::internal(
                 503,
                 "displaced",
-                "the route's queue was full and a request of a higher priority class took this one's place",
+                "the route's queue was full and a request ahead of this one (of an earlier class, or of a tenant within its fair share) took its place",
             )
             .with_retry_after(1));
         }
