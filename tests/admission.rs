@@ -331,7 +331,19 @@ fn a_deadline_no_engine_is_predicted_to_meet_is_refused_at_once() {
                 .collect();
             refused.len() == 8
         });
-        assert!(refused.iter().all(|ms| *ms < 1.0), "{ctx}: {refused:?}");
+        // Refused before any pick or wait: no queue wait logged, and the gateway's own time
+        // for the whole request (read to answer written) is under a millisecond at the
+        // median (a shared machine may delay a single one).
+        let mut sorted = refused.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert!(sorted[sorted.len() / 2] < 1.0, "{ctx}: {refused:?}");
+        let lines = g.access_log();
+        let waited = lines
+            .iter()
+            .filter(|l| l["error"] == "deadline_unmeetable")
+            .any(|l| !l["queue_wait_ms"].is_null());
+        assert!(!waited, "{ctx}: a refused request never waits");
+        eprintln!("{ctx}: refused in {refused:?} ms");
         let counted = g.series("rolter_admission_requests_total{route=\"r\",class=\"interactive\",tenant=\"interactive\",result=\"deadline_unmeetable\"}");
         assert_eq!(counted, Some(8.0), "{ctx}");
         // A deadline the engines meet is served.
