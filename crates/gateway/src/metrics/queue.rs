@@ -122,6 +122,36 @@ impl QueueMetrics {
             tenant_waits: Family::new_with_constructor(wait_histogram),
             admission: Family::default(),
         }
+        .with_series()
+    }
+
+    /// Every queued route's class and tenant series, at zero, so a quiet gateway shows them.
+    fn with_series(self) -> Self {
+        for route in self.routes.iter().flatten() {
+            for class in &self.names.classes {
+                let l = RouteClass {
+                    route: route.clone(),
+                    class: class.clone(),
+                };
+                let _ = self.class_depth.get_or_create(&l);
+                let _ = self.class_waits.get_or_create(&l);
+                let _ = self.admission.get_or_create(&Admission {
+                    route: route.clone(),
+                    class: class.clone(),
+                    tenant: "-".to_string(),
+                    result: "admitted",
+                });
+            }
+            let tenants = self.names.keys.iter().cloned().chain(["-".to_string()]);
+            for tenant in tenants {
+                let l = RouteTenant {
+                    route: route.clone(),
+                    tenant,
+                };
+                let _ = self.tenant_waits.get_or_create(&l);
+            }
+        }
+        self
     }
 
     fn name(&self, route: u16) -> Option<&String> {
