@@ -12,12 +12,12 @@
 use std::time::{Duration, Instant};
 
 use rolter_codec::GatewayError;
+use rolter_config::Config;
 
 use super::auth::Caller;
 use super::request::Request;
 use super::route::Routed;
 use crate::mesh::admission::HEADER_TENANTS;
-use crate::path::state::WorkerState;
 
 /// The header that names a request's class on routes with `priority_header`.
 pub const PRIORITY_HEADER: &str = "x-rolter-priority";
@@ -44,30 +44,13 @@ pub struct Admit {
     pub deadline: Option<Instant>,
 }
 
-impl Admit {
-    /// A request of the route's default class from no tenant in particular (a prefill
-    /// pool's legs use the decode route's).
-    pub fn default_for(state: &WorkerState, routed: &Routed<'_>) -> Self {
-        let class = routed.route.admission.default_class;
-        Admit {
-            class,
-            rank: state.config.classes[class].rank,
-            tenant: state.config.keys.keys.len(),
-            share: 1,
-            tenant_named: false,
-            deadline: None,
-        }
-    }
-}
-
 /// The request's class, tenant and deadline, or the error to answer.
 pub fn classify(
-    state: &WorkerState,
+    config: &Config,
     req: &Request<'_>,
     routed: &Routed<'_>,
     caller: Option<Caller>,
 ) -> Result<Admit, GatewayError> {
-    let config = &state.config;
     let adm = &routed.route.admission;
     let key = caller.map(|c| &config.keys.keys[c.key]);
     let mut class = key.and_then(|k| k.priority).unwrap_or(adm.default_class);
@@ -83,7 +66,7 @@ pub fn classify(
             .classes
             .iter()
             .position(|c| c.name.as_bytes() == v)
-            .ok_or_else(|| unknown_class(state, v))?;
+            .ok_or_else(|| unknown_class(config, v))?;
     }
     let (tenant, tenant_named) = match adm.tenant_header.as_deref().and_then(|h| req.header(h)) {
         Some(name) => (named_tenant(config.keys.keys.len(), name), true),
@@ -99,13 +82,8 @@ pub fn classify(
     })
 }
 
-fn unknown_class(state: &WorkerState, v: &[u8]) -> GatewayError {
-    let known: Vec<&str> = state
-        .config
-        .classes
-        .iter()
-        .map(|c| c.name.as_str())
-        .collect();
+fn unknown_class(config: &Config, v: &[u8]) -> GatewayError {
+    let known: Vec<&str> = config.classes.iter().map(|c| c.name.as_str()).collect();
     GatewayError::client(
         400,
         "unknown_priority",

@@ -64,7 +64,7 @@ pub async fn forward(
         }
         routed.key_header = Some(c.header);
     }
-    let admit = match admit::classify(state, req, &routed, caller) {
+    let admit = match admit::classify(&state.config, req, &routed, caller) {
         Ok(a) => a,
         Err(e) => {
             let refusal = Refusal {

@@ -123,6 +123,14 @@ async fn wait<'s>(
         .route
         .queue
         .expect("a route with a shared queue has queue_max");
+    if queue.waiting() >= q.max {
+        // A full queue: a place this request may take now (one its class reserves, which
+        // no waiter of a later class can use) is taken without displacing anyone.
+        match pick::pick(state, ask, Instant::now()).await {
+            Err(e) if e.message == pick::ALL_FULL => {}
+            other => return other,
+        }
+    }
     let cost = u64::from(preq.prompt_tokens) + preq.max_tokens.unwrap_or(COMPLETION_ESTIMATE);
     let model = xxhash_rust::xxh3::xxh3_64(preq.model.as_bytes()) as u32;
     let ticket = match queue.join(admit.rank, (admit.tenant, admit.share), cost, model) {
