@@ -11,6 +11,13 @@
 # time; compare repeated runs).
 #
 #   loadtest/callgrind.sh [ROLTER_BINARY] [N1] [N2]   # default target/release/rolter 1000 5000
+#
+# TOP, TARGET and ROUTE add TOML to the configuration (before the target, to the target, to
+# the route) and HEADER adds one request header ("name: value"), e.g. a key and a queue:
+#   TOP='[[keys]]
+#   name = "k"
+#   hash = "sha256:…"' TARGET='max_concurrent = 1000' ROUTE='queue_max = 64' \
+#   HEADER='authorization: Bearer …' loadtest/callgrind.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${1:-$ROOT/target/release/rolter}
@@ -30,16 +37,22 @@ workers = 1
 pin_workers = false
 driver = "epoll"
 
+${TOP:-}
+
 [[targets]]
 name = "m"
 url = "http://127.0.0.1:19601"
 models = ["m"]
+${TARGET:-}
 
 [[routes]]
 name = "r"
 targets = ["m"]
 strategy = "round_robin"
+${ROUTE:-}
 EOF
+HEADERS=(-H 'content-type: application/json')
+[ -n "${HEADER:-}" ] && HEADERS+=(-H "$HEADER")
 echo '{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"Hello there, how are you today?"}]}' > "$WORK/body.json"
 
 # Total instructions of one run of `n` requests.
@@ -51,7 +64,7 @@ count() {
   valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" "$BIN" run --config "$WORK/gw.toml" >"$WORK/gw.log" 2>&1 &
   local gw=$!
   for _ in $(seq 1 150); do curl -s -o /dev/null http://127.0.0.1:19600/health && break; sleep 0.2; done
-  "$OHA" -n "$n" -c 1 -m POST -H 'content-type: application/json' -D "$WORK/body.json" --no-tui \
+  "$OHA" -n "$n" -c 1 -m POST "${HEADERS[@]}" -D "$WORK/body.json" --no-tui \
     http://127.0.0.1:19600/v1/chat/completions >"$WORK/oha.txt" 2>&1
   grep -q 'Success rate:.*100.00%' "$WORK/oha.txt" || { echo "callgrind.sh: requests failed" >&2; cat "$WORK/oha.txt" >&2; exit 1; }
   kill -INT "$gw"; wait "$gw" || true

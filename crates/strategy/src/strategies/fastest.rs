@@ -176,6 +176,24 @@ mod tests {
     }
 
     #[test]
+    fn it_predicts_a_warm_targets_average_and_nothing_for_a_cold_one() {
+        let mut s = fastest(2, opts(10, 2, 0.0));
+        let t0 = Instant::now();
+        for i in 0..2 {
+            s.observe(&at(0, 200, t0, f64::from(i)));
+        }
+        s.observe(&at(1, 50, t0, 0.0));
+        let c = cands(&[(1.0, 0), (1.0, 0)]);
+        let p = s.predicted_ttft_ms(&req(), &c[0]).unwrap();
+        assert!((p - 200.0).abs() < 1e-9, "{p}");
+        assert_eq!(
+            s.predicted_ttft_ms(&req(), &c[1]),
+            None,
+            "one sample is cold"
+        );
+    }
+
+    #[test]
     fn measures_cold_targets_first_least_loaded_among_them() {
         let mut s = fastest(3, Options::default());
         let t0 = Instant::now();

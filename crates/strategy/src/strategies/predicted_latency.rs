@@ -306,6 +306,18 @@ mod tests {
     }
 
     #[test]
+    fn it_predicts_a_known_targets_ttft_at_the_candidates_load_and_nothing_while_learning() {
+        let mut s = strategy(2);
+        let c = testing::cands(&[(1.0, 2), (1.0, 2)]);
+        assert_eq!(s.predicted_ttft_ms(&request(1000), &c[0]), None);
+        train(&mut s, &[0], 40, 7);
+        let p = s.predicted_ttft_ms(&request(1000), &c[0]).unwrap();
+        let want = truth(0, 2, 1000);
+        assert!((p - want).abs() < 5.0, "{p} against {want}");
+        assert_eq!(s.predicted_ttft_ms(&request(1000), &c[1]), None);
+    }
+
+    #[test]
     fn learning_picks_equal_least_loaded_picks_with_the_same_seed() {
         let ctx = context(&[1.0, 1.0, 1.0], &[]);
         let mut s = PredictedLatency::new(Options::default(), &ctx);
