@@ -14,8 +14,11 @@
 //! - [`lora_feed`]: the gateway's LoRA residency signal (scraped, published, looked up).
 //! - [`report`]: Markdown and JSON.
 //! - [`pd`]: disaggregated prefill/decode fleets against co-located ones (`rolter-sim pd`).
+//! - [`admission`]: the gateway's queue under overload, with and without priority classes,
+//!   fair queueing between tenants and deadlines (`rolter-sim admission`).
 
 pub mod adapters;
+pub mod admission;
 pub mod engine;
 pub mod fleet;
 pub mod lora_feed;

@@ -134,6 +134,9 @@ enum Command {
     /// Disaggregated prefill/decode fleets (P prefill + D decode engines) against
     /// co-located fleets of P + D engines, per workload shape and P:D ratio.
     Pd(rolter_sim::pd::cli::PdArgs),
+    /// The gateway's queue under overload, with and without admission features: priority
+    /// classes, fair queueing between tenants, deadlines.
+    Admission(rolter_sim::admission::cli::AdmissionArgs),
 }
 
 /// `LO-HI` or `V` (both bounds V), non-negative, LO ≤ HI.
@@ -163,6 +166,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let done = match &args.command {
         Some(Command::Pd(pd)) => run_pd(pd),
+        Some(Command::Admission(a)) => run_admission(a),
         None => run(args),
     };
     match done {
@@ -328,6 +332,34 @@ fn run_pd(args: &rolter_sim::pd::cli::PdArgs) -> Result<(), String> {
             r.hit_rate * 100.0,
             r.ttft_p99_ms,
             r.tpot_p99_ms
+        )
+    })?;
+    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
+    let md = report.to_markdown();
+    print!("{md}");
+    if let Some(p) = &args.markdown {
+        std::fs::write(p, &md).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &args.json {
+        std::fs::write(p, report.to_json()).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn run_admission(args: &rolter_sim::admission::cli::AdmissionArgs) -> Result<(), String> {
+    use rolter_sim::admission::cli::{mode_name, run_admission};
+    let started = Instant::now();
+    let report = run_admission(args, &|r| {
+        let first = &r.classes[0];
+        eprintln!(
+            "  {:<8} queue_max {:<5} {:<9} {} ttft p99 {:>6.0} ms  Jain {:.3}  displaced {}",
+            r.scenario,
+            r.queue_max,
+            mode_name(r.mode),
+            first.name,
+            first.ttft_p99_ms,
+            r.jain,
+            r.displaced
         )
     })?;
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
