@@ -2,7 +2,7 @@
 # The cost of admission without contention, before and after priority classes, fair
 # queueing and deadlines: three gateways pinned to CPU 1, three mock engines and wrk on
 # CPU 0, ROUNDS (default 5) interleaved rounds of 5 s of the ~1 KiB chat load (16 tokens at once)
-# each, reported as the median round and the mean:
+# each, reported as medians and as each round's ratio to the base run beside it:
 #   base     the binary of the commit before admission (ROLTER_BASE), the config below
 #   now      this tree's binary, the same config
 #   classes  this tree's binary, the same config with two classes, the key's priority, a
@@ -98,7 +98,12 @@ for line in open(sys.argv[1]):
 mean = {k: sum(v) / len(v) for k, v in cost.items()}
 median = {k: sorted(v)[len(v) // 2] for k, v in cost.items()}
 for k in ("base", "now", "classes"):
-    print(f"{k}: median {median[k]:.2f} us/request ({median[k] / median['base']:.3f}x base), mean {mean[k]:.2f} ({mean[k] / mean['base']:.3f}x)")
+    # Each round's ratio to the base run of the same round (run back to back), then the
+    # median over the rounds: the machine's drift between rounds cancels out.
+    paired = sorted(a / b for a, b in zip(cost[k], cost["base"]))
+    print(f"{k}: median {median[k]:.2f} us/request, mean {mean[k]:.2f}; "
+          f"per-round ratio to base: median {paired[len(paired) // 2]:.3f}x "
+          f"(range {paired[0]:.3f}-{paired[-1]:.3f})")
 P
 kill $P1 $P2 $P3; pkill -f "rolter-mock --listen 127.0.0.1:1900" || true
 rm -rf "$TMP"

@@ -151,6 +151,11 @@ impl<const N: usize> Inline<N> {
         s
     }
 
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The bytes as text (invalid UTF-8, e.g. a cut character, replaced).
     pub fn text(&self) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(&self.bytes[..self.len as usize])
@@ -168,7 +173,7 @@ pub const MAX_PATH: usize = 256;
 /// Longest model name kept in an entry.
 pub const MAX_MODEL: usize = 128;
 /// Longest header-named tenant kept in an entry.
-pub const MAX_TENANT: usize = 64;
+pub const MAX_TENANT: usize = 32;
 
 /// One request, as the access log shows it.
 #[derive(Debug, Clone)]
@@ -210,8 +215,9 @@ pub struct Entry {
     pub class: Option<u8>,
     /// The tenant a route's `tenant_header` named (empty: the tenant is the key).
     pub tenant: Inline<MAX_TENANT>,
-    /// How long the request waited in its route's queue (`None`: it did not wait).
-    pub queue_wait: Option<Duration>,
+    /// How long the request waited in its route's queue, in µs (0: it did not wait; at
+    /// least 1 when it did).
+    pub queue_wait_us: u32,
     /// On a disaggregated route: what the prefill legs came to (`target` and the fields
     /// above are the decode's).
     pub prefill: Option<PrefillLeg>,
@@ -263,7 +269,7 @@ impl Entry {
             key: None,
             class: None,
             tenant: Inline::default(),
-            queue_wait: None,
+            queue_wait_us: 0,
             prefill: None,
         }
     }

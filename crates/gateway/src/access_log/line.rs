@@ -36,10 +36,15 @@ struct Line<'a> {
     tokens_estimated: bool,
     fallback: Option<&'a str>,
     key: Option<&'a str>,
+    /// Only with `[[classes]]`: the request's class.
+    #[serde(skip_serializing_if = "Option::is_none")]
     class: Option<&'a str>,
-    /// The tenant fair queueing served the request as: the `tenant_header` value, else
-    /// the key.
+    /// Only on a route with `tenant_header`: the tenant fair queueing served the request
+    /// as (elsewhere the tenant is the key).
+    #[serde(skip_serializing_if = "Option::is_none")]
     tenant: Option<Cow<'a, str>>,
+    /// Only for a request that waited in its route's queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
     queue_wait_ms: Option<f64>,
     /// Only on a disaggregated route: the prefill legs (the fields above are the decode's).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,11 +69,6 @@ fn fields<'a>(e: &'a Entry, config: &'a Config) -> Line<'a> {
     let route = e.route.and_then(|r| config.routes.get(r as usize));
     let model = e.model.text();
     let path = e.path.text();
-    let key = e
-        .key
-        .and_then(|k| config.keys.keys.get(k as usize))
-        .map(|k| k.name.as_str());
-    let tenant = e.tenant.text();
     let line = Line {
         time: humantime::format_rfc3339_millis(e.time).to_string(),
         request_id: e.request_id.as_str(),
@@ -95,17 +95,16 @@ fn fields<'a>(e: &'a Entry, config: &'a Config) -> Line<'a> {
         completion_tokens: e.completion_tokens,
         tokens_estimated: e.tokens_estimated,
         fallback: e.fallback,
-        key,
+        key: e
+            .key
+            .and_then(|k| config.keys.keys.get(k as usize))
+            .map(|k| k.name.as_str()),
         class: e
             .class
             .and_then(|c| config.classes.get(c as usize))
             .map(|c| c.name.as_str()),
-        tenant: if tenant.is_empty() {
-            key.map(Cow::Borrowed)
-        } else {
-            Some(tenant)
-        },
-        queue_wait_ms: e.queue_wait.map(ms),
+        tenant: (!e.tenant.is_empty()).then(|| e.tenant.text()),
+        queue_wait_ms: (e.queue_wait_us > 0).then(|| f64::from(e.queue_wait_us) / 1000.0),
         prefill: e.prefill.map(|p| Prefill {
             target: p
                 .target

@@ -203,7 +203,12 @@ impl<'a> Exchange<'a> {
             None => {}
         }
         e.fallback = s.fallback;
-        e.class = Some(self.admit.class as u8);
+        // Logged only where `[[classes]]` makes classes worth telling apart.
+        if self.state.config.classes.len() > 1
+            || self.state.config.classes[0].name != rolter_config::DEFAULT_CLASS
+        {
+            e.class = Some(self.admit.class as u8);
+        }
         if self.admit.tenant_named {
             let header = self.routed.route.admission.tenant_header.as_deref();
             if let Some(v) = header.and_then(|h| self.req.header(h)) {
@@ -211,7 +216,9 @@ impl<'a> Exchange<'a> {
             }
         }
         let waited = self.waited.get();
-        e.queue_wait = (!waited.is_zero()).then_some(waited);
+        if !waited.is_zero() {
+            e.queue_wait_us = u32::try_from(waited.as_micros()).unwrap_or(u32::MAX).max(1);
+        }
     }
 
     /// Adds what a disaggregated request's prefill legs (this exchange's) came to into the
