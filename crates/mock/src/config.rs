@@ -1,4 +1,5 @@
-//! Configuration types: [`MockConfig`], the I/O [`Driver`] choice and engine-wide [`Fault`]s.
+//! Configuration types: [`MockConfig`], the I/O [`Driver`] choice, the [`MockApi`] an
+//! engine serves and engine-wide [`Fault`]s. Plain data: no behaviour beyond parsing names.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -39,6 +40,51 @@ impl std::str::FromStr for Driver {
 }
 
 impl std::fmt::Display for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which API surface an engine serves, as the engines a gateway routes to differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MockApi {
+    /// Every endpoint: vLLM's OpenAI-compatible ones, Anthropic's messages and the
+    /// Responses API.
+    #[default]
+    Any,
+    /// vLLM without its Anthropic and Responses routes: `/v1/messages`,
+    /// `/v1/messages/count_tokens` and `/v1/responses` answer 404 `{"detail":"Not Found"}`.
+    OpenAi,
+    /// A managed Anthropic API: `/v1/messages`, `/v1/messages/count_tokens` and
+    /// `/v1/models` (plus `/health`, `/metrics` and `/mock/*`); Anthropic's error bodies,
+    /// its `anthropic-version` and `x-api-key` checks and its stream `ping` event.
+    Anthropic,
+}
+
+impl MockApi {
+    /// Short name: `any`, `openai` or `anthropic`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MockApi::Any => "any",
+            MockApi::OpenAi => "openai",
+            MockApi::Anthropic => "anthropic",
+        }
+    }
+}
+
+impl std::str::FromStr for MockApi {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "any" => Ok(MockApi::Any),
+            "openai" => Ok(MockApi::OpenAi),
+            "anthropic" => Ok(MockApi::Anthropic),
+            other => Err(format!("unknown API {other:?} (any, openai, anthropic)")),
+        }
+    }
+}
+
+impl std::fmt::Display for MockApi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -90,6 +136,14 @@ pub struct MockConfig {
     /// default) is one engine. `max_running` is split over the ranks (the remainder to
     /// the first ones, at least 1 each), then each rank's share over the threads.
     pub dp_size: u32,
+    /// The API surface served (see [`MockApi`]); `Any` (the default) serves every endpoint.
+    pub api: MockApi,
+    /// The key clients must present; `None` (the default) checks none. With
+    /// `MockApi::Anthropic`, the Anthropic API's routes need `x-api-key: <key>` (else 401
+    /// `authentication_error`); otherwise every path under `/v1` needs
+    /// `Authorization: Bearer <key>` (else 401 `{"error":"Unauthorized"}`), as vLLM's
+    /// `--api-key` does. `/health`, `/metrics` and `/mock/*` never need it.
+    pub api_key: Option<String>,
 }
 
 impl Default for MockConfig {
@@ -111,6 +165,8 @@ impl Default for MockConfig {
             lmcache: None,
             pd: None,
             dp_size: 1,
+            api: MockApi::Any,
+            api_key: None,
         }
     }
 }
@@ -238,4 +294,20 @@ pub enum Fault {
     /// Answer normally, with this time to first token instead of the configured one (a
     /// throttled GPU); an `x-mock-ttft-ms` header still wins.
     Slow(Duration),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_names_round_trip() {
+        for api in [MockApi::Any, MockApi::OpenAi, MockApi::Anthropic] {
+            assert_eq!(api.as_str().parse::<MockApi>(), Ok(api));
+            assert_eq!(api.to_string().to_uppercase().parse::<MockApi>(), Ok(api));
+        }
+        assert!("vllm".parse::<MockApi>().is_err());
+        assert_eq!(MockConfig::default().api, MockApi::Any);
+        assert_eq!(MockConfig::default().api_key, None);
+    }
 }

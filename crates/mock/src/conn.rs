@@ -32,7 +32,7 @@ use monoio::net::TcpStream;
 use monoio::time::Instant;
 
 use crate::admission::{Admission, Permit};
-use crate::api::{self, Api, FaultBody, Gen, GenBody};
+use crate::api::{self, Api, Ending, FaultBody, Gen, GenBody};
 use crate::http::{self, Body, Head, Length, Overrides, Parse, Route};
 #[cfg(feature = "zmq")]
 use crate::lmcache_worker::LmcacheQuery;
@@ -40,7 +40,7 @@ use crate::lora::{self, LoraSlot};
 use crate::pd::{self, Leg, PdRole};
 use crate::prefix::{self, PrefixQuery};
 use crate::stats::{inc, Stats};
-use crate::{Fault, MockConfig, Shared};
+use crate::{Fault, MockApi, MockConfig, Shared};
 
 const READ_CHUNK: usize = 16 * 1024;
 /// Stop reading ahead when this many unprocessed bytes are buffered.
@@ -228,7 +228,7 @@ impl RouteInput {
     fn take(shared: &Shared, route: Route, body: &[u8]) -> RouteInput {
         match route {
             r if r.is_inference() => RouteInput::Inference(Box::new(InferenceInput {
-                parsed: gen_body(body),
+                parsed: gen_body(route, body),
                 queries: prompt_queries(shared, route, body),
                 leg: pd_leg(shared, route, body),
                 rank: Ok(0),
@@ -237,9 +237,11 @@ impl RouteInput {
             Route::PdPull => match &shared.pd {
                 Some(pd) if pd.cfg.role == PdRole::Prefill => match pd.pull(body) {
                     Ok(()) => RouteInput::Status(200, br#"{"status":"ok"}"#.to_vec()),
-                    Err((status, msg)) => RouteInput::Status(status, api::error_body(status, &msg)),
+                    Err((status, msg)) => {
+                        RouteInput::Status(status, shared.error_body(status, &msg))
+                    }
                 },
-                _ => RouteInput::Status(404, api::error_body(404, "Not Found")),
+                _ => RouteInput::Status(404, shared.error_body(404, "Not Found")),
             },
             Route::Tokenize => {
                 let cpt = shared.cache().map_or(
@@ -271,12 +273,18 @@ fn pd_leg(shared: &Shared, route: Route, body: &[u8]) -> Option<Result<Leg, Stri
     matches!(route, Route::Chat | Route::Completions | Route::Messages).then(|| pd.leg(body))
 }
 
-/// An inference request's body; required, and JSON.
-fn gen_body(body: &[u8]) -> Result<GenBody, String> {
+/// An inference request's body; required, and JSON. A generating request's tool call and
+/// stop strings are decided here, while the body is at hand.
+fn gen_body(route: Route, body: &[u8]) -> Result<GenBody, String> {
     if body.is_empty() {
         return Err("request body is required".to_string());
     }
-    serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))
+    let mut gb: GenBody =
+        serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+    if let Some(api) = generating_api(route) {
+        gb.decide(api, body);
+    }
+    Ok(gb)
 }
 
 /// `/mock/fault`'s body; empty (or blank) clears the fault.
@@ -343,9 +351,12 @@ struct Plan {
     stall_after: Option<u32>,
     ttft: Duration,
     itl: Duration,
+    /// Token events: the text's tokens (up to a stop string), or a tool call's events.
     tokens: u32,
     /// Cut short by `max_tokens` (finish reason `length`).
     length: bool,
+    /// How the answer ends: naturally, at a stop string or with a tool call.
+    ending: Ending,
     prompt: u64,
 }
 
@@ -400,6 +411,7 @@ impl Plan {
             Some(m) if m < natural as u64 => (m as u32, true),
             _ => (natural, false),
         };
+        let (tokens, length, ending) = api::choose_ending(&gb, tokens, length);
         let prompt = match &queries.prefix {
             Some(q) => q.prompt_tokens,
             None => gb.prompt_tokens(),
@@ -411,6 +423,7 @@ impl Plan {
             itl: ms(ov.itl_ms, cfg.itl),
             tokens,
             length,
+            ending,
             prompt,
         };
         Ok((gb, plan))
@@ -520,7 +533,7 @@ impl Conn {
                 }
                 Parse::Error(status, msg) => {
                     self.rbuf.clear();
-                    let body = api::error_body(status, msg);
+                    let body = self.shared.error_body(status, msg);
                     let _ = self
                         .respond(status, "application/json", &body, true, None)
                         .await;
@@ -610,7 +623,7 @@ impl Conn {
         close: bool,
         retry: Option<u64>,
     ) -> Flow {
-        let body = api::error_body(status, msg);
+        let body = self.shared.error_body(status, msg);
         self.respond(status, "application/json", &body, close, retry)
             .await
     }
@@ -618,6 +631,14 @@ impl Conn {
     /// Answers one parsed request: takes what its route needs from the body, frees the
     /// request's bytes from the read buffer, then answers.
     async fn handle(&mut self, mut head: Head, body: Body, consumed: usize) -> Flow {
+        if let Some((status, reply)) = crate::modes::refusal(&self.shared.cfg, &head) {
+            drop(body);
+            self.rbuf.drain(..consumed);
+            self.keep_record(head.record.take());
+            return self
+                .respond(status, "application/json", &reply, head.close, None)
+                .await;
+        }
         let mut input = {
             let body_bytes: &[u8] = match &body {
                 Body::Range(a, b) => &self.rbuf[*a..*b],
@@ -642,9 +663,7 @@ impl Conn {
             }
             inf.rank = rank;
         }
-        if let Some(r) = record {
-            self.shared.recorded.lock().unwrap().push(r);
-        }
+        self.keep_record(record);
         let close = head.close;
         match input {
             RouteInput::Inference(inf) => self.inference(head.route, head, *inf).await,
@@ -667,6 +686,13 @@ impl Conn {
         }
     }
 
+    /// Keeps a recorded request (when recording is on).
+    fn keep_record(&self, record: Option<crate::RecordedRequest>) {
+        if let Some(r) = record {
+            self.shared.recorded.lock().unwrap().push(r);
+        }
+    }
+
     /// Answers a route that reads no body: health, models, metrics, stats, the prefix
     /// cache reset, and 404 / 405.
     async fn answer_bodiless(&mut self, route: Route, close: bool) -> Flow {
@@ -679,10 +705,10 @@ impl Conn {
                     .await
             }
             Route::Models => {
-                let dynamic = shared
-                    .lora
-                    .as_ref()
-                    .map(|l| l.models_body(&shared.cfg.models));
+                // An Anthropic engine lists its models in Anthropic's shape, adapters aside.
+                let anthropic = shared.cfg.api == MockApi::Anthropic;
+                let lora = shared.lora.as_ref().filter(|_| !anthropic);
+                let dynamic = lora.map(|l| l.models_body(&shared.cfg.models));
                 let body = dynamic.as_deref().unwrap_or(&shared.models_body);
                 self.respond(200, "application/json", body, close, None)
                     .await
@@ -837,8 +863,10 @@ impl Conn {
             plan.tokens,
             plan.length,
             include_usage,
-        );
+        )
+        .with_ending(plan.ending.clone());
         gen.cached_tokens = cached_tokens;
+        gen.ping = shared.cfg.api == MockApi::Anthropic;
         let kv_params = leg == Some(Leg::VllmPrefill);
         let answer = Answer {
             gen,
@@ -1085,7 +1113,7 @@ impl Conn {
                 let _ = write!(body, ",\"kv_transfer_params\":{params}}}");
             }
         }
-        self.finish(tokens as u64, plan.length, a.admitted.permit);
+        self.finish(a.gen.completion_tokens(), plan.length, a.admitted.permit);
         let close = head.close;
         let ok = self.flush_response(&body, close).await;
         body.clear();
@@ -1105,10 +1133,9 @@ impl Conn {
         if let Err(flow) = self.open_stream(head, &mut a, chunked, close).await {
             return flow;
         }
-        let emitted = match self.stream_tokens(head, &mut a, chunked).await {
-            Ok(emitted) => emitted,
-            Err(flow) => return flow,
-        };
+        if let Err(flow) = self.stream_tokens(head, &mut a, chunked).await {
+            return flow;
+        }
         {
             let (out, ev) = (&mut self.out, &mut self.ev);
             a.gen
@@ -1117,7 +1144,7 @@ impl Conn {
         if chunked {
             self.out.extend_from_slice(b"0\r\n\r\n");
         }
-        self.finish(emitted, a.plan.length, a.admitted.permit);
+        self.finish(a.gen.completion_tokens(), a.plan.length, a.admitted.permit);
         if self.flush().await && !close {
             Flow::KeepAlive
         } else {
@@ -1165,14 +1192,14 @@ impl Conn {
         Ok(())
     }
 
-    /// Emits one event per token as each is due; `Ok` with the tokens emitted, `Err` with
-    /// the flow when the client went away or a reset or stall fault cut the stream.
+    /// Emits one event per token (or tool-call piece) as each is due; `Err` with the flow
+    /// when the client went away or a reset or stall fault cut the stream.
     async fn stream_tokens(
         &mut self,
         head: &Head,
         a: &mut Answer,
         chunked: bool,
-    ) -> Result<u64, Flow> {
+    ) -> Result<(), Flow> {
         let (tokens, itl) = (a.plan.tokens, a.plan.itl);
         let mut emitted = 0u64;
         // Zero tokens still produce one (empty) event carrying the finish reason.
@@ -1200,7 +1227,7 @@ impl Conn {
                 return Err(self.stall(head, emitted).await);
             }
         }
-        Ok(emitted)
+        Ok(())
     }
 
     /// Once a prompt's prefill is done, the LMCache worker stores its chunks.
@@ -1212,7 +1239,8 @@ impl Conn {
     }
 
     /// With LoRA on: a base model passes, a registered adapter waits for its slot (and its
-    /// load into the GPU), anything else is answered with vLLM's 404.
+    /// load into the GPU), anything else is answered with vLLM's 404 (an Anthropic
+    /// engine's `not_found_error`).
     async fn lora_admit(&mut self, head: &Head, model: &str) -> Result<Option<LoraSlot>, Flow> {
         let Some(l) = self.shared.lora.clone() else {
             return Ok(None);
@@ -1221,7 +1249,10 @@ impl Conn {
             lora::Kind::Base => Ok(None),
             lora::Kind::Unknown => {
                 self.count(|s| inc(&s.completed));
-                let (status, ctype, body) = lora::unknown_model(model);
+                let (status, ctype, mut body) = lora::unknown_model(model);
+                if self.shared.cfg.api == MockApi::Anthropic {
+                    body = self.shared.error_body(status, &format!("model: {model}"));
+                }
                 Err(self.respond(status, ctype, &body, head.close, None).await)
             }
             lora::Kind::Adapter => {

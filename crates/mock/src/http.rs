@@ -111,6 +111,50 @@ impl Route {
     }
 }
 
+/// Which API a request's path belongs to, whatever its method: what an engine's
+/// [`crate::MockApi`] serves or refuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Surface {
+    /// `/v1/messages` and `/v1/messages/count_tokens`: Anthropic's.
+    Anthropic,
+    /// `/v1/responses`.
+    Responses,
+    /// `/v1/models`, which every API has.
+    Models,
+    /// `/health`, `/metrics` and `/mock/*`: the engine's own, never refused.
+    Control,
+    /// Any other path under `/v1` (the OpenAI API's, known or not).
+    OpenAiV1,
+    /// Any other path (vLLM's own endpoints, or none).
+    Other,
+}
+
+impl Surface {
+    fn of(path: &str) -> Surface {
+        let path = path.split('?').next().unwrap_or("");
+        match path {
+            "/v1/messages" | "/v1/messages/count_tokens" => Surface::Anthropic,
+            "/v1/responses" => Surface::Responses,
+            "/v1/models" => Surface::Models,
+            "/health" | "/metrics" => Surface::Control,
+            p if p.starts_with("/mock/") => Surface::Control,
+            p if p == "/v1" || p.starts_with("/v1/") => Surface::OpenAiV1,
+            _ => Surface::Other,
+        }
+    }
+}
+
+/// The credentials and version headers a request brings, for the API mode's checks.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Credentials {
+    /// An `anthropic-version` header with a non-blank value came.
+    pub anthropic_version: bool,
+    /// The `x-api-key` header's value.
+    pub x_api_key: Option<String>,
+    /// The `authorization` header's value.
+    pub authorization: Option<String>,
+}
+
 /// Per-request behaviour overrides from `x-mock-*` headers.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Overrides {
@@ -132,6 +176,9 @@ pub(crate) enum Body {
 #[derive(Debug)]
 pub(crate) struct Head {
     pub route: Route,
+    /// The API the path belongs to.
+    pub surface: Surface,
+    pub credentials: Credentials,
     pub http10: bool,
     pub close: bool,
     pub ov: Overrides,
@@ -188,6 +235,8 @@ pub(crate) fn parse(buf: &[u8], record: bool) -> Parse {
     let record = record.then(|| recorded(method, path, req.headers, &body, buf));
     let head = Head {
         route: Route::find(method, path),
+        surface: Surface::of(path),
+        credentials: fields.credentials,
         http10,
         close: fields.close,
         ov: fields.ov,
@@ -225,6 +274,7 @@ struct Fields {
     ov: Overrides,
     request_id: Option<String>,
     dp_rank: Option<String>,
+    credentials: Credentials,
 }
 
 impl Fields {
@@ -238,6 +288,7 @@ impl Fields {
             ov: Overrides::default(),
             request_id: None,
             dp_rank: None,
+            credentials: Credentials::default(),
         }
     }
 
@@ -260,6 +311,12 @@ impl Fields {
             self.request_id = Some(String::from_utf8_lossy(v).into_owned());
         } else if n.eq_ignore_ascii_case("x-data-parallel-rank") {
             self.dp_rank = Some(String::from_utf8_lossy(v).into_owned());
+        } else if n.eq_ignore_ascii_case("authorization") {
+            self.credentials.authorization = Some(String::from_utf8_lossy(v).into_owned());
+        } else if n.eq_ignore_ascii_case("x-api-key") {
+            self.credentials.x_api_key = Some(String::from_utf8_lossy(v).into_owned());
+        } else if n.eq_ignore_ascii_case("anthropic-version") {
+            self.credentials.anthropic_version = !v.trim_ascii().is_empty();
         } else if n.len() > 7 && n[..7].eq_ignore_ascii_case("x-mock-") {
             self.ov.set(&n[7..], v);
         }

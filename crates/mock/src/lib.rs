@@ -14,7 +14,8 @@
 //! workers over ZMQ), [`lora`] (LoRA adapters: slots, load/unload,
 //! `vllm:lora_requests_info`), [`stats`] (counters and `/metrics`), [`pd`] (disaggregated
 //! prefill/decode legs: vLLM's KV-transfer params and pull, SGLang's bootstrap rooms),
-//! `bootstrap` (an SGLang prefill's bootstrap server), `dp` (data-parallel ranks: which rank serves a request).
+//! `bootstrap` (an SGLang prefill's bootstrap server), `dp` (data-parallel ranks: which rank serves a request),
+//! `modes` (the API modes: refused requests, error and model-list bodies).
 //!
 //! **Disaggregated prefill/decode** (`MockConfig::pd`, CLI `--pd-role prefill|decode`,
 //! `--pd-protocol vllm|sglang`, `--bootstrap-port N`, `--pd-handshake-timeout 5s`): the
@@ -22,6 +23,13 @@
 //! **Data-parallel ranks** (`MockConfig::dp_size`, CLI `--dp-size N`): N ranks behind one
 //! port, pinned by `X-data-parallel-rank` or `data_parallel_rank`, each with its own
 //! queue, prefix cache and `engine="r"` metric series.
+//! **API modes** (`MockConfig::api`, CLI `--api any|openai|anthropic`, with
+//! `MockConfig::api_key`, CLI `--api-key KEY`): an engine serves every API, only vLLM's
+//! OpenAI surface, or only a managed Anthropic API (its routes, error bodies, header
+//! checks and stream `ping`); see [`MockApi`] and the `modes` module.
+//! **Tool calls and stop strings** (chat and messages): a request offering `tools` gets one
+//! call of a tool (unless its conversation ends with a tool's result), and `stop` /
+//! `stop_sequences` cut the text before the token where a stop string begins; see `api`.
 
 pub mod client;
 pub mod config;
@@ -43,6 +51,7 @@ mod http;
 mod kv_events;
 #[cfg(feature = "zmq")]
 mod lmcache_worker;
+mod modes;
 mod prefix;
 mod server;
 
@@ -52,7 +61,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 pub use config::{
-    Driver, Fault, KvEventsConfig, LmcacheWorkerConfig, MockConfig, PrefixCacheConfig,
+    Driver, Fault, KvEventsConfig, LmcacheWorkerConfig, MockApi, MockConfig, PrefixCacheConfig,
 };
 #[cfg(feature = "zmq")]
 pub use lmcache_controller::{Controller, ControllerConfig, LayoutEntry};
@@ -141,6 +150,11 @@ impl Shared {
         self.fault_set.store(fault.is_some(), Ordering::Release);
         *f = fault;
     }
+
+    /// An error body in the shape of the engine's API mode.
+    pub fn error_body(&self, status: u16, message: &str) -> Vec<u8> {
+        modes::error_body(self.cfg.api, status, message)
+    }
 }
 
 /// Starts an engine; returns once every thread listens.
@@ -186,7 +200,7 @@ pub fn spawn(cfg: MockConfig) -> std::io::Result<MockHandle> {
         engine_header: format!("x-mock-engine: {}\r\n", cfg.name).into_bytes(),
         metrics_model: default_model.replace('\\', "\\\\").replace('"', "\\\""),
         default_model,
-        models_body: api::models_body(&cfg.models),
+        models_body: modes::models_body(cfg.api, &cfg.models),
         stats,
         ranks,
         rank_turn: AtomicU32::new(0),

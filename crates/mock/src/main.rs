@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 #[cfg(feature = "zmq")]
 use rolter_mock::{Controller, ControllerConfig};
 use rolter_mock::{
-    Driver, KvEventsConfig, LmcacheWorkerConfig, MockConfig, PdConfig, PdProtocol, PdRole,
+    Driver, KvEventsConfig, LmcacheWorkerConfig, MockApi, MockConfig, PdConfig, PdProtocol, PdRole,
     PrefixCacheConfig,
 };
 
@@ -142,6 +142,14 @@ struct Args {
     /// Data-parallel ranks behind the one port (vLLM's --data-parallel-size).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     dp_size: u32,
+    /// The API served: any (every endpoint), openai (no Anthropic or Responses routes) or
+    /// anthropic (a managed Anthropic API: messages, count_tokens and models only).
+    #[arg(long, default_value = "any")]
+    api: MockApi,
+    /// The key clients must present: `x-api-key` with --api anthropic, else
+    /// `Authorization: Bearer` on every path under /v1 (as vLLM's --api-key).
+    #[arg(long)]
+    api_key: Option<String>,
     /// Keep received requests in memory (tests only).
     #[arg(long, hide = true)]
     record_requests: bool,
@@ -269,6 +277,8 @@ fn run_engine(args: Args) {
             handshake_timeout: args.pd_handshake_timeout,
         }),
         dp_size: args.dp_size,
+        api: args.api,
+        api_key: args.api_key,
         lora: (args.max_loras.is_some() || !args.lora_adapters.is_empty()).then(|| {
             rolter_mock::LoraConfig {
                 max_loras: args.max_loras.unwrap_or(1),
