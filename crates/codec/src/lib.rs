@@ -7,6 +7,9 @@
 //!   JSON pass), the canonical prompt, the usage scan of responses.
 //! - [`error`]: the gateway's error, typed by side and retryability, and its body and
 //!   mid-stream event in the shape of the API called ([`surface`]).
+//! - [`translate`]: requests and answers translated between Anthropic's Messages, OpenAI's
+//!   Chat Completions and OpenAI's Responses, for a client and an engine that do not speak
+//!   the same API.
 //!
 //! Everything here is synchronous and pure: no I/O, no clocks, no logging, no routing.
 //! Depends only on the core crate.
@@ -15,6 +18,7 @@ pub mod api;
 pub mod error;
 pub mod h1;
 pub mod surface;
+pub mod translate;
 
 pub use error::{GatewayError, Reply, Retry, Side, UpstreamFailure};
 pub use surface::Surface;
