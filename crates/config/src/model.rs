@@ -51,6 +51,9 @@ pub struct Config {
     /// The `[[targets]]` entries given by `discover`, with their current members (which are
     /// in `targets`).
     pub discovery: Vec<DiscoveryGroup>,
+    /// `[tracing]`: spans exported to an OpenTelemetry collector; `None` when the section
+    /// is absent (no trace plane).
+    pub tracing: Option<Tracing>,
 }
 
 /// The client API keys: every `[[keys]]` entry of the configuration, then those of
@@ -231,6 +234,102 @@ impl StateConfig {
             share_load: true,
         }
     }
+}
+
+/// `[tracing]`: OpenTelemetry spans of the requests, exported over OTLP/HTTP (protobuf) to
+/// a collector by the gateway's exporter thread.
+///
+/// A reload applies every key: `sample` and `parent_based` at once (each worker reads
+/// them from its configuration), the exporter's own settings on its thread (in place, or
+/// in a new exporter thread when `queue` changed, since the queue is its channel).
+#[derive(Clone, PartialEq)]
+pub struct Tracing {
+    /// Where spans are POSTed (`endpoint`, with `ca_file`).
+    pub endpoint: TraceEndpoint,
+    /// The share of the traces the gateway starts that are sampled (`sample`, 0.0 to 1.0).
+    pub sample: f64,
+    /// A client's `traceparent` decides sampling by its `sampled` flag (`parent_based`);
+    /// the ratio then decides only for traces the gateway starts.
+    pub parent_based: bool,
+    /// Headers sent with every export (`headers`): lowercase names, values with `${VAR}`
+    /// expanded and free of CR, LF and NUL.
+    pub headers: Vec<(String, String)>,
+    /// The resource's `service.name` (`service_name`).
+    pub service_name: String,
+    /// Spans buffered for the exporter before new ones are dropped (`queue`).
+    pub queue: usize,
+    /// Spans per export at most (`batch`).
+    pub batch: usize,
+    /// How long a span waits at most before a batch that is not full is sent
+    /// (`flush_interval`).
+    pub flush_interval: Duration,
+    /// How long one export may take, connecting included (`timeout`).
+    pub timeout: Duration,
+}
+
+impl Tracing {
+    pub const DEFAULT_SAMPLE: f64 = 1.0;
+    pub const DEFAULT_SERVICE_NAME: &'static str = "rolter";
+    pub const DEFAULT_QUEUE: usize = 4096;
+    pub const MAX_QUEUE: usize = 1_000_000;
+    pub const DEFAULT_BATCH: usize = 512;
+    pub const MAX_BATCH: usize = 100_000;
+    pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+}
+
+impl std::fmt::Debug for Tracing {
+    /// Header values may hold a collector's credentials: only a digest of each is shown
+    /// (a reload still sees a change).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<(&str, String)> = self
+            .headers
+            .iter()
+            .map(|(n, v)| {
+                use sha2::Digest;
+                let d = sha2::Sha256::digest(v.as_bytes());
+                let shown = format!(
+                    "<redacted sha256:{:02x}{:02x}{:02x}{:02x}>",
+                    d[0], d[1], d[2], d[3]
+                );
+                (n.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("Tracing")
+            .field("endpoint", &self.endpoint)
+            .field("sample", &self.sample)
+            .field("parent_based", &self.parent_based)
+            .field("headers", &headers)
+            .field("service_name", &self.service_name)
+            .field("queue", &self.queue)
+            .field("batch", &self.batch)
+            .field("flush_interval", &self.flush_interval)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// `tracing.endpoint`: an `http://` or `https://` URL, taken apart for the exporter. The
+/// host is resolved by the exporter each time it connects, not when the file is loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceEndpoint {
+    /// The URL as written, for messages.
+    pub url: String,
+    /// `https://`: TLS (1.2 or later) verified against the webpki public roots, or
+    /// against `ca_certs` only when `ca_file` is set.
+    pub tls: bool,
+    /// The host to connect to: a DNS name or an IP address (IPv6 without brackets); also
+    /// the TLS server name.
+    pub host: String,
+    pub port: u16,
+    /// The request target, e.g. `/v1/traces`.
+    pub path: String,
+    /// The `Host` header's value (the port only when the URL wrote one).
+    pub host_header: String,
+    /// `tracing.ca_file`, resolved against the configuration's directory.
+    pub ca_file: Option<PathBuf>,
+    /// The certificates read from `ca_file` (DER, checked to be usable trust anchors).
+    pub ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 /// `[log]`.
@@ -612,6 +711,60 @@ pub struct Target {
     /// The body field the engine schedules by (`priority_field`, e.g. vLLM's `priority`
     /// with `--scheduling-policy priority`), set to the request's class's value.
     pub priority: Option<EnginePriority>,
+    /// The inference API the target speaks (`api`, `lacks`, `anthropic_version`): a request
+    /// in another API is translated on its way there and its answer on its way back.
+    pub api: TargetApi,
+}
+
+/// The API an Anthropic target is called with when `anthropic_version` is not set.
+pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// `targets[i].api` and `lacks`: which inference API a target speaks.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TargetApi {
+    /// `api = "anthropic"`: Anthropic's Messages API only (a managed Anthropic endpoint).
+    /// Otherwise OpenAI's APIs, less what `lacks` names.
+    pub anthropic: Option<AnthropicApi>,
+    /// `lacks = ["messages"]`: an OpenAI engine without `/v1/messages`.
+    pub lacks_messages: bool,
+    /// `lacks = ["responses"]`: an OpenAI engine without `/v1/responses`.
+    pub lacks_responses: bool,
+}
+
+/// What an Anthropic target is told on every request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnthropicApi {
+    /// The `anthropic-version` header's value, unless the target's `headers` set one.
+    pub version: String,
+}
+
+impl TargetApi {
+    /// The API a request the client made in `client` goes to this target in, when that is
+    /// another one (`None`: it goes as it came).
+    pub fn engine_api_for(
+        &self,
+        client: rolter_codec::translate::Api,
+    ) -> Option<rolter_codec::translate::Api> {
+        use rolter_codec::translate::Api;
+        match client {
+            Api::Chat if self.anthropic.is_some() => Some(Api::Messages),
+            Api::Messages | Api::CountTokens if self.anthropic.is_none() && self.lacks_messages => {
+                Some(if client == Api::Messages {
+                    Api::Chat
+                } else {
+                    Api::Tokenize
+                })
+            }
+            Api::Responses if self.anthropic.is_none() && self.lacks_responses => Some(Api::Chat),
+            _ => None,
+        }
+    }
+
+    /// Whether a request to `client` can be served by this target (translated or not). A
+    /// Responses request cannot reach an Anthropic target.
+    pub fn serves(&self, client: rolter_codec::translate::Api) -> bool {
+        !(self.anthropic.is_some() && client == rolter_codec::translate::Api::Responses)
+    }
 }
 
 /// `targets[i].priority_field` and `priority_values`: what the engine is told of a

@@ -30,6 +30,22 @@ pub(crate) struct RawConfig {
     pub auth: Option<RawAuth>,
     pub keys: Option<Vec<RawKey>>,
     pub classes: Option<Vec<RawClass>>,
+    pub tracing: Option<RawTracing>,
+}
+
+/// `[tracing]`: exporting spans to an OpenTelemetry collector.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawTracing {
+    pub endpoint: Option<String>,
+    pub ca_file: Option<String>,
+    pub sample: Option<f64>,
+    pub parent_based: Option<bool>,
+    pub headers: Option<OrderedStrings>,
+    pub service_name: Option<String>,
+    pub queue: Option<i64>,
+    pub batch: Option<i64>,
+    pub flush_interval: Option<toml::Value>,
+    pub timeout: Option<toml::Value>,
 }
 
 /// One `[[classes]]` entry: a priority class.
@@ -215,6 +231,9 @@ pub(crate) struct RawTarget {
     pub discover: Option<RawDiscover>,
     pub priority_field: Option<String>,
     pub priority_values: Option<std::collections::BTreeMap<String, i64>>,
+    pub api: Option<String>,
+    pub lacks: Option<Vec<String>>,
+    pub anthropic_version: Option<String>,
 }
 
 /// `targets[i].discover`: the target group's members come from DNS.
@@ -363,6 +382,19 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "auth",
     "keys",
     "classes",
+    "tracing",
+];
+pub(crate) const TRACING_KEYS: &[&str] = &[
+    "endpoint",
+    "ca_file",
+    "sample",
+    "parent_based",
+    "headers",
+    "service_name",
+    "queue",
+    "batch",
+    "flush_interval",
+    "timeout",
 ];
 pub(crate) const CLASS_KEYS: &[&str] = &["name", "rank", "reserve"];
 pub(crate) const AUTH_KEYS: &[&str] = &["keys_file", "share_limits"];
@@ -456,6 +488,9 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "engine",
     "priority_field",
     "priority_values",
+    "api",
+    "lacks",
+    "anthropic_version",
 ];
 pub(crate) const PRICE_KEYS: &[&str] = &["input", "output"];
 pub(crate) const TIMEOUTS_KEYS: &[&str] = &["connect", "first_byte", "idle"];
@@ -606,6 +641,7 @@ fn table_of(parent: &[Seg]) -> Option<(&'static str, &'static [&'static str])> {
         ["auth"] => ("[auth]", AUTH_KEYS),
         ["keys"] => ("[[keys]]", KEY_KEYS),
         ["classes"] => ("[[classes]]", CLASS_KEYS),
+        ["tracing"] => ("[tracing]", TRACING_KEYS),
         ["catalog", _] => ("a [catalog] entry", PRICE_KEYS),
         _ => return None,
     })

@@ -10,6 +10,7 @@ pub mod request_head;
 pub mod request_id;
 pub mod response_head;
 pub mod retry_after;
+pub mod traceparent;
 pub mod write;
 
 /// Headers that describe one hop of a connection and are never forwarded (RFC 9110 §7.6.1),

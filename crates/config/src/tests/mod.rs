@@ -113,5 +113,7 @@ mod routes;
 mod sections;
 mod server_tls;
 mod state;
+mod target_api;
 mod targets;
+mod tracing;
 mod values;

@@ -17,6 +17,7 @@ mod server;
 mod server_tls;
 mod state;
 mod targets;
+mod tracing;
 
 use admin::admin;
 use common::*;
@@ -99,7 +100,6 @@ pub(crate) fn validate(
     check_unique_names(&names, "targets", "target", errs);
     let mut routes = routes(raw.routes, &names, &targets, host, errs);
     admission::apply_to_routes(&mut routes, route_admission);
-
     let health = health(raw.health, errs);
     let scrape = scrape(raw.metrics_scrape, errs);
     let admin = match raw.admin {
@@ -110,6 +110,7 @@ pub(crate) fn validate(
     let kv_events = kv_events(raw.kv_events, errs);
     let log = log(raw.log, errs);
     let state = state::state(raw.state, host, errs);
+    let tracing = tracing::tracing(raw.tracing, host, errs);
     let keys = api_keys::keys(raw.keys, raw.auth, (&route_names, &classes), host, errs);
     state::check_store_use(&routes, state.as_ref(), errs);
     api_keys::check_shared_limits(keys.as_ref(), state.as_ref(), errs);
@@ -149,6 +150,7 @@ pub(crate) fn validate(
         keys: keys?,
         classes,
         discovery: Vec::new(),
+        tracing: tracing?,
     };
     if at_target.iter().any(Option::is_some) {
         targets::discover_members(&mut config, &at_target, host, errs);

@@ -34,6 +34,7 @@ pub(super) fn target(
     host: &Host<'_>,
     errs: &mut Collector,
 ) -> Option<Target> {
+    let api = target_api(&raw, at, errs);
     let name = target_name(raw.name, at, errs);
     let url = match (discover, &raw.discover) {
         (Some(spec), Some(d)) => Some(discover_url(spec, d)),
@@ -108,7 +109,76 @@ pub(super) fn target(
         member_of: None,
         // Set from `admission::target`.
         priority: None,
+        api: api?,
     })
+}
+
+/// `targets[i].api`, `lacks` and `anthropic_version`.
+fn target_api(raw: &RawTarget, at: &str, errs: &mut Collector) -> Option<TargetApi> {
+    let mut api = TargetApi::default();
+    match raw.api.as_deref() {
+        None | Some("openai") => {
+            if raw.anthropic_version.is_some() {
+                errs.push(
+                    join(at, "anthropic_version"),
+                    "anthropic_version is set on a target that speaks OpenAI's API",
+                    "add api = \"anthropic\", or remove anthropic_version",
+                );
+                return None;
+            }
+        }
+        Some("anthropic") => {
+            if raw.lacks.is_some() {
+                errs.push(
+                    join(at, "lacks"),
+                    "lacks is set on a target that speaks Anthropic's API",
+                    "remove lacks: an Anthropic target speaks Messages only, and OpenAI chat requests to it are translated",
+                );
+                return None;
+            }
+            let version = match raw.anthropic_version.as_deref() {
+                None => DEFAULT_ANTHROPIC_VERSION.to_string(),
+                Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic()) => {
+                    v.to_string()
+                }
+                Some(v) => {
+                    errs.push(
+                        join(at, "anthropic_version"),
+                        format!(
+                            "anthropic_version is `{v}`; it must be a header value without spaces"
+                        ),
+                        "write the API version, e.g. anthropic_version = \"2023-06-01\"",
+                    );
+                    return None;
+                }
+            };
+            api.anthropic = Some(AnthropicApi { version });
+        }
+        Some(other) => {
+            errs.push(
+                join(at, "api"),
+                format!("unknown api `{other}`"),
+                "write api = \"openai\" (the default: chat, completions, and what `lacks` does not name) or \"anthropic\" (Anthropic's Messages API)",
+            );
+            return None;
+        }
+    }
+    let mut ok = true;
+    for (i, what) in raw.lacks.iter().flatten().enumerate() {
+        match what.as_str() {
+            "messages" => api.lacks_messages = true,
+            "responses" => api.lacks_responses = true,
+            other => {
+                ok = false;
+                errs.push(
+                    format!("{at}.lacks[{i}]"),
+                    format!("unknown API `{other}` in lacks"),
+                    "list what the engine does not serve: \"messages\" (/v1/messages, translated to chat) or \"responses\" (/v1/responses, translated to chat)",
+                );
+            }
+        }
+    }
+    ok.then_some(api)
 }
 
 /// `targets[i].discover`: `Some(None)` when the entry has none, `None` when it is wrong.
