@@ -18,6 +18,8 @@ use std::rc::Rc;
 
 use monoio::buf::IoVecBuf;
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
+use rolter_codec::translate::Reply;
+use rolter_codec::GatewayError;
 
 /// Smallest body written from the read buffer in place. Below it, copying the body after
 /// the head costs less than sharing the read buffer (an allocation) and gathering.
@@ -47,12 +49,20 @@ pub struct Outgoing {
     next: usize,
     /// A body written again (a leg's changed fields), before it is copied after the head.
     pub scratch: Vec<u8>,
+    /// The translation of the answer, when the request was written in the target's API
+    /// rather than the client's (`upstream_request`); the relay takes it.
+    pub reply: Option<Box<Reply>>,
+    /// Why the request could not be written in the target's API: it is answered with
+    /// this and never sent.
+    pub refused: Option<GatewayError>,
 }
 
 impl Outgoing {
     /// Empties the bytes and lets go of any body in place.
     pub fn clear(&mut self) {
         self.bytes.clear();
+        self.reply = None;
+        self.refused = None;
         self.release_body();
     }
 

@@ -25,6 +25,7 @@ use rolter_codec::h1::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
 use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::h1::response_head::{self, RespFraming, ResponseHead};
 use rolter_codec::h1::write::{write_content_length, write_header, write_status_line};
+use rolter_codec::translate::Reply;
 use rolter_codec::{GatewayError, Surface, UpstreamFailure};
 use rolter_config::RetryOn;
 use rolter_core::Usage;
@@ -194,6 +195,10 @@ pub async fn open(to: Sending<'_>, bufs: &mut IoBufs, report: &mut Report) -> Op
         watch,
         limits,
     } = to;
+    if let Some(e) = bufs.up.refused.take() {
+        // A body the target's API cannot carry: answered, never sent.
+        return Opened::Done(Outcome::Failed(e));
+    }
     // The buffer for the client's bytes is not needed before the head arrives (which can
     // take as long as the engine's queue): the worker keeps it meanwhile.
     state.core.give_back(&mut bufs.out);
@@ -479,6 +484,43 @@ struct BodyCopy {
     idle: Duration,
     write_timeout: Duration,
     surface: Surface,
+    /// The answer's translation into the client's API, when the request was translated.
+    translation: Option<Box<Translating>>,
+}
+
+/// An answer on its way from the engine's API to the client's.
+struct Translating {
+    reply: Reply,
+    /// The answer is an event stream, translated event by event (else a whole body,
+    /// gathered in `whole` and translated at its end).
+    events: bool,
+    whole: Vec<u8>,
+    /// The client's bytes of what was fed last, before framing.
+    out: Vec<u8>,
+}
+
+impl Translating {
+    /// Translates `data` of the engine's body; `done` when the body ends with it. `Err`
+    /// when the answer cannot be translated: a success body that is not the engine's API's,
+    /// or an event stream that ended before its API's end.
+    fn feed(&mut self, status: u16, data: &[u8], done: bool) -> Result<(), ()> {
+        self.out.clear();
+        if self.events {
+            self.reply.events(data, &mut self.out);
+            if done && !self.reply.finish(&mut self.out) {
+                return Err(());
+            }
+        } else {
+            self.whole.extend_from_slice(data);
+            if done {
+                let whole = std::mem::take(&mut self.whole);
+                self.reply
+                    .whole(status, &whole, &mut self.out)
+                    .map_err(|_| ())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The second half of an exchange: streams the response whose head [`open`] read to the
@@ -491,12 +533,13 @@ pub async fn relay<H>(
 ) -> Outcome {
     let ResponseStart { up, head } = start;
     let state = leg.state;
+    let reply = bufs.up.reply.take();
     leg.report.streamed = head.is_sse;
     // The request went out and its answer has begun: its bytes are not needed again (a
     // retry rebuilds them), so the buffer serves other requests while this one streams.
     state.core.give_back(&mut bufs.up.bytes);
     state.core.lend(&mut bufs.out);
-    let (mut copy, close_client) = response_head(&head, bufs, &leg);
+    let (mut copy, close_client) = response_head(&head, bufs, &leg, reply);
     let first = &bufs.ubuf[head.len..];
     if copy.scan_usage && !first.is_empty() {
         leg.report.usage = usage::scan(first).or(leg.report.usage);
@@ -548,13 +591,30 @@ pub async fn relay<H>(
 /// Writes the client's response head into `bufs.out` (the engine's headers, the gateway's,
 /// the framing); the body copy it sets up, and whether the client's connection closes
 /// after it.
-fn response_head<H>(head: &ResponseHead, bufs: &mut IoBufs, leg: &Leg<'_, H>) -> (BodyCopy, bool) {
+fn response_head<H>(
+    head: &ResponseHead,
+    bufs: &mut IoBufs,
+    leg: &Leg<'_, H>,
+    reply: Option<Box<Reply>>,
+) -> (BodyCopy, bool) {
     let state = leg.state;
     let target = &state.config.targets[leg.target];
     let client = &leg.client;
     let scan_usage = (200..300).contains(&head.status);
-    let client_chunked =
-        !client.http10 && matches!(head.framing, RespFraming::Chunked | RespFraming::Close);
+    let translation = reply.map(|reply| {
+        Box::new(Translating {
+            // An error is translated whole, whatever its framing says.
+            events: head.is_sse && scan_usage,
+            reply: *reply,
+            whole: Vec::new(),
+            out: Vec::new(),
+        })
+    });
+    // A translated body's length is known only at its end: it goes chunked (or, to an
+    // HTTP/1.0 client, until the close).
+    let client_chunked = !client.http10
+        && (translation.is_some()
+            || matches!(head.framing, RespFraming::Chunked | RespFraming::Close));
     let out = &mut bufs.out;
     out.clear();
     write_status_line(out, head.status);
@@ -564,10 +624,13 @@ fn response_head<H>(head: &ResponseHead, bufs: &mut IoBufs, leg: &Leg<'_, H>) ->
     if let Some(x) = client.explain {
         write_explain(state, &x, out);
     }
-    let body = body_framing(head, client_chunked, out);
+    let body = body_framing(head, client_chunked, translation.is_some(), out);
     // An HTTP/1.0 client learns the end of an unframed body from the close; a client that
     // asked to close, or a draining gateway, says so in the response (RFC 9112 §9.6).
-    let close_client = client.http10 || client.close || state.core.draining.get();
+    let close_client = client.http10
+        || client.close
+        || state.core.draining.get()
+        || (translation.is_some() && !client_chunked);
     if close_client {
         write_header(out, b"connection", b"close");
     }
@@ -576,7 +639,9 @@ fn response_head<H>(head: &ResponseHead, bufs: &mut IoBufs, leg: &Leg<'_, H>) ->
         body,
         tail: SseTail {
             count_deltas: scan_usage && head.is_sse,
-            track_sequence: head.is_sse && client.surface == Surface::Responses,
+            track_sequence: head.is_sse
+                && client.surface == Surface::Responses
+                && translation.is_none(),
             ..SseTail::default()
         },
         client_chunked,
@@ -590,6 +655,7 @@ fn response_head<H>(head: &ResponseHead, bufs: &mut IoBufs, leg: &Leg<'_, H>) ->
         idle: target.timeouts.idle,
         write_timeout: state.config.server.limits.write_timeout,
         surface: client.surface,
+        translation,
     };
     (copy, close_client)
 }
@@ -614,8 +680,25 @@ fn write_explain(state: &WorkerState, x: &Explain, out: &mut Vec<u8>) {
     write_header(out, b"x-rolter-worker", b.format(state.id).as_bytes());
 }
 
-/// The framing headers of the client's response, and how the engine's body is read.
-fn body_framing(head: &ResponseHead, client_chunked: bool, out: &mut Vec<u8>) -> BodyState {
+/// The framing headers of the client's response, and how the engine's body is read. A
+/// translated body (`translated`) has no length of its own.
+fn body_framing(
+    head: &ResponseHead,
+    client_chunked: bool,
+    translated: bool,
+    out: &mut Vec<u8>,
+) -> BodyState {
+    if translated {
+        if client_chunked {
+            write_header(out, b"transfer-encoding", b"chunked");
+        }
+        return match head.framing {
+            RespFraming::Length(0) | RespFraming::Empty => BodyState::Empty,
+            RespFraming::Length(n) => BodyState::Length(n),
+            RespFraming::Chunked => BodyState::Chunked(ChunkedDecoder::new()),
+            RespFraming::Close => BodyState::UntilClose,
+        };
+    }
     match head.framing {
         RespFraming::Length(n) => {
             write_content_length(out, n);
@@ -650,6 +733,9 @@ impl BodyCopy {
     /// Appends body bytes from `data` to `out` in the client's framing; notes whether the
     /// body is complete and whether bytes beyond its end were seen.
     fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), ()> {
+        if self.translation.is_some() {
+            return self.feed_translated(data, out);
+        }
         let (client_chunked, tail) = (self.client_chunked, &mut self.tail);
         let mut emit = |out: &mut Vec<u8>, d: &[u8]| {
             tail.note(d);
@@ -681,6 +767,58 @@ impl BodyCopy {
         };
         self.done = done;
         self.overrun |= overrun;
+        Ok(())
+    }
+
+    /// [`feed`](Self::feed) of a translated answer: the engine's body bytes are unframed,
+    /// translated, and what the client gets of them framed.
+    fn feed_translated(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), ()> {
+        let Some(t) = self.translation.as_deref_mut() else {
+            return Ok(());
+        };
+        let mut body = std::mem::take(&mut t.whole);
+        let start = body.len();
+        let (done, overrun) = match &mut self.body {
+            BodyState::Empty => (true, !data.is_empty()),
+            // The end of a close-delimited body (`copy_body` saw the close).
+            BodyState::UntilClose if self.done => (true, false),
+            BodyState::Length(remaining) => {
+                let take = (*remaining).min(data.len() as u64) as usize;
+                body.extend_from_slice(&data[..take]);
+                *remaining -= take as u64;
+                (*remaining == 0, take < data.len())
+            }
+            BodyState::Chunked(dec) => {
+                let n = dec
+                    .feed(data, |d| body.extend_from_slice(d))
+                    .map_err(|_| ())?;
+                (dec.is_done(), n < data.len())
+            }
+            BodyState::UntilClose => {
+                body.extend_from_slice(data);
+                (false, false)
+            }
+        };
+        self.done = done;
+        self.overrun |= overrun;
+        let status = self.status;
+        if t.events {
+            // The stream's new bytes are translated now; nothing is kept of them here.
+            let fresh = body.split_off(start);
+            t.whole = body;
+            t.feed(status, &fresh, done)?;
+        } else {
+            t.whole = body;
+            t.feed(status, &[], done)?;
+        }
+        if !t.out.is_empty() {
+            self.tail.note(&t.out);
+            if self.client_chunked {
+                encode_chunk(out, &t.out);
+            } else {
+                out.extend_from_slice(&t.out);
+            }
+        }
         Ok(())
     }
 
@@ -788,6 +926,12 @@ async fn copy_body<H>(
                 }
                 // A close-delimited body ends cleanly at EOF.
                 copy.done = true;
+                if copy.translation.is_some() {
+                    state.core.lend(&mut bufs.out);
+                    if copy.feed_translated(&[], &mut bufs.out).is_err() {
+                        return StreamEnd::UpstreamFailed;
+                    }
+                }
             }
             Race::ClientGone => return StreamEnd::ClientGone,
             Race::TimedOut if cut.is_some_and(|c| std::time::Instant::now() >= c) => {
@@ -1014,7 +1158,11 @@ async fn fail_midstream(
     if head.is_sse && !matches!(head.framing, RespFraming::Length(_)) {
         let mut event = Vec::with_capacity(256);
         event.extend_from_slice(copy.tail.separator());
-        event.extend_from_slice(&err.stream_event(copy.surface, copy.tail.sequence));
+        let sequence = match &copy.translation {
+            Some(t) => t.reply.sequence(),
+            None => copy.tail.sequence,
+        };
+        event.extend_from_slice(&err.stream_event(copy.surface, sequence));
         if copy.client_chunked {
             encode_chunk(out, &event);
         } else {

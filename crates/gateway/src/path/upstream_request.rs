@@ -20,6 +20,8 @@
 use rolter_codec::api::fields::Fields;
 use rolter_codec::h1::write::{write_content_length, write_header};
 use rolter_codec::h1::{header_tokens, is_hop_by_hop};
+use rolter_codec::translate::{self, Api, Pair, Reply};
+use rolter_codec::GatewayError;
 use rolter_config::{EngineKind, Target};
 
 use super::exchange::Exchange;
@@ -75,6 +77,7 @@ fn withheld(
     connection: &ConnectionTokens<'_>,
     routed: &Routed<'_>,
     target: &Target,
+    translation: Option<Pair>,
 ) -> bool {
     let (route, key_header) = (routed.route, routed.key_header);
     let Ok(name_str) = std::str::from_utf8(name) else {
@@ -95,6 +98,17 @@ fn withheld(
     }
     if key_header.is_some_and(|h| name.eq_ignore_ascii_case(h.as_bytes())) {
         return true;
+    }
+    if let Some(pair) = translation {
+        // A translated answer must come unencoded, and one API's headers mean nothing to
+        // the other's engine (an Anthropic target's version is the target's own).
+        let anthropic = name.len() >= 10 && name[..10].eq_ignore_ascii_case(b"anthropic-");
+        if name.eq_ignore_ascii_case(b"accept-encoding")
+            || (anthropic && pair.engine != Api::Messages)
+            || (anthropic && name.eq_ignore_ascii_case(b"anthropic-version"))
+        {
+            return true;
+        }
     }
     if !route.forward_client_auth
         && (name.eq_ignore_ascii_case(b"authorization")
@@ -157,7 +171,8 @@ fn write(
 ) {
     let facts = &routed.facts;
     up.clear();
-    write_head(&mut up.bytes, req, routed, target);
+    let translation = translation(req, target);
+    write_head(&mut up.bytes, req, routed, target, translation);
     let upstream_model = target
         .upstream_models
         .get(facts.model.as_ref())
@@ -167,6 +182,11 @@ fn write(
         .as_ref()
         .zip(edit.class)
         .and_then(|(p, c)| Some((p.field.as_str(), p.values.get(c)?.to_string())));
+    if let Some(pair) = translation {
+        let priority = priority.as_ref().map(|(f, v)| (*f, v.as_str()));
+        let model = upstream_model.map(String::as_str);
+        return write_translated(up, req.body, (edit.leg, target), pair, (model, priority));
+    }
     if !edit.leg.is_empty() || leg_body::rank_in_body(target) || priority.is_some() {
         let parsed;
         let fields = match edit.fields {
@@ -228,16 +248,87 @@ fn write(
     }
 }
 
+/// The translation a request to `target` needs: a `POST` to an API the target does not
+/// speak, which it speaks another one for.
+fn translation(req: &Request<'_>, target: &Target) -> Option<Pair> {
+    if req.head.method != http::Method::POST {
+        return None;
+    }
+    let client = Api::of_path(&req.buf[req.head.path.clone()])?;
+    Pair::new(client, target.api.engine_api_for(client)?)
+}
+
+/// Writes the body of a request translated as `pair` after the head: the client's body in
+/// the engine's API (with the target's model name), then the leg's changes, the body rank
+/// and the priority field on it. The answer's translation goes with the request
+/// (`up.reply`); a body the engine's API cannot carry is refused (`up.refused`) and never
+/// sent.
+fn write_translated(
+    up: &mut Outgoing,
+    client_body: &[u8],
+    (leg, target): (&LegBody, &Target),
+    pair: Pair,
+    (model, priority): (Option<&str>, Option<(&str, &str)>),
+) {
+    let mut body = std::mem::take(&mut up.scratch);
+    body.clear();
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let seed = format!("{:024x}", fastrand::u128(..) >> 32);
+    match translate::request(pair, client_body, model, created, &seed, &mut body) {
+        Ok(asked) => up.reply = Some(Box::new(Reply::new(pair, asked))),
+        Err(r) => {
+            let at = r.param.map(|p| format!(" (at `{p}`)")).unwrap_or_default();
+            up.refused = Some(GatewayError::client(
+                400,
+                "untranslatable_request",
+                format!(
+                    "the target `{}` speaks another API, and this request cannot be translated for it{at}: {}",
+                    target.name, r.message
+                ),
+            ));
+            up.scratch = body;
+            return;
+        }
+    }
+    if !leg.is_empty() || leg_body::rank_in_body(target) || priority.is_some() {
+        if let Ok(fields) = Fields::parse(&body) {
+            let mut changed = Vec::with_capacity(body.len() + 256);
+            let changes = leg_body::Changes {
+                model: None,
+                priority,
+            };
+            leg_body::write(&fields, leg, target, changes, &mut changed);
+            body = changed;
+        }
+    }
+    write_content_length(&mut up.bytes, body.len() as u64);
+    up.bytes.extend_from_slice(b"\r\n");
+    up.bytes.extend_from_slice(&body);
+    up.scratch = body;
+}
+
 /// The request line and the headers, up to the framing: the client's forwardable headers,
 /// the target's, `X-Forwarded-For`, the request id and (for a vLLM data-parallel rank)
-/// `X-data-parallel-rank`.
-fn write_head(out: &mut Vec<u8>, req: &Request<'_>, routed: &Routed<'_>, target: &Target) {
+/// `X-data-parallel-rank`. A translated request goes to the engine's API's path, with an
+/// Anthropic target's `anthropic-version`.
+fn write_head(
+    out: &mut Vec<u8>,
+    req: &Request<'_>,
+    routed: &Routed<'_>,
+    target: &Target,
+    translation: Option<Pair>,
+) {
     out.extend_from_slice(req.head.method.as_str().as_bytes());
     out.push(b' ');
     // Like an SDK's base URL: a target URL with a path (".../v1") replaces the request's
     // leading "/v1"; without one the path goes through unchanged. A path outside "/v1"
     // (vLLM's "/tokenize", "/rerank") goes under the base path less its "/v1".
-    let path = &req.buf[req.head.path.clone()];
+    let path = match translation {
+        Some(pair) => pair.engine.path().as_bytes(),
+        None => &req.buf[req.head.path.clone()],
+    };
     match path
         .strip_prefix(b"/v1")
         .filter(|p| p.is_empty() || p[0] == b'/')
@@ -259,13 +350,23 @@ fn write_head(out: &mut Vec<u8>, req: &Request<'_>, routed: &Routed<'_>, target:
     let connection = ConnectionTokens::of(req);
     for s in req.spans {
         let name = s.name(req.buf);
-        if withheld(name, req, &connection, routed, target) {
+        if withheld(name, req, &connection, routed, target, translation) {
             continue;
         }
         write_header(out, name, s.value(req.buf));
     }
     for (n, v) in &target.headers {
         write_header(out, n.as_bytes(), v.as_bytes());
+    }
+    // An Anthropic client's own version goes through as it came.
+    let own_version =
+        || translation.is_none() && req.spans.iter().any(|s| s.is(req.buf, "anthropic-version"));
+    if let Some(a) =
+        target.api.anthropic.as_ref().filter(|_| {
+            !target.headers.iter().any(|(n, _)| n == "anthropic-version") && !own_version()
+        })
+    {
+        write_header(out, b"anthropic-version", a.version.as_bytes());
     }
     write_header(out, b"x-forwarded-for", req.peer_ip.as_bytes());
     // Every attempt carries the same id, so the engines' logs of a retried request match.
