@@ -2,7 +2,8 @@
 # The test command: installs what the tests need on a fresh machine when it is missing —
 # system packages with apt-get (curl, python3 with pip, g++, Python's ZMQ and msgpack
 # bindings, redis-server, dnsmasq, and Prometheus's promtool where the distribution ships it), the
-# OpenAI and Anthropic Python SDKs, Hugging Face's tokenizers and jinja2 with pip, the
+# OpenAI and Anthropic Python SDKs, Hugging Face's tokenizers and jinja2, OpenTelemetry's
+# protobuf definitions (opentelemetry-proto) with pip, the
 # pinned Rust toolchain with rustup — saying what it installs, then runs formatting, lints,
 # the module-import and function-length checks and the whole test suite: the default build,
 # then the lean build (`--no-default-features`: no ZMQ, no local tokenizer, no demo), whose
@@ -76,6 +77,14 @@ if ! python3 -c 'import tokenizers, jinja2' >/dev/null 2>&1; then
   log "installing the tokenizers and jinja2 Python packages"
   python3 -m pip install --quiet 'tokenizers>=0.20' 'jinja2>=3.1' \
     || python3 -m pip install --quiet --break-system-packages 'tokenizers>=0.20' 'jinja2>=3.1'
+fi
+
+# OpenTelemetry's protobuf definitions (opentelemetry-proto, with protobuf), which the test
+# OTLP receiver tests/py/otlp_receiver.py decodes the trace exporter's requests with.
+if ! python3 -c 'import opentelemetry.proto.collector.trace.v1.trace_service_pb2' >/dev/null 2>&1; then
+  log "installing the opentelemetry-proto Python package"
+  python3 -m pip install --quiet 'opentelemetry-proto>=1.20' \
+    || python3 -m pip install --quiet --break-system-packages 'opentelemetry-proto>=1.20'
 fi
 
 # The toolchain pinned in rust-toolchain.toml, with rustfmt and clippy. When the installed

@@ -25,6 +25,8 @@
 //! - [`strategies`]: each route's strategy instances built from the configuration.
 //! - [`lifecycle`]: the drain and stop flags; [`reload`]: what a reload reports and counts.
 //! - [`access_log`]: the per-request entries, their JSON lines and the writer thread.
+//! - [`trace`]: the OpenTelemetry spans (`[tracing]`): ids, sampling, the OTLP exporter
+//!   thread.
 //! - [`notify`]: the service manager's notification protocol (sd_notify) and watchdog.
 //!
 //! Below it, in their own crates: the shared values (`rolter-core`), the HTTP and API
@@ -45,6 +47,7 @@ pub mod reload;
 pub mod route_clients;
 pub mod runtime;
 pub mod strategies;
+pub mod trace;
 pub mod upstream;
 
 pub use runtime::driver::ActiveDriver;

@@ -22,6 +22,7 @@
 //! - [`busy_poll`]: the time the workers spent busy polling.
 //! - [`process`]: the `process_*` series from `/proc/self` and `rolter_build_info`.
 //! - [`text`]: the text encoding every registry is appended with.
+//! - [`trace`]: the trace exporter's counters (`[tracing]`).
 
 pub mod busy_poll;
 pub mod dns;
@@ -33,6 +34,7 @@ pub mod queue;
 pub mod reloads;
 pub mod series;
 pub mod text;
+pub mod trace;
 
 #[cfg(test)]
 mod tests;
