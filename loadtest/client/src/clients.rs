@@ -48,6 +48,8 @@ pub struct StreamArgs {
     pub itl_ms: u64,
     pub ttft_ms: Option<u64>,
     pub out: Option<PathBuf>,
+    /// Anthropic's `/v1/messages` instead of chat completions.
+    pub messages: bool,
 }
 
 struct One {
@@ -100,7 +102,11 @@ fn one_stream(s: &mut TcpStream, buf: &mut Vec<u8>, req: &[u8]) -> io::Result<On
 
 /// Sequential streaming requests on one keep-alive connection.
 pub fn stream(a: StreamArgs) -> io::Result<()> {
-    let body = http::chat_body(true, a.tokens);
+    let (path, body) = if a.messages {
+        ("/v1/messages", http::messages_body(true, a.tokens))
+    } else {
+        ("/v1/chat/completions", http::chat_body(true, a.tokens))
+    };
     let mut extra = format!(
         "x-mock-itl-ms: {}\r\nx-mock-tokens: {}\r\n",
         a.itl_ms, a.tokens
@@ -108,7 +114,7 @@ pub fn stream(a: StreamArgs) -> io::Result<()> {
     if let Some(t) = a.ttft_ms {
         extra.push_str(&format!("x-mock-ttft-ms: {t}\r\n"));
     }
-    let req = http::request(&a.addr, &body, &extra);
+    let req = http::request_to(&a.addr, path, &body, &extra);
     let deadline = Instant::now() + Duration::from_secs_f64(a.max_secs);
     let (mut ttfb, mut ttft, mut gaps) = (vec![], vec![], vec![]);
     let (mut ok, mut errors, mut reconnects) = (0usize, 0usize, 0usize);

@@ -19,10 +19,27 @@ pub fn chat_body(stream: bool, max_tokens: u32) -> String {
     )
 }
 
+/// The Anthropic Messages twin of [`chat_body`]: the same system prompt and question.
+pub fn messages_body(stream: bool, max_tokens: u32) -> String {
+    let system = "You are a helpful assistant. ".repeat(28);
+    format!(
+        concat!(
+            r#"{{"model":"m","stream":{},"max_tokens":{},"system":"{}","messages":["#,
+            r#"{{"role":"user","content":"Summarise the plot of a long novel in two sentences."}}]}}"#
+        ),
+        stream, max_tokens, system
+    )
+}
+
 /// A full request, `extra` being additional header lines (each ending in CRLF).
 pub fn request(host: &SocketAddr, body: &str, extra: &str) -> Vec<u8> {
+    request_to(host, "/v1/chat/completions", body, extra)
+}
+
+/// A full request to `path`.
+pub fn request_to(host: &SocketAddr, path: &str, body: &str, extra: &str) -> Vec<u8> {
     format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: */*\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: */*\r\n{extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
@@ -321,6 +338,18 @@ fn classify(ev: &[u8]) -> Event {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
         return Event::Other;
     };
+    // Anthropic's Messages events: text deltas, and the stream's end.
+    match v["type"].as_str() {
+        Some("message_stop") => return Event::Done,
+        Some("content_block_delta") => {
+            return match v["delta"]["text"].as_str() {
+                Some(t) if !t.is_empty() => Event::Content,
+                _ => Event::Other,
+            }
+        }
+        Some(_) => return Event::Other,
+        None => {}
+    }
     let c = &v["choices"][0];
     let content = c["delta"]["content"]
         .as_str()

@@ -66,6 +66,9 @@ enum Cmd {
         ttft_ms: Option<u64>,
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Anthropic's `/v1/messages` (its events) instead of chat completions.
+        #[arg(long)]
+        messages: bool,
     },
     /// Open N keep-alive connections (one request each) and hold them.
     Hold {
@@ -150,7 +153,9 @@ fn main() -> ExitCode {
             itl_ms,
             ttft_ms,
             out,
+            messages,
         } => clients::stream(clients::StreamArgs {
+            messages,
             addr,
             requests,
             warmup,
