@@ -264,7 +264,7 @@ fn failover_across_apis_answers_in_the_clients_api() {
             "api = \"anthropic\"\ntier = 1\nheaders = {{ \"x-api-key\" = \"sk-ant-test\" }}\n{TIMEOUTS}"
         );
         let rest = format!(
-            "{}{}[[routes]]\nname = \"r\"\ntargets = [\"pool\", \"managed\"]\nretries = 1\nretry_on = [\"503\", \"connect_failure\"]\nretry_budget_min = 10000\n",
+            "{}{}[[routes]]\nname = \"r\"\ntargets = [\"pool\", \"managed\"]\nstrategy = \"failover\"\nretries = 1\nretry_on = [\"503\", \"connect_failure\"]\nretry_budget_min = 10000\n",
             target("pool", pool.addr(), &format!("lacks = [\"messages\"]\n{TIMEOUTS}")),
             target("managed", managed.addr(), &managed_extra)
         );

@@ -4,6 +4,7 @@
 
 pub mod binary;
 pub mod client;
+pub mod otlp;
 pub mod process;
 pub mod scripted;
 pub mod sdk;

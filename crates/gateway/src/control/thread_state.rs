@@ -73,6 +73,8 @@ pub struct Plane {
     pub keys: Option<Arc<crate::mesh::key_limits::KeyBook>>,
     /// The workers' busy-polling time (`rolter_busy_poll_seconds_total`).
     pub poll_stats: Option<Arc<crate::mesh::polling::PollStats>>,
+    /// The trace exporter's counters (`[tracing]`), for `/metrics`.
+    pub tracer: Option<crate::trace::Tracer>,
     /// What the mesh's senders dropped (every worker's, then the control thread's).
     mesh_drops: Vec<Arc<MeshDrops>>,
     /// The drop total last logged.
@@ -205,6 +207,7 @@ impl Plane {
             reloads: None,
             keys: None,
             poll_stats: None,
+            tracer: None,
             access_lines: Vec::new(),
             access_count: 0,
             mesh_drops,
@@ -975,6 +978,9 @@ impl Plane {
         self.queues.render(out);
         if let Some(p) = &self.poll_stats {
             crate::metrics::busy_poll::render(p, out);
+        }
+        if let Some(t) = &self.tracer {
+            crate::metrics::trace::render(&t.stats(), out);
         }
         crate::metrics::process::render(&crate::metrics::process::ProcessStats::read(), out);
     }

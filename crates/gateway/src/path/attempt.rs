@@ -116,8 +116,7 @@ async fn one(
         );
         Box::pin(load).await;
     }
-    let target = &state.config.targets[tid];
-    upstream_request::build_leg(&mut bufs.up, ex, target);
+    upstream_request::build_leg(&mut bufs.up, ex, tid);
     let retries_left = (routed.route.retries as usize)
         .saturating_sub(ex.attempts.n)
         .min(picked.others);

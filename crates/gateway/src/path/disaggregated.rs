@@ -148,7 +148,7 @@ fn prepare<'s>(ex: &mut Exchange<'s>, picked: Picked<'s>, bufs: &mut IoBufs) -> 
     let state = ex.state;
     ex.served.fallback = picked.pick.fallback.or(ex.served.fallback);
     record::routed(ex, picked.target, picked.at);
-    upstream_request::build_leg(&mut bufs.up, ex, &state.config.targets[picked.target]);
+    upstream_request::build_leg(&mut bufs.up, ex, picked.target);
     Ready {
         load_at_send: state.load.load(picked.target),
         picked,

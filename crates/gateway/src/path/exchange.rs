@@ -23,6 +23,7 @@ use super::pick::Ask;
 use super::relay::{Outcome, Report};
 use super::request::Request;
 use super::route::Routed;
+use super::spans::RequestTrace;
 use crate::access_log::entry::{Inline, PrefillLeg};
 use crate::access_log::{Entry, Flags};
 use crate::path::state::WorkerState;
@@ -48,6 +49,8 @@ pub struct Exchange<'a> {
     pub admit: Admit,
     /// How long the request waited in the route's queue (zero: it did not).
     pub waited: Cell<Duration>,
+    /// The request's trace, when the gateway traces (`[tracing]`).
+    pub trace: Option<&'a RequestTrace>,
 }
 
 /// Most attempts one request can make: the first try and the most retries the

@@ -21,7 +21,7 @@ use super::inputs::Inputs;
 use super::leg_body::LegBody;
 use super::request::{IoBufs, Request};
 use super::route::Routed;
-use super::{attempt, auth, inputs, record, route};
+use super::{attempt, auth, inputs, record, route, spans};
 use crate::access_log::Flags;
 use crate::path::state::WorkerState;
 use rolter_config::Disaggregation;
@@ -90,6 +90,7 @@ pub async fn forward(
         ))
         .await;
     }
+    let trace = spans::begin(state, req);
     let inputs = inputs::resolve(state, &routed, req, bufs).await;
     // The canonical prompt lives in a buffer lent for the request (taken out of `bufs`,
     // which the attempts borrow mutably meanwhile).
@@ -107,6 +108,7 @@ pub async fn forward(
         fields: None,
         admit,
         waited: Default::default(),
+        trace: trace.as_ref(),
     };
     let fate = attempt::until_answered(&mut ex, io, bufs).await;
     let fate = conclude(&ex, caller, io, fate, |_| {});
@@ -159,6 +161,7 @@ async fn disaggregated(
     let pool_pick = pick_request(state, req, &pool, &pool_inputs, &mut pool_canonical);
     let decode_pick = pick_request(state, req, &routed, &decode_inputs, &mut decode_canonical);
     let start = Instant::now();
+    let trace = spans::begin(state, req);
     let exchange = |routed, inputs, pick| Exchange {
         state,
         req,
@@ -171,6 +174,7 @@ async fn disaggregated(
         fields: Some(&fields),
         admit,
         waited: Default::default(),
+        trace: trace.as_ref(),
     };
     let mut prefill = exchange(&pool, &pool_inputs, &pool_pick);
     let mut decode = exchange(&routed, &decode_inputs, &decode_pick);
@@ -198,11 +202,19 @@ fn conclude(
         let (prompt, completion) = ex.served.tokens();
         auth::charge(state, c, prompt, completion);
     }
-    record::finished(state, ex.req, |e| {
-        e.key = caller.map(|c| c.key as u32);
-        ex.fill(e);
-        more(e);
-    });
+    let traced = ex.trace.is_some_and(|t| t.sampled);
+    if traced || state.config.log.access != rolter_config::AccessLogDest::Off {
+        let entry = record::entry(ex.req, |e| {
+            e.key = caller.map(|c| c.key as u32);
+            ex.fill(e);
+            more(e);
+        });
+        if let Some(t) = ex.trace.filter(|t| t.sampled) {
+            let model = &ex.routed.facts.model;
+            spans::request_ended(t, state, ex.req, (&entry, model));
+        }
+        record::send(state, entry);
+    }
     // The client's reader kept watching throughout: a client that closed while the
     // response was being written ends the connection.
     if io.reader.is_gone() {

@@ -378,8 +378,7 @@ async fn launch<'s>(plan: Plan<'_, 's>, report: &mut Report, sent: &Sent) -> Opt
             )
             .await;
     }
-    let target = &state.config.targets[t];
-    upstream_request::build_leg(&mut bufs.up, ex, target);
+    upstream_request::build_leg(&mut bufs.up, ex, t);
     let load_at_send = state.load.load(t);
     let held = (
         Released::new(picked.admitted, &state.core.waiters),

@@ -69,6 +69,7 @@ pub mod release;
 pub mod request;
 pub mod retry;
 pub mod route;
+pub mod spans;
 pub mod state;
 pub mod stream;
 pub mod upstream_request;

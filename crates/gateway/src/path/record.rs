@@ -23,6 +23,7 @@ use rolter_core::{Sample, TargetId, Verdict};
 use super::exchange::{Attempted, Exchange};
 use super::relay::{Outcome, Report};
 use super::request::Request;
+use super::{retry, spans};
 use crate::access_log::Entry;
 use crate::mesh::messages::AttemptNotes;
 use crate::mesh::Record;
@@ -46,6 +47,10 @@ pub fn routed(ex: &Exchange<'_>, target: TargetId, now: Instant) {
     }
     if rs.shares_items {
         state.share_now();
+    }
+    if let Some(t) = ex.trace {
+        let name = &state.config.targets[target].name;
+        t.routed(ex.routed.route.strategy.name(), name, ex.served.fallback);
     }
 }
 
@@ -98,6 +103,22 @@ pub fn attempt(ex: &Exchange<'_>, a: &Attempted) {
         },
     );
     cooling(state, target, report.wait, &ex.routed.route.retry);
+    if let Some(t) = ex.trace {
+        let end = spans::AttemptEnd {
+            target,
+            outcome,
+            report,
+            n: ex.attempts.n,
+            // Why this attempt was made: the retry reason of the last one's failure
+            // (`retry_on`'s name, e.g. `503`).
+            retry_of: ex
+                .attempts
+                .last_err
+                .as_ref()
+                .map(|e| retry::reason(e).map_or(e.code, |r| r.name())),
+        };
+        spans::attempt_ended(t, state, end);
+    }
 }
 
 /// `target` asked to be left alone for `wait` (a 429's or a 503's `Retry-After`, capped by
@@ -168,10 +189,15 @@ pub fn rejected(
 /// A finished request: its access-log entry, filled in by `fill`, is sent to the control
 /// thread unless the log is off, or `log.sample` skips this success.
 pub fn finished(state: &WorkerState, req: &Request<'_>, fill: impl FnOnce(&mut Entry)) {
-    let log = &state.config.log;
-    if log.access == AccessLogDest::Off {
+    if state.config.log.access == AccessLogDest::Off {
         return;
     }
+    send(state, entry(req, fill));
+}
+
+/// The access-log entry of the finished request `req`, filled in by `fill` (also what a
+/// sampled request's span is made of).
+pub fn entry(req: &Request<'_>, fill: impl FnOnce(&mut Entry)) -> Entry {
     let mut entry = Entry::new(
         req.time,
         req.id,
@@ -182,6 +208,16 @@ pub fn finished(state: &WorkerState, req: &Request<'_>, fill: impl FnOnce(&mut E
     entry.bytes_in = req.bytes_in();
     fill(&mut entry);
     entry.duration = req.started.elapsed();
+    entry
+}
+
+/// Sends `entry` to the control thread unless the log is off, or `log.sample` skips this
+/// success.
+pub fn send(state: &WorkerState, entry: Entry) {
+    let log = &state.config.log;
+    if log.access == AccessLogDest::Off {
+        return;
+    }
     if log.sample < 1.0 && !entry.always_logged() && fastrand::f64() >= log.sample {
         return;
     }

@@ -35,6 +35,7 @@ use crate::route_clients::cache_lookup::CacheLookup;
 use crate::route_clients::rotation::Rotation;
 use crate::route_clients::tokens::TokenSource;
 use crate::strategies::StrategyFactory;
+use crate::trace::Tracer;
 use crate::upstream::tls::UpstreamTls;
 use crate::upstream::Upstreams;
 
@@ -172,6 +173,8 @@ pub struct WorkerState {
     pub queues: Arc<RouteQueues>,
     /// Each client API key's windows and counts over every core (`[[keys]]` limits).
     pub keys: Arc<KeyBook>,
+    /// Where sampled requests' spans go (`[tracing]`); `None` without tracing.
+    pub tracer: Option<Tracer>,
     /// Channels to the other cores and the control thread.
     pub links: WorkerLinks,
     /// What this core's strategies learned from routing this tick, for the other cores.
@@ -241,6 +244,7 @@ pub struct StateParts<'a> {
     pub queues: Arc<RouteQueues>,
     pub keys: Arc<KeyBook>,
     pub strategies: &'a StrategyFactory,
+    pub tracer: Option<Tracer>,
     pub links: WorkerLinks,
 }
 
@@ -261,6 +265,7 @@ impl WorkerState {
             queues,
             keys,
             strategies,
+            tracer,
             links,
         } = parts;
         let id = core.id;
@@ -305,6 +310,7 @@ impl WorkerState {
             caps,
             queues,
             keys,
+            tracer,
             links,
             share: RefCell::new(ShareSink::default()),
             models_body: models::list_body(&config, created),

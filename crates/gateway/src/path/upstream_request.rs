@@ -29,6 +29,7 @@ use super::leg_body::{self, LegBody};
 use super::outgoing::Outgoing;
 use super::request::Request;
 use super::route::Routed;
+use super::spans::{self, RequestTrace};
 
 /// The values of the request's `Connection` fields, gathered once per request.
 struct ConnectionTokens<'a> {
@@ -131,11 +132,13 @@ fn withheld(
 /// Writes the upstream request of exchange `ex` to `target`: [`build`] with what the
 /// exchange's legs change in the body (a disaggregated route's fields, on the body's
 /// fields parsed once for every leg).
-pub fn build_leg(up: &mut Outgoing, ex: &Exchange<'_>, target: &Target) {
+pub fn build_leg(up: &mut Outgoing, ex: &Exchange<'_>, tid: usize) {
+    let target = &ex.state.config.targets[tid];
     let edit = Rewrite {
         leg: &ex.body,
         fields: ex.fields,
         class: Some(ex.admit.class),
+        trace: ex.trace.map(|t| (t, t.attempt(tid))),
     };
     write(up, ex.req, ex.routed, edit, target);
 }
@@ -149,6 +152,7 @@ pub fn build(up: &mut Outgoing, req: &Request<'_>, routed: &Routed<'_>, target: 
         leg: &LegBody::default(),
         fields: None,
         class: None,
+        trace: None,
     };
     write(up, req, routed, edit, target);
 }
@@ -160,6 +164,8 @@ struct Rewrite<'a> {
     fields: Option<&'a Fields<'a>>,
     /// The request's class, told to a target that schedules by it (`priority_field`).
     class: Option<usize>,
+    /// The request's trace and the attempt's span id, told to the engine (`traceparent`).
+    trace: Option<(&'a RequestTrace, [u8; 8])>,
 }
 
 fn write(
@@ -172,7 +178,11 @@ fn write(
     let facts = &routed.facts;
     up.clear();
     let translation = translation(req, target);
-    write_head(&mut up.bytes, req, routed, target, translation);
+    let head = Head {
+        translation,
+        trace: edit.trace,
+    };
+    write_head(&mut up.bytes, req, routed, target, head);
     let upstream_model = target
         .upstream_models
         .get(facts.model.as_ref())
@@ -248,6 +258,14 @@ fn write(
     }
 }
 
+/// What the head says beyond the client's request: the API it is translated to, the
+/// trace it belongs to.
+#[derive(Clone, Copy)]
+struct Head<'a> {
+    translation: Option<Pair>,
+    trace: Option<(&'a RequestTrace, [u8; 8])>,
+}
+
 /// The translation a request to `target` needs: a `POST` to an API the target does not
 /// speak, which it speaks another one for.
 fn translation(req: &Request<'_>, target: &Target) -> Option<Pair> {
@@ -318,7 +336,7 @@ fn write_head(
     req: &Request<'_>,
     routed: &Routed<'_>,
     target: &Target,
-    translation: Option<Pair>,
+    Head { translation, trace }: Head<'_>,
 ) {
     out.extend_from_slice(req.head.method.as_str().as_bytes());
     out.push(b' ');
@@ -350,7 +368,9 @@ fn write_head(
     let connection = ConnectionTokens::of(req);
     for s in req.spans {
         let name = s.name(req.buf);
-        if withheld(name, req, &connection, routed, target, translation) {
+        if withheld(name, req, &connection, routed, target, translation)
+            || (trace.is_some() && name.eq_ignore_ascii_case(b"traceparent"))
+        {
             continue;
         }
         write_header(out, name, s.value(req.buf));
@@ -367,6 +387,11 @@ fn write_head(
         })
     {
         write_header(out, b"anthropic-version", a.version.as_bytes());
+    }
+    if let Some((t, span)) = trace {
+        // The engine's spans are children of this attempt's (the client's own
+        // `traceparent` is replaced; its `tracestate` goes as it came).
+        spans::write_header(out, t, &span);
     }
     write_header(out, b"x-forwarded-for", req.peer_ip.as_bytes());
     // Every attempt carries the same id, so the engines' logs of a retried request match.

@@ -57,6 +57,8 @@ pub struct ControlContext {
     pub access: Option<AccessSink>,
     /// The workers' busy-polling time.
     pub poll_stats: Arc<crate::mesh::polling::PollStats>,
+    /// The trace exporter (`[tracing]`), whose counters `/metrics` shows.
+    pub tracer: Option<crate::trace::Tracer>,
     /// The fleet plane's control end, when `[state]` is configured.
     pub fleet: Option<crate::fleet::news::FleetControl>,
 }
@@ -70,6 +72,8 @@ pub struct Adopt {
     pub strategies: Arc<StrategyFactory>,
     pub keys: Arc<crate::mesh::key_limits::KeyBook>,
     pub kv_reports: Option<KvReports>,
+    /// The trace exporter of the new configuration (`[tracing]`).
+    pub tracer: Option<crate::trace::Tracer>,
     /// Told once the new plane runs.
     pub done: Sender<()>,
 }
@@ -157,6 +161,7 @@ impl Control {
             access,
             fleet,
             poll_stats,
+            tracer,
             ..
         } = ctx;
         let plane = Rc::new(RefCell::new(Plane::new(
@@ -171,6 +176,7 @@ impl Control {
         plane.borrow_mut().reloads = Some(reloads.clone());
         plane.borrow_mut().access = access;
         plane.borrow_mut().poll_stats = Some(poll_stats);
+        plane.borrow_mut().tracer = tracer;
         let mut fleet = fleet;
         let doorbell = fleet.as_mut().and_then(|f| f.doorbell.take());
         let fleet = fleet.map(|f| Rc::new(RefCell::new(f)));
@@ -213,6 +219,7 @@ impl Control {
         next.reloads = Some(self.reloads.clone());
         next.access = self.plane.borrow().access.clone();
         next.poll_stats = self.plane.borrow().poll_stats.clone();
+        next.tracer = a.tracer;
         next.fleet = self.fleet.clone();
         if let Some(f) = &self.fleet {
             f.borrow_mut().adopt(&a.config);

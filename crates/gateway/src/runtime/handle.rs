@@ -87,6 +87,12 @@ impl Gateway {
         let count = check_worker_count(&config, &listeners)?;
         let sockets = Sockets::duplicate(&listeners, admin.as_ref())?;
         let (access_log, access_sink) = AccessLog::start(&config.log.access)?.unzip();
+        let (tracer, tracing) = config
+            .tracing
+            .as_ref()
+            .map(crate::trace::start)
+            .transpose()?
+            .unzip();
         let (worker_links, control_links) = mesh(count);
         let config = Arc::new(config);
         let switches = Arc::new(Switches::new(config.adaptive.enabled));
@@ -103,7 +109,7 @@ impl Gateway {
         ));
         let state = StateThread::spawn(&config, sockets.addr.port())?;
         let store = state.as_ref().map(|s| s.link.clone());
-        let shared = shared_for_workers(&config, tls, strategies, count, store);
+        let shared = shared_for_workers(&config, tls, strategies, count, (store, tracer.clone()));
         let workers = WorkerThreads::spawn(&shared, driver, listeners, worker_links)?;
         let (fleet, state_thread) = StateThread::split(state, &config);
         let (adopt_tx, adopts) = crossbeam_channel::unbounded();
@@ -124,6 +130,7 @@ impl Gateway {
             poll_stats: shared.poll_stats.clone(),
             access: access_sink,
             fleet,
+            tracer,
         })?;
         let supervisor = Arc::new(Mutex::new(Supervisor {
             config: config.clone(),
@@ -136,6 +143,7 @@ impl Gateway {
             handoffs: workers.handoffs,
             stats: reloads.clone(),
             lifecycle: shared.lifecycle.clone(),
+            tracing,
         }));
         install_reload_hook(&config, &reloads, &supervisor);
         // Detached: it holds the supervisor weakly and ends with the gateway.
@@ -259,14 +267,16 @@ impl Gateway {
                 let _ = s.join();
             }
         }
-        let engine = self
-            .supervisor
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .engine
-            .take();
+        let (engine, tracing) = {
+            let mut s = self.supervisor.lock().unwrap_or_else(|e| e.into_inner());
+            (s.engine.take(), s.tracing.take())
+        };
         if let Some(e) = engine {
             e.stop();
+        }
+        // Every worker is gone: the exporter sends what they recorded (within its timeout).
+        if let Some(t) = tracing {
+            t.shutdown();
         }
         // The control thread (the only sender) is gone: the writer ends after the last line.
         if let Some(log) = self.access_log.take() {
@@ -303,7 +313,7 @@ fn shared_for_workers(
     tls: Arc<UpstreamTls>,
     strategies: Arc<StrategyFactory>,
     workers: usize,
-    store: Option<StoreLink>,
+    (store, tracer): (Option<StoreLink>, Option<crate::trace::Tracer>),
 ) -> WorkerShared {
     WorkerShared {
         config: config.clone(),
@@ -317,6 +327,7 @@ fn shared_for_workers(
         strategies,
         workers,
         store,
+        tracer,
     }
 }
 

@@ -31,6 +31,7 @@ use crate::mesh::key_limits::KeyBook;
 use crate::mesh::{mesh, ControlLinks, WorkerLinks};
 use crate::reload::{ReloadError, ReloadReport, ReloadStats};
 use crate::strategies::StrategyFactory;
+use crate::trace::{ExporterHandle, Tracer};
 use crate::upstream::tls::UpstreamTls;
 
 /// Longest a reload waits for the workers to say they switched.
@@ -50,6 +51,8 @@ pub struct Supervisor {
     pub stats: Arc<ReloadStats>,
     /// Nudges workers sleeping through a quiet tick to take their handoff now.
     pub lifecycle: Arc<Lifecycle>,
+    /// The trace exporter thread, while `[tracing]` is configured.
+    pub tracing: Option<ExporterHandle>,
 }
 
 impl Supervisor {
@@ -165,12 +168,35 @@ impl Supervisor {
                 restart.iter().map(ToString::to_string).collect(),
             ));
         }
-        let next = self.prepare(new)?;
+        let mut next = self.prepare(new)?;
+        next.tracer = self.retrace(&next.config)?;
         let (worker_links, control_links) = mesh(self.handoffs.len());
         self.hand_to_control(&next, control_links)?;
         // The control thread runs the new plane: from here the reload is committed.
         self.hand_to_workers(&next, worker_links);
         Ok(self.commit(next))
+    }
+
+    /// The exporter for `config`'s `[tracing]`: the running one with the new settings, a
+    /// new one when the section appears, none (the old one flushed and stopped) when it
+    /// goes.
+    fn retrace(&mut self, config: &Config) -> Result<Option<Tracer>, ReloadError> {
+        let failed = |e: std::io::Error| ReloadError::Failed(format!("trace exporter: {e}"));
+        match (&mut self.tracing, &config.tracing) {
+            (Some(h), Some(t)) => h.reload(t).map(Some).map_err(failed),
+            (None, Some(t)) => {
+                let (tracer, handle) = crate::trace::start(t).map_err(failed)?;
+                self.tracing = Some(handle);
+                Ok(Some(tracer))
+            }
+            (Some(_), None) => {
+                if let Some(h) = self.tracing.take() {
+                    h.shutdown();
+                }
+                Ok(None)
+            }
+            (None, None) => Ok(None),
+        }
     }
 
     /// Builds what `new` runs with, keeping what unchanged targets, keys and engine-state
@@ -208,6 +234,7 @@ impl Supervisor {
             kv_view.clone(),
         ));
         Ok(Prepared {
+            tracer: None,
             queues: RouteQueues::new(&config),
             config,
             tls,
@@ -236,6 +263,7 @@ impl Supervisor {
             strategies: next.strategies.clone(),
             keys: next.keys.clone(),
             kv_reports,
+            tracer: next.tracer.clone(),
             done: adopted_tx,
         };
         let gone = || ReloadError::Failed("the gateway is stopping".into());
@@ -256,6 +284,7 @@ impl Supervisor {
                 queues: next.queues.clone(),
                 keys: next.keys.clone(),
                 strategies: next.strategies.clone(),
+                tracer: next.tracer.clone(),
                 links,
                 done: switched_tx.clone(),
             };
@@ -316,6 +345,8 @@ struct Prepared {
     strategies: Arc<StrategyFactory>,
     /// New engine-state threads, when the targets or their settings changed.
     engine: Option<EngineThreads>,
+    /// The trace exporter the new configuration records with (`retrace`).
+    tracer: Option<Tracer>,
     kv_view: Option<KvView>,
     routes_kept: usize,
     targets_kept: usize,

@@ -28,6 +28,7 @@ use crate::path::generation::Generations;
 use crate::path::idle_timer;
 use crate::path::state::{StateParts, WorkerCore, WorkerState};
 use crate::strategies::StrategyFactory;
+use crate::trace::Tracer;
 use crate::upstream::tls::UpstreamTls;
 
 /// The signal tick: how often a worker publishes its load snapshot and records and drains
@@ -91,6 +92,8 @@ pub struct WorkerShared {
     pub workers: usize,
     /// The state thread, when `[state]` is configured.
     pub store: Option<crate::fleet::StoreLink>,
+    /// The trace exporter, when `[tracing]` is configured.
+    pub tracer: Option<Tracer>,
 }
 
 /// What one worker starts with.
@@ -112,6 +115,7 @@ pub struct Handoff {
     pub queues: Arc<RouteQueues>,
     pub keys: Arc<KeyBook>,
     pub strategies: Arc<StrategyFactory>,
+    pub tracer: Option<Tracer>,
     pub links: WorkerLinks,
     /// Receives the worker's id once new requests use the new configuration.
     pub done: Sender<usize>,
@@ -193,6 +197,7 @@ impl Worker {
             queues: shared.queues,
             keys: shared.keys,
             strategies: &shared.strategies,
+            tracer: shared.tracer,
             links,
         };
         let first = WorkerState::new(core.clone(), parts, shared.workers, None);
@@ -261,6 +266,7 @@ impl Worker {
             queues: h.queues,
             keys: h.keys,
             strategies: &h.strategies,
+            tracer: h.tracer,
             links: h.links,
         };
         let next = WorkerState::new(

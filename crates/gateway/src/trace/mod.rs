@@ -25,6 +25,6 @@ mod tests;
 pub use export::{start, ExporterHandle, TraceStats, Tracer};
 pub use sampler::sampled;
 pub use span::{
-    new_span_id, new_trace_id, now_unix_nanos, AttrValue, SpanEvent, SpanKind, SpanRecord,
-    SpanStatus,
+    new_span_id, new_trace_id, now_unix_nanos, unix_nanos, AttrValue, SpanEvent, SpanKind,
+    SpanRecord, SpanStatus,
 };
