@@ -760,11 +760,6 @@ impl TargetApi {
         }
     }
 
-    /// Whether a request to `client` can be served by this target (translated or not). A
-    /// Responses request cannot reach an Anthropic target.
-    pub fn serves(&self, client: rolter_codec::translate::Api) -> bool {
-        !(self.anthropic.is_some() && client == rolter_codec::translate::Api::Responses)
-    }
 }
 
 /// `targets[i].priority_field` and `priority_values`: what the engine is told of a
