@@ -287,3 +287,84 @@ fn failover_across_apis_answers_in_the_clients_api() {
         );
     }
 }
+
+/// A `POST /v1/messages` that closes the connection after its answer.
+fn messages_request(stream: bool) -> String {
+    let body = format!(
+        r#"{{"model":"m","max_tokens":16,"stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
+    );
+    format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// What the engine sends, by the request's number: a 200 that is not chat JSON; an event
+/// that never ends; a stream that stops before its end (no finish, no `[DONE]`).
+fn hostile(n: usize) -> common::scripted::Reply {
+    use common::scripted::{Reply, Then};
+    let sse = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    let first = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+    match n {
+        0 => Reply::new(common::scripted::ok("<html>not chat</html>")),
+        1 => {
+            let endless = format!("{sse}{first}data: {}", "x".repeat(2 << 20));
+            Reply::new(endless).then(Then::Close)
+        }
+        _ => Reply::new(format!("{sse}{first}")).then(Then::Close),
+    }
+}
+
+/// An engine that answers wrongly never reaches an Anthropic client as a clean answer: a
+/// 200 that is not chat is a 502 in Anthropic's shape; an event stream whose event never
+/// ends, or that stops before its API's end, ends with Anthropic's error event and no
+/// terminal chunk.
+#[test]
+fn a_hostile_engines_answers_are_never_translated_into_clean_ones() {
+    use common::scripted::{parse_raw, read_all, Upstream};
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let up = Upstream::start(|r| hostile(r.total));
+        let rest = format!(
+            "{}[[routes]]\nname = \"r\"\ntargets = [\"h\"]\nretries = 0\n",
+            target(
+                "h",
+                up.addr,
+                &format!("lacks = [\"messages\"]\nhealth_path = \"\"\n{TIMEOUTS}")
+            )
+        );
+        let g = gateway(d, &rest);
+        let mut answers = Vec::new();
+        for stream in [false, true, true] {
+            let mut c = rolter_mock::client::Client::connect(g.local_addr());
+            c.send(&messages_request(stream));
+            answers.push(parse_raw(read_all(&mut c)));
+        }
+        let whole = &answers[0];
+        assert_eq!(whole.status, Some(502), "{ctx}: {}", whole.show());
+        let v: Value = serde_json::from_slice(&whole.body).expect("an error body");
+        assert_eq!(v["type"], "error", "{ctx}: Anthropic's shape: {v}");
+        assert_eq!(v["error"]["type"], "api_error", "{ctx}: {v}");
+        for (i, r) in answers[1..].iter().enumerate() {
+            assert_eq!(r.status, Some(200), "{ctx}: {}", r.show());
+            assert!(
+                !r.terminated,
+                "{ctx}: stream {i} must not end cleanly: {}",
+                r.show()
+            );
+            let text = String::from_utf8_lossy(&r.body);
+            assert!(text.starts_with("event: message_start\n"), "{ctx}: {text}");
+            assert!(
+                text.contains(
+                    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\""
+                ),
+                "{ctx}: stream {i} ends with Anthropic's error event: {text}"
+            );
+            assert!(!text.contains("message_stop"), "{ctx}: {text}");
+            assert!(
+                !text.contains("xxxx"),
+                "{ctx}: nothing of the endless event reaches the client"
+            );
+        }
+    }
+}

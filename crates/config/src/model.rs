@@ -759,7 +759,6 @@ impl TargetApi {
             _ => None,
         }
     }
-
 }
 
 /// `targets[i].priority_field` and `priority_values`: what the engine is told of a

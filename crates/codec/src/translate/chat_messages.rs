@@ -1019,6 +1019,11 @@ impl Reply {
 
     /// Translates the next bytes of an Anthropic event stream into `data:` chunks appended
     /// to `out`; only complete client events are written.
+    /// The engine's stream held an event too large to be one (`SseSplitter::overflowed`).
+    pub fn overflowed(&self) -> bool {
+        self.splitter.overflowed()
+    }
+
     pub fn events(&mut self, data: &[u8], out: &mut Vec<u8>) {
         let Reply {
             asked,

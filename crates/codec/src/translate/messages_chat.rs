@@ -1106,6 +1106,11 @@ impl Reply {
 
     /// Translates the next bytes of the engine's chunk stream (split anywhere) into Messages
     /// events appended to `out`. Nothing is written after the stream's end or an error.
+    /// The engine's stream held an event too large to be one (`SseSplitter::overflowed`).
+    pub fn overflowed(&self) -> bool {
+        self.splitter.overflowed()
+    }
+
     pub fn events(&mut self, data: &[u8], out: &mut Vec<u8>) {
         let Reply {
             splitter,

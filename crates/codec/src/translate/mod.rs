@@ -17,7 +17,7 @@ pub mod chat_messages;
 pub mod count_tokens;
 pub mod messages_chat;
 pub mod responses_chat;
-mod sse;
+pub mod sse;
 
 pub use sse::SseSplitter;
 
@@ -205,6 +205,17 @@ impl Reply {
             Reply::ChatMessages(r) => r.finish(out),
             Reply::ResponsesChat(r) => r.finish(out),
             Reply::CountTokens(_) => true,
+        }
+    }
+
+    /// The engine's event stream held an event beyond [`sse::MAX_EVENT`]: it cannot be
+    /// translated, and the caller ends it as a cut stream.
+    pub fn overflowed(&self) -> bool {
+        match self {
+            Reply::MessagesChat(r) => r.overflowed(),
+            Reply::ChatMessages(r) => r.overflowed(),
+            Reply::ResponsesChat(r) => r.overflowed(),
+            Reply::CountTokens(_) => false,
         }
     }
 

@@ -894,6 +894,11 @@ impl Reply {
     }
 
     /// Translates the next bytes of the engine's chat event stream into Responses events.
+    /// The engine's stream held an event too large to be one (`SseSplitter::overflowed`).
+    pub fn overflowed(&self) -> bool {
+        self.splitter.overflowed()
+    }
+
     pub fn events(&mut self, data: &[u8], out: &mut Vec<u8>) {
         let mut splitter = std::mem::take(&mut self.splitter);
         splitter.feed(data, |event| self.engine_event(event.name, event.data, out));

@@ -1,15 +1,23 @@
 //! Server-sent events split out of a byte stream that arrives in arbitrary pieces: each
 //! complete event's `event:` name and its `data:` lines joined, as the SSE standard
 //! defines them (LF, CRLF or CR line ends; comments and other fields ignored). At most one
-//! partial event is held between calls.
+//! partial event is held between calls, of at most [`MAX_EVENT`] bytes: a stream whose
+//! event grows beyond it is not an event stream, and nothing more is taken from it
+//! ([`SseSplitter::overflowed`]).
 //!
 //! Owns the framing only; what an event means is the caller's.
+
+/// The largest event held (an engine's event is a few hundred bytes; a tool call's
+/// arguments or a long reasoning delta some kilobytes).
+pub const MAX_EVENT: usize = 1 << 20;
 
 /// Splits events out of the bytes fed to it.
 #[derive(Debug, Default)]
 pub struct SseSplitter {
     /// The bytes of the event not yet ended.
     partial: Vec<u8>,
+    /// An event outgrew [`MAX_EVENT`]: nothing more is taken.
+    overflowed: bool,
 }
 
 /// One complete event.
@@ -24,6 +32,9 @@ pub struct Event<'a> {
 impl SseSplitter {
     /// Feeds `data` and calls `each` for every event it completes, in order.
     pub fn feed(&mut self, data: &[u8], mut each: impl FnMut(Event<'_>)) {
+        if self.overflowed {
+            return;
+        }
         self.partial.extend_from_slice(data);
         let mut start = 0;
         while let Some(len) = event_end(&self.partial[start..]) {
@@ -58,6 +69,15 @@ impl SseSplitter {
             }
         }
         self.partial.drain(..start);
+        if self.partial.len() > MAX_EVENT {
+            self.overflowed = true;
+            self.partial = Vec::new();
+        }
+    }
+
+    /// An event outgrew [`MAX_EVENT`]: the stream is not one the caller can translate.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
     }
 
     /// Whether bytes of an unfinished event are held.
@@ -137,6 +157,17 @@ mod tests {
     fn crlf_and_multi_line_data_and_comments() {
         let got = split(&[b": ping\r\n\r\ndata: a\r\ndata: b\r", b"\n\r\n"]);
         assert_eq!(got, [(String::new(), "a\nb".to_string())]);
+    }
+
+    #[test]
+    fn an_event_without_end_stops_the_splitter_at_its_bound() {
+        let mut s = SseSplitter::default();
+        s.feed(&vec![b'x'; MAX_EVENT], |_| panic!("not complete"));
+        assert!(!s.overflowed(), "exactly at the bound is still held");
+        s.feed(b"x", |_| panic!("not complete"));
+        assert!(s.overflowed());
+        s.feed(b"\n\ndata: x\n\n", |_| panic!("nothing after the overflow"));
+        assert!(!s.holds_partial());
     }
 
     #[test]

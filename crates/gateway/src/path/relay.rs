@@ -488,6 +488,10 @@ struct BodyCopy {
     translation: Option<Box<Translating>>,
 }
 
+/// The largest whole answer translated (a long completion is a few hundred kilobytes):
+/// a larger one is a bad response.
+const MAX_TRANSLATED_BODY: usize = 16 << 20;
+
 /// An answer on its way from the engine's API to the client's.
 struct Translating {
     reply: Reply,
@@ -507,10 +511,13 @@ impl Translating {
         self.out.clear();
         if self.events {
             self.reply.events(data, &mut self.out);
-            if done && !self.reply.finish(&mut self.out) {
+            if self.reply.overflowed() || (done && !self.reply.finish(&mut self.out)) {
                 return Err(());
             }
         } else {
+            if self.whole.len() + data.len() > MAX_TRANSLATED_BODY {
+                return Err(());
+            }
             self.whole.extend_from_slice(data);
             if done {
                 let whole = std::mem::take(&mut self.whole);
@@ -803,10 +810,12 @@ impl BodyCopy {
         self.overrun |= overrun;
         let status = self.status;
         if t.events {
-            // The stream's new bytes are translated now; nothing is kept of them here.
-            let fresh = body.split_off(start);
+            // The stream's new bytes are translated now; nothing is kept of them here, and
+            // the buffer serves the next read's.
+            let fed = t.feed(status, &body[start..], done);
+            body.clear();
             t.whole = body;
-            t.feed(status, &fresh, done)?;
+            fed?;
         } else {
             t.whole = body;
             t.feed(status, &[], done)?;
