@@ -177,6 +177,56 @@ fn sampling_follows_the_clients_trace() {
     }
 }
 
+/// The routing decision's event carries what the strategy said: its name, the target and
+/// its score, the same the `x-rolter-explain` headers show.
+#[test]
+fn the_routing_event_carries_the_strategys_score() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let rx = Receiver::start(&format!("score-{ctx}"), false);
+        let (a, b) = (mock("a", |_| {}), mock("b", |_| {}));
+        let rest = format!(
+            "{}{}{}[[routes]]\nname = \"r\"\ntargets = [\"a\", \"b\"]\nstrategy = \"cache_aware\"\n",
+            rx.section(""),
+            target("a", a.addr(), ""),
+            target("b", b.addr(), ""),
+        );
+        let g = gateway(d, &rest);
+        let tp = traceparent(TRACE, "01");
+        let headers = [("traceparent", tp.as_str()), ("x-rolter-explain", "1")];
+        let r = call(
+            g.local_addr(),
+            &post("/v1/chat/completions", &headers, &chat_body(false)),
+        );
+        assert_eq!(r.status, 200, "{ctx}");
+        let score: f64 = r
+            .header("x-rolter-score")
+            .and_then(|s| s.parse().ok())
+            .expect("cache_aware scores its pick");
+        let spans = rx.trace(TRACE, 2);
+        let server = spans
+            .iter()
+            .find(|s| s["kind"] == 2)
+            .expect("a server span");
+        let routed = &server["events"][0];
+        assert_eq!(routed["name"], "routed", "{ctx}: {server:#?}");
+        let attrs = &routed["attributes"];
+        assert_eq!(attrs["rolter.strategy"], "cache_aware", "{ctx}");
+        assert_eq!(
+            attrs["rolter.target"],
+            r.header("x-rolter-target").unwrap(),
+            "{ctx}"
+        );
+        let traced = attrs["rolter.score"]
+            .as_f64()
+            .expect("the score, as a number");
+        assert!(
+            (traced - score).abs() < 1e-6,
+            "{ctx}: {traced} against {score}"
+        );
+    }
+}
+
 #[test]
 fn a_stalled_collector_drops_spans_and_every_request_is_served() {
     for d in drivers() {

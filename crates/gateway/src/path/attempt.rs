@@ -102,7 +102,7 @@ async fn one(
     let rs = &state.routes[routed.index];
     let tid = picked.target;
     ex.served.fallback = picked.pick.fallback;
-    record::routed(ex, tid, now);
+    record::routed(ex, tid, now, picked.pick.score);
     if let Some(loader) = &rs.adapters {
         // Boxed: a LoRA load is a call of its own, on few routes.
         let side = &mut bufs.side;

@@ -147,7 +147,7 @@ struct Ready<'s> {
 fn prepare<'s>(ex: &mut Exchange<'s>, picked: Picked<'s>, bufs: &mut IoBufs) -> Ready<'s> {
     let state = ex.state;
     ex.served.fallback = picked.pick.fallback.or(ex.served.fallback);
-    record::routed(ex, picked.target, picked.at);
+    record::routed(ex, picked.target, picked.at, picked.pick.score);
     upstream_request::build_leg(&mut bufs.up, ex, picked.target);
     Ready {
         load_at_send: state.load.load(picked.target),

@@ -365,7 +365,7 @@ async fn launch<'s>(plan: Plan<'_, 's>, report: &mut Report, sent: &Sent) -> Opt
     let t = picked.target;
     let mut bufs = state.core.take_bufs();
     let now = picked.at;
-    record::routed(ex, t, now);
+    record::routed(ex, t, now, picked.pick.score);
     if let Some(loader) = &rs.adapters {
         loader
             .ensure(

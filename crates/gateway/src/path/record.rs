@@ -30,8 +30,9 @@ use crate::mesh::Record;
 use crate::path::state::WorkerState;
 
 /// The request was sent to `target` (each attempt, so a retry elsewhere is recorded where
-/// it went): the strategy's `routed` hook, and the cache-lookup memo.
-pub fn routed(ex: &Exchange<'_>, target: TargetId, now: Instant) {
+/// it went): the strategy's `routed` hook, the cache-lookup memo, and the decision (with
+/// its `score`) in the request's trace.
+pub fn routed(ex: &Exchange<'_>, target: TargetId, now: Instant, score: Option<f64>) {
     let (state, routed, preq, inputs) = (ex.state, ex.routed, ex.pick, ex.inputs);
     let rs = &state.routes[routed.index];
     rs.strategy.borrow_mut().routed(
@@ -50,7 +51,8 @@ pub fn routed(ex: &Exchange<'_>, target: TargetId, now: Instant) {
     }
     if let Some(t) = ex.trace {
         let name = &state.config.targets[target].name;
-        t.routed(ex.routed.route.strategy.name(), name, ex.served.fallback);
+        let strategy = ex.routed.route.strategy.name();
+        t.routed(strategy, name, (score, ex.served.fallback));
     }
 }
 

@@ -70,8 +70,14 @@ impl RequestTrace {
         id
     }
 
-    /// The route's strategy sent the request to `target` (each attempt).
-    pub fn routed(&self, strategy: &'static str, target: &str, fallback: Option<&'static str>) {
+    /// The route's strategy sent the request to `target` (each attempt), with its score
+    /// when it scores and the fallback it took, if any.
+    pub fn routed(
+        &self,
+        strategy: &'static str,
+        target: &str,
+        (score, fallback): (Option<f64>, Option<&'static str>),
+    ) {
         if !self.sampled {
             return;
         }
@@ -79,6 +85,9 @@ impl RequestTrace {
             ("rolter.strategy", AttrValue::Static(strategy)),
             ("rolter.target", AttrValue::Str(target.to_string())),
         ];
+        if let Some(s) = score.filter(|s| s.is_finite()) {
+            attributes.push(("rolter.score", AttrValue::F64(s)));
+        }
         if let Some(f) = fallback {
             attributes.push(("rolter.fallback", AttrValue::Static(f)));
         }
