@@ -368,3 +368,56 @@ fn a_hostile_engines_answers_are_never_translated_into_clean_ones() {
         }
     }
 }
+
+/// Counting tokens on a route with a local tokenizer, whose engine has no
+/// `/v1/messages`: the gateway counts the translated chat messages and tools itself, with
+/// the route's chat template, and asks no engine.
+#[cfg(feature = "local-tokenizer")]
+#[test]
+fn count_tokens_is_answered_by_the_routes_local_tokenizer() {
+    use common::scripted::{parse_raw, read_all};
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tokenizer/chatml"
+    );
+    let tokenizer = rolter::tokenize::LocalTokenizer::from_files(
+        std::path::Path::new(&format!("{dir}/tokenizer.json")),
+        Some(std::path::Path::new(&format!(
+            "{dir}/tokenizer_config.json"
+        ))),
+    )
+    .expect("the fixture tokenizer");
+    let body = r#"{"model":"m","system":"Be brief.","messages":[{"role":"user","content":"How many tokens is this?"}]}"#;
+    let mut expected = Vec::new();
+    let messages = r#"[{"role":"system","content":"Be brief."},{"role":"user","content":"How many tokens is this?"}]"#;
+    tokenizer
+        .chat_ids(messages.as_bytes(), None, true, &mut expected)
+        .unwrap();
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let m = engine("chat-only", MockApi::OpenAi);
+        let rest = format!(
+            "{}[[routes]]\nname = \"r\"\ntargets = [\"c\"]\n[routes.strategy]\nname = \"precise_cache_aware\"\ntokenizer = \"{dir}/tokenizer.json\"\n",
+            target("c", m.addr(), &format!("lacks = [\"messages\"]\n{TIMEOUTS}"))
+        );
+        let g = gateway(d, &rest);
+        let mut c = rolter_mock::client::Client::connect(g.local_addr());
+        c.send(&format!(
+            "POST /v1/messages/count_tokens HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+        let r = parse_raw(read_all(&mut c));
+        assert_eq!(r.status, Some(200), "{ctx}: {}", r.show());
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"input_tokens": expected.len()}),
+            "{ctx}"
+        );
+        assert!(
+            inference_paths(&m).is_empty(),
+            "{ctx}: no engine was asked: {:?}",
+            inference_paths(&m)
+        );
+    }
+}

@@ -1,7 +1,8 @@
 //! Anthropic's `/v1/messages/count_tokens` answered by an OpenAI engine's `/tokenize`
 //! (vLLM's and SGLang's chat form: `{"model","messages","tools"}` in, `{"count",…}` out):
 //! the Messages body is translated as a generation would be ([`super::messages_chat`]),
-//! and only what tokenizing reads is sent.
+//! and only what tokenizing reads is sent. A gateway with a local tokenizer counts the
+//! same parts itself ([`chat_parts`]).
 //!
 //! Owns that pairing only; it must not do I/O.
 
@@ -36,6 +37,17 @@ pub fn request(body: &[u8], model: Option<&str>, out: &mut Vec<u8>) -> Result<As
     })
 }
 
+/// What a local tokenizer counts of the count_tokens request `body`: the chat messages'
+/// JSON and the tools' (OpenAI's shapes, as a chat template reads them).
+pub fn chat_parts(body: &[u8]) -> Result<(Vec<u8>, Option<Vec<u8>>), Refusal> {
+    let mut tokenize = Vec::new();
+    request(body, None, &mut tokenize)?;
+    let mut v: Map<String, Value> = serde_json::from_slice(&tokenize).unwrap_or_default();
+    let messages = v.remove("messages").unwrap_or(Value::Array(Vec::new()));
+    let json = |v: &Value| serde_json::to_vec(v).unwrap_or_default();
+    Ok((json(&messages), v.remove("tools").map(|t| json(&t))))
+}
+
 /// The answer's translation: `{"count": N}` becomes `{"input_tokens": N}`.
 #[derive(Debug)]
 pub struct Reply;
@@ -59,6 +71,20 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_local_tokenizer_gets_the_chat_messages_and_tools() {
+        let body = br#"{"model":"m","system":"Be brief.","messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","input_schema":{"type":"object"}}]}"#;
+        let (messages, tools) = chat_parts(body).unwrap();
+        let messages: Value = serde_json::from_slice(&messages).unwrap();
+        assert_eq!(
+            messages,
+            json!([{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}])
+        );
+        let tools: Value = serde_json::from_slice(&tools.unwrap()).unwrap();
+        assert_eq!(tools[0]["function"]["name"], "f");
+        assert!(chat_parts(b"[]").is_err());
+    }
 
     #[test]
     fn the_engines_count_becomes_input_tokens() {

@@ -64,6 +64,10 @@ pub async fn forward(
         }
         routed.key_header = Some(c.header);
     }
+    #[cfg(feature = "local-tokenizer")]
+    if let Some(fate) = super::count_tokens::locally(state, io, req, bufs, &routed).await {
+        return fate;
+    }
     let admit = match admit::classify(&state.config, req, &routed, caller) {
         Ok(a) => a,
         Err(e) => {

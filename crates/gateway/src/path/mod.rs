@@ -46,6 +46,8 @@ pub mod auth;
 pub mod client;
 pub mod client_tls;
 pub mod conn;
+#[cfg(feature = "local-tokenizer")]
+pub mod count_tokens;
 pub mod disaggregated;
 pub mod drain;
 pub mod exchange;
