@@ -269,7 +269,8 @@ struct Head<'a> {
 /// The translation a request to `target` needs: a `POST` to an API the target does not
 /// speak, which it speaks another one for.
 fn translation(req: &Request<'_>, target: &Target) -> Option<Pair> {
-    if req.head.method != http::Method::POST {
+    // Most targets speak every API they are sent: no look at the path for them.
+    if target.api == rolter_config::TargetApi::default() || req.head.method != http::Method::POST {
         return None;
     }
     let client = Api::of_path(&req.buf[req.head.path.clone()])?;
