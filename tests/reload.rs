@@ -317,8 +317,9 @@ fn an_unchanged_route_keeps_what_its_strategy_learned_and_a_changed_one_starts_f
     let addr = g.local_addr();
     // Cold at first; warm once both targets have their samples (on every core).
     assert_eq!(explained(addr).0.as_deref(), Some("cold"));
+    // Each connection lands on either core: warm means several answers in a row warm.
     wait_for("fastest warm", Duration::from_secs(10), || {
-        explained(addr).0.is_none()
+        (0..8).all(|_| explained(addr).0.is_none())
     });
     assert_eq!(
         explained(addr),
