@@ -486,6 +486,16 @@ fn a_queue_timeout_and_a_full_queue_are_flagged_uo() {
     }
 }
 
+/// A gateway logging to `log` with one target `t0` at `addr` (its extra lines `extra`).
+fn start_one(d: DriverChoice, log: &Path, addr: SocketAddr, extra: &str) -> Gateway {
+    let rest = format!(
+        "[log]\naccess = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n{}[[routes]]\nname = \"r\"\ntargets = [\"t0\"]\n",
+        log.display(),
+        target("t0", addr, extra)
+    );
+    gateway(d, &rest)
+}
+
 #[test]
 fn tokens_are_counted_from_a_stream_without_usage() {
     for d in drivers() {
@@ -493,7 +503,8 @@ fn tokens_are_counted_from_a_stream_without_usage() {
         let dir = temp_dir(&format!("tokens-{ctx}"));
         let log = dir.join("access.log");
         let m = mock("a", |c| c.tokens = 7);
-        let g = start(d, &log, &[m.addr()], TIMEOUTS, "");
+        // An engine that refuses `stream_options`: its streams' deltas are counted.
+        let g = start_one(d, &log, m.addr(), "stream_usage = \"count\"\n");
         let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"Hello"}]}"#;
         let r = chat(g.local_addr(), "tok-1", &[], body);
         assert_eq!(r.status, 200, "{ctx}");
@@ -510,6 +521,75 @@ fn tokens_are_counted_from_a_stream_without_usage() {
             7.0,
             "{ctx}"
         );
+    }
+}
+
+/// The SSE events' data of a streamed answer, `[DONE]` included.
+fn events(text: &str) -> Vec<&str> {
+    text.split("\n\n")
+        .filter_map(|e| e.trim().strip_prefix("data: "))
+        .collect()
+}
+
+#[test]
+fn a_streams_tokens_come_from_the_usage_asked_for_and_kept_from_the_client() {
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let dir = temp_dir(&format!("asked-{ctx}"));
+        let log = dir.join("access.log");
+        let m = mock("a", |c| {
+            c.tokens = 7;
+            c.record_requests = true;
+        });
+        let g = start_one(d, &log, m.addr(), "");
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"Hello"}]}"#;
+        let r = chat(g.local_addr(), "ask-1", &[], body);
+        assert_eq!(r.status, 200, "{ctx}");
+        let text = r.text();
+        let evs = events(&text);
+        assert_eq!(evs.last(), Some(&"[DONE]"), "{ctx}: {text}");
+        assert!(
+            !text.contains("_tokens"),
+            "{ctx}: the usage event the client did not ask for is not relayed: {text}"
+        );
+        for e in &evs[..evs.len() - 1] {
+            let v: Value = serde_json::from_str(e).unwrap();
+            assert_eq!(v["choices"].as_array().map(Vec::len), Some(1), "{ctx}: {e}");
+        }
+        let sent = &m.requests()[0];
+        let sent: Value = serde_json::from_slice(&sent.body).unwrap();
+        assert_eq!(
+            sent["stream_options"],
+            serde_json::json!({"include_usage": true})
+        );
+        assert_eq!(
+            sent["messages"][0]["content"], "Hello",
+            "{ctx}: the rest as sent"
+        );
+
+        // A client that asked gets the event as the engine sent it.
+        let asked = r#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Hello"}]}"#;
+        let r = chat(g.local_addr(), "ask-2", &[], asked);
+        let text = r.text();
+        let evs = events(&text);
+        let usage: Value = serde_json::from_str(evs[evs.len() - 2]).unwrap();
+        assert_eq!(usage["choices"], serde_json::json!([]), "{ctx}: {text}");
+        assert_eq!(usage["usage"]["completion_tokens"], 7, "{ctx}");
+        assert_eq!(
+            m.requests()[1].body,
+            asked.as_bytes(),
+            "{ctx}: sent as it came"
+        );
+
+        for id in ["ask-1", "ask-2"] {
+            let l = line_of(&log, 1, id);
+            assert_eq!(l["completion_tokens"], 7, "{ctx}: {l}");
+            assert_eq!(
+                l["prompt_tokens"], usage["usage"]["prompt_tokens"],
+                "{ctx}: {l}"
+            );
+            assert_eq!(l["tokens_estimated"], false, "{ctx}: {l}");
+        }
     }
 }
 

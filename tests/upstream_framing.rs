@@ -9,6 +9,7 @@ mod common;
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -373,5 +374,122 @@ fn malformed_chunk_mid_body_truncates_without_terminal_chunk() {
         up.wait_closed(1, ctx);
         assert_still_serving(&g, "fine", ctx);
         assert_eq!(up.accepts(), 2, "{ctx}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The usage of a stream, asked for on the client's behalf (`stream_usage = "ask"`).
+// ---------------------------------------------------------------------------------------
+
+const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n";
+const TOKEN_EVENT: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+const USAGE_EVENT: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"total_tokens\":7,\"completion_tokens\":2}}\n\n";
+const DONE_EVENT: &str = "data: [DONE]\n\n";
+/// A streamed chat request that asks for no usage.
+const STREAM_BODY: &str =
+    r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"Hello there"}]}"#;
+
+/// The `content-length` of a request head.
+fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().unwrap())
+        })
+        .unwrap()
+}
+
+#[test]
+fn the_usage_event_asked_for_is_cut_from_a_stream_however_it_is_framed_and_split() {
+    let events = format!("{TOKEN_EVENT}{TOKEN_EVENT}{USAGE_EVENT}{DONE_EVENT}");
+    let want = format!("{TOKEN_EVENT}{TOKEN_EVENT}{DONE_EVENT}");
+    for d in drivers() {
+        for framing in ["length", "chunked", "close"] {
+            let ctx = format!("{} {framing}", driver_name(d));
+            let body = events.clone();
+            let heads = Arc::new(Mutex::new(Vec::new()));
+            let seen = heads.clone();
+            let up = Upstream::start(move |r| {
+                seen.lock().unwrap().push(r.head.clone());
+                // The usage event split across two writes, mid-key.
+                let cut = body.find("_tokens").unwrap();
+                let (a, b) = body.split_at(cut);
+                let (head, parts): (String, Vec<Vec<u8>>) = match framing {
+                    "length" => (
+                        format!("{SSE_HEAD}content-length: {}\r\n\r\n", body.len()),
+                        vec![a.into(), b.into()],
+                    ),
+                    "chunked" => (
+                        format!("{SSE_HEAD}transfer-encoding: chunked\r\n\r\n"),
+                        vec![
+                            format!("{:x}\r\n{a}\r\n", a.len()).into(),
+                            format!("{:x}\r\n{b}\r\n0\r\n\r\n", b.len()).into(),
+                        ],
+                    ),
+                    _ => (format!("{SSE_HEAD}\r\n"), vec![a.into(), b.into()]),
+                };
+                let mut all = vec![head.into_bytes()];
+                all.extend(parts);
+                let reply = Reply::parts(all, Duration::from_millis(30));
+                if framing == "close" {
+                    reply.then(Then::Close)
+                } else {
+                    reply
+                }
+            });
+            let g = gw(d, up.addr, TIMEOUTS, "");
+            let mut c = Client::connect(g.local_addr());
+            c.send(&post(CHAT, &[], STREAM_BODY));
+            let r = c.response().unwrap();
+            assert_eq!(r.status, 200, "{ctx}");
+            assert!(r.chunked, "{ctx}: reframed, whatever the engine's framing");
+            assert_eq!(r.text(), want, "{ctx}");
+            let head = heads.lock().unwrap()[0].clone();
+            assert_eq!(
+                content_length(&head),
+                STREAM_BODY.len() + r#""stream_options":{"include_usage":true},"#.len(),
+                "{ctx}: the request asked for usage"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_engine_that_ignores_the_usage_asked_for_is_not_asked_again_on_that_core() {
+    let events = format!("{TOKEN_EVENT}{TOKEN_EVENT}{DONE_EVENT}");
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let body = events.clone();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        let up = Upstream::start(move |r| {
+            seen.lock().unwrap().push(r.head.clone());
+            Reply::new(format!(
+                "{SSE_HEAD}content-length: {}\r\n\r\n{body}",
+                body.len()
+            ))
+        });
+        let g = gw(d, up.addr, TIMEOUTS, "");
+        // One connection: one core.
+        let mut c = Client::connect(g.local_addr());
+        for i in 0..3 {
+            c.send(&post(CHAT, &[], STREAM_BODY));
+            let r = c.response().unwrap();
+            assert_eq!(r.status, 200, "{ctx} #{i}");
+            assert_eq!(r.text(), events, "{ctx} #{i}: relayed whole");
+        }
+        let lengths: Vec<usize> = heads
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|h| content_length(h))
+            .collect();
+        let asked = STREAM_BODY.len() + r#""stream_options":{"include_usage":true},"#.len();
+        assert_eq!(
+            lengths,
+            [asked, STREAM_BODY.len(), STREAM_BODY.len()],
+            "{ctx}: asked once, then sent as it came"
+        );
     }
 }

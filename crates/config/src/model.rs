@@ -714,6 +714,22 @@ pub struct Target {
     /// The inference API the target speaks (`api`, `lacks`, `anthropic_version`): a request
     /// in another API is translated on its way there and its answer on its way back.
     pub api: TargetApi,
+    /// How a stream's completion tokens are learned (`stream_usage`).
+    pub stream_usage: StreamUsage,
+}
+
+/// `targets[i].stream_usage`: how the gateway learns a streamed answer's token counts when
+/// the client did not ask the engine for usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamUsage {
+    /// `"ask"` (the default): a streamed chat or completions request without
+    /// `stream_options` goes with `"stream_options":{"include_usage":true}`; the engine's
+    /// usage event is kept from the client, and its counts are the stream's.
+    #[default]
+    Ask,
+    /// `"count"`: the request goes as it came, and the stream's content deltas are counted
+    /// (an estimate: about one token a delta), for engines that refuse `stream_options`.
+    Count,
 }
 
 /// The API an Anthropic target is called with when `anthropic_version` is not set.

@@ -234,6 +234,7 @@ pub(crate) struct RawTarget {
     pub api: Option<String>,
     pub lacks: Option<Vec<String>>,
     pub anthropic_version: Option<String>,
+    pub stream_usage: Option<String>,
 }
 
 /// `targets[i].discover`: the target group's members come from DNS.
@@ -491,6 +492,7 @@ pub(crate) const TARGET_KEYS: &[&str] = &[
     "api",
     "lacks",
     "anthropic_version",
+    "stream_usage",
 ];
 pub(crate) const PRICE_KEYS: &[&str] = &["input", "output"];
 pub(crate) const TIMEOUTS_KEYS: &[&str] = &["connect", "first_byte", "idle"];

@@ -25,8 +25,8 @@ struct Top<'a> {
     model: Option<&'a RawValue>,
     #[serde(default)]
     stream: Option<bool>,
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    stream_options: Option<&'a RawValue>,
     #[serde(default)]
     max_tokens: Option<u64>,
     #[serde(default)]
@@ -43,6 +43,11 @@ struct Top<'a> {
     system: Option<&'a RawValue>,
 }
 
+/// A field that is there, even as `null` (which `Option` would read as absent).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
 /// What routing knows about a request, borrowed from its body.
 #[derive(Debug, Clone, Default)]
 pub struct RequestFacts<'a> {
@@ -57,6 +62,8 @@ pub struct RequestFacts<'a> {
     pub stream: bool,
     /// `stream_options.include_usage`.
     pub include_usage: bool,
+    /// The body has `stream_options` (with or without `include_usage`).
+    pub stream_options: bool,
     /// `max_tokens`, `max_completion_tokens` or `max_output_tokens`, whichever is present.
     pub max_tokens: Option<u64>,
     /// The raw JSON of the prompt: `messages` (with `system` for Anthropic), `prompt` or
@@ -119,8 +126,11 @@ pub fn extract(body: &[u8]) -> Result<RequestFacts<'_>, GatewayError> {
         model_span,
         model_is_json: true,
         stream: top.stream.unwrap_or(false),
+        // Present even when null: a field the gateway adds would meet the client's.
+        stream_options: top.stream_options.is_some(),
         include_usage: top
             .stream_options
+            .and_then(|o| serde_json::from_str::<Option<StreamOptions>>(o.get()).ok()?)
             .and_then(|o| o.include_usage)
             .unwrap_or(false),
         max_tokens: top
@@ -144,10 +154,27 @@ mod tests {
         let f = extract(body).unwrap();
         assert_eq!(f.model, "llama");
         assert_eq!(&body[f.model_span.clone().unwrap()], br#""llama""#);
-        assert!(f.stream && f.include_usage);
+        assert!(f.stream && f.include_usage && f.stream_options);
         assert_eq!(f.max_tokens, Some(7));
         assert_eq!(f.prompt, br#"[{"role":"user","content":"hi there"}]"#);
         assert_eq!(f.prompt_tokens, (f.prompt.len() as u32).div_ceil(4));
+    }
+
+    #[test]
+    fn stream_options_are_seen_whatever_they_say() {
+        fn f(b: &str) -> RequestFacts<'_> {
+            extract(b.as_bytes()).unwrap()
+        }
+        let none = f(r#"{"model":"m","stream":true}"#);
+        assert!(!none.stream_options && !none.include_usage);
+        for b in [
+            r#"{"model":"m","stream":true,"stream_options":null}"#,
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":false}}"#,
+            r#"{"model":"m","stream":true,"stream_options":{"continuous_usage_stats":true}}"#,
+        ] {
+            let facts = f(b);
+            assert!(facts.stream_options && !facts.include_usage, "{b}");
+        }
     }
 
     #[test]

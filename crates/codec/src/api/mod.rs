@@ -14,6 +14,7 @@ pub mod key_search;
 pub mod multipart;
 pub mod sequence;
 pub mod usage;
+pub mod usage_chunk;
 
 /// The inference endpoints the gateway proxies (`POST`, routed by path and `model`).
 pub const PROXIED_PATHS: &[&str] = &[

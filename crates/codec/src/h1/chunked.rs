@@ -253,11 +253,17 @@ fn hex_val(b: u8) -> Option<u8> {
 
 /// Appends one chunk (`size CRLF data CRLF`) to `out`. Empty data writes nothing.
 pub fn encode_chunk(out: &mut Vec<u8>, data: &[u8]) {
-    if data.is_empty() {
+    encode_chunk_parts(out, &[data]);
+}
+
+/// Appends `parts`, one after the other, as one chunk (nothing when they are all empty).
+pub fn encode_chunk_parts(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len == 0 {
         return;
     }
     let mut tmp = [0u8; 16];
-    let mut n = data.len();
+    let mut n = len;
     let mut i = tmp.len();
     while n > 0 {
         i -= 1;
@@ -266,7 +272,9 @@ pub fn encode_chunk(out: &mut Vec<u8>, data: &[u8]) {
     }
     out.extend_from_slice(&tmp[i..]);
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(data);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
     out.extend_from_slice(b"\r\n");
 }
 

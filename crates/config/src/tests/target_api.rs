@@ -77,3 +77,15 @@ fn every_wrong_api_setting_names_its_key_and_a_fix() {
         assert!(!e.fix.is_empty(), "{extra}: {e}");
     }
 }
+
+#[test]
+fn a_targets_streams_ask_for_usage_unless_it_says_count() {
+    let usage =
+        |extra: &str| load_str(&target_with(extra), "t.toml").unwrap().targets[0].stream_usage;
+    assert_eq!(usage(""), StreamUsage::Ask);
+    assert_eq!(usage("stream_usage = \"ask\""), StreamUsage::Ask);
+    assert_eq!(usage("stream_usage = \"count\""), StreamUsage::Count);
+    let errs = errors(&target_with("stream_usage = \"always\""));
+    let e = error_at(&errs, "targets[0].stream_usage");
+    assert!(e.fix.contains("\"count\""), "{e}");
+}

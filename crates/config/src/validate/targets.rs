@@ -68,6 +68,7 @@ pub(super) fn target(
     let pool = pool(raw.pool.unwrap_or_default(), &join(at, "pool"), errs);
     let bootstrap_port = bootstrap_port(raw.bootstrap_port, at, errs);
     let engine = engine_kind(raw.engine.as_deref(), at, errs);
+    let stream_usage = stream_usage(raw.stream_usage.as_deref(), at, errs);
 
     let lmcache_instance = match lmcache_instance {
         Some(Some(id)) => Some(id),
@@ -110,6 +111,7 @@ pub(super) fn target(
         // Set from `admission::target`.
         priority: None,
         api: api?,
+        stream_usage: stream_usage?,
     })
 }
 
@@ -397,6 +399,22 @@ fn engine_kind(v: Option<&str>, at: &str, errs: &mut Collector) -> Option<Engine
                 join(at, "engine"),
                 format!("unknown engine `{other}`"),
                 "write engine = \"vllm\" (a data-parallel rank goes in the X-data-parallel-rank header) or \"sglang\" (in the body's data_parallel_rank field)",
+            );
+            None
+        }
+    }
+}
+
+/// `targets[i].stream_usage`: `"ask"` (the default) or `"count"`.
+fn stream_usage(v: Option<&str>, at: &str, errs: &mut Collector) -> Option<StreamUsage> {
+    match v {
+        None | Some("ask") => Some(StreamUsage::Ask),
+        Some("count") => Some(StreamUsage::Count),
+        Some(other) => {
+            errs.push(
+                join(at, "stream_usage"),
+                format!("unknown stream_usage `{other}`"),
+                "write stream_usage = \"ask\" (the default: streams ask the engine for usage, kept from clients that did not ask) or \"count\" (for an engine that refuses stream_options: its content deltas are counted)",
             );
             None
         }

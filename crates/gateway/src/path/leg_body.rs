@@ -111,6 +111,8 @@ pub struct Changes<'a> {
     pub model: Option<&'a str>,
     /// The field it schedules by and the request's class's value (`priority_field`).
     pub priority: Option<(&'a str, &'a str)>,
+    /// `stream_options` set on the client's behalf (the stream's usage asked for).
+    pub stream_options: Option<&'a str>,
 }
 
 /// Writes the body whose top-level fields are `fields` with the leg's changes, the
@@ -122,7 +124,11 @@ pub fn write(
     changes: Changes<'_>,
     out: &mut Vec<u8>,
 ) {
-    let Changes { model, priority } = changes;
+    let Changes {
+        model,
+        priority,
+        stream_options,
+    } = changes;
     let rank = target
         .dp
         .as_ref()
@@ -141,6 +147,9 @@ pub fn write(
     }
     if let Some((field, value)) = priority {
         edits.push(Edit::Set(field, value));
+    }
+    if let Some(options) = stream_options {
+        edits.push(Edit::Set("stream_options", options));
     }
     fields.write(&edits, out);
 }
@@ -180,6 +189,7 @@ mod tests {
         let changes = Changes {
             model: None,
             priority: Some(("priority", "5")),
+            stream_options: None,
         };
         write(&fields, &LegBody::default(), &t, changes, &mut out);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
@@ -289,6 +299,7 @@ mod tests {
             Changes {
                 model: Some("\"real\""),
                 priority: None,
+                stream_options: None,
             },
             &mut out,
         );

@@ -55,6 +55,12 @@ pub struct Outgoing {
     /// Why the request could not be written in the target's API: it is answered with
     /// this and never sent.
     pub refused: Option<GatewayError>,
+    /// The request asks the engine for the stream's usage on the client's behalf
+    /// (`stream_usage = "ask"`): the relay keeps the usage event from the client.
+    pub asked_usage: bool,
+    /// The engine is expected to report the stream's usage (asked by the gateway or by the
+    /// client): its content deltas are not counted.
+    pub usage_expected: bool,
 }
 
 impl Outgoing {
@@ -63,6 +69,8 @@ impl Outgoing {
         self.bytes.clear();
         self.reply = None;
         self.refused = None;
+        self.asked_usage = false;
+        self.usage_expected = false;
         self.release_body();
     }
 

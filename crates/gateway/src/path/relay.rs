@@ -21,7 +21,8 @@ use monoio::time::Instant;
 use rolter_codec::api::deltas::DeltaCounter;
 use rolter_codec::api::sequence::last_sequence_number;
 use rolter_codec::api::usage;
-use rolter_codec::h1::chunked::{encode_chunk, ChunkedDecoder, LAST_CHUNK};
+use rolter_codec::api::usage_chunk::UsageChunkCut;
+use rolter_codec::h1::chunked::{encode_chunk, encode_chunk_parts, ChunkedDecoder, LAST_CHUNK};
 use rolter_codec::h1::request_id::RequestId;
 use rolter_codec::h1::response_head::{self, RespFraming, ResponseHead};
 use rolter_codec::h1::write::{write_content_length, write_header, write_status_line};
@@ -486,6 +487,21 @@ struct BodyCopy {
     surface: Surface,
     /// The answer's translation into the client's API, when the request was translated.
     translation: Option<Box<Translating>>,
+    /// The stream's usage event, kept from the client, when the gateway asked for it on the
+    /// client's behalf (`stream_usage = "ask"`): its counts are the stream's.
+    usage_cut: Option<Box<UsageChunkCut>>,
+    /// The engine was asked for the stream's usage (by the gateway or the client): its
+    /// content deltas are not counted.
+    expect_usage: bool,
+}
+
+/// Whether the engine was asked for a stream's usage.
+#[derive(Clone, Copy)]
+struct Expected {
+    /// By the gateway, on the client's behalf: the usage event is cut.
+    asked: bool,
+    /// By either, from an engine that reports it as far as this core knows.
+    reported: bool,
 }
 
 /// The largest whole answer translated (a long completion is a few hundred kilobytes):
@@ -541,12 +557,16 @@ pub async fn relay<H>(
     let ResponseStart { up, head } = start;
     let state = leg.state;
     let reply = bufs.up.reply.take();
+    let usage = Expected {
+        asked: bufs.up.asked_usage,
+        reported: bufs.up.usage_expected,
+    };
     leg.report.streamed = head.is_sse;
     // The request went out and its answer has begun: its bytes are not needed again (a
     // retry rebuilds them), so the buffer serves other requests while this one streams.
     state.core.give_back(&mut bufs.up.bytes);
     state.core.lend(&mut bufs.out);
-    let (mut copy, close_client) = response_head(&head, bufs, &leg, reply);
+    let (mut copy, close_client) = response_head(&head, bufs, &leg, (reply, usage));
     let first = &bufs.ubuf[head.len..];
     if copy.scan_usage && !first.is_empty() {
         leg.report.usage = usage::scan(first).or(leg.report.usage);
@@ -566,6 +586,13 @@ pub async fn relay<H>(
     let mut up = up;
     let end = copy_body(io, bufs, &mut up, &mut copy, &mut leg).await;
     leg.report.deltas = copy.tail.deltas.count();
+    if let Some(u) = copy.usage_cut.as_ref().and_then(|c| c.usage()) {
+        leg.report.usage = Some(u);
+    }
+    if copy.expect_usage && leg.report.usage.is_none() && matches!(end, StreamEnd::Complete) {
+        // Asked and not told: this core counts the target's streams from now on.
+        state.usage_unreported(leg.target);
+    }
     match end {
         StreamEnd::Complete => leg.report.completed = true,
         StreamEnd::ClientGone => {
@@ -597,17 +624,22 @@ pub async fn relay<H>(
 
 /// Writes the client's response head into `bufs.out` (the engine's headers, the gateway's,
 /// the framing); the body copy it sets up, and whether the client's connection closes
-/// after it.
+/// after it. `reply` translates the answer; `usage` says whether the engine was asked for
+/// the stream's usage.
 fn response_head<H>(
     head: &ResponseHead,
     bufs: &mut IoBufs,
     leg: &Leg<'_, H>,
-    reply: Option<Box<Reply>>,
+    (reply, usage): (Option<Box<Reply>>, Expected),
 ) -> (BodyCopy, bool) {
     let state = leg.state;
     let target = &state.config.targets[leg.target];
     let client = &leg.client;
-    let scan_usage = (200..300).contains(&head.status);
+    let success = (200..300).contains(&head.status);
+    let stream = head.is_sse && success && reply.is_none();
+    let usage_cut = (usage.asked && stream).then(|| Box::new(UsageChunkCut::new()));
+    // The cut finds the usage; everything else is scanned for it.
+    let scan_usage = success && usage_cut.is_none();
     let translation = reply.map(|reply| {
         Box::new(Translating {
             // An error is translated whole, whatever its framing says.
@@ -619,9 +651,9 @@ fn response_head<H>(
     });
     // A translated body's length is known only at its end: it goes chunked (or, to an
     // HTTP/1.0 client, until the close).
+    let reframed = translation.is_some() || usage_cut.is_some();
     let client_chunked = !client.http10
-        && (translation.is_some()
-            || matches!(head.framing, RespFraming::Chunked | RespFraming::Close));
+        && (reframed || matches!(head.framing, RespFraming::Chunked | RespFraming::Close));
     let out = &mut bufs.out;
     out.clear();
     write_status_line(out, head.status);
@@ -631,13 +663,11 @@ fn response_head<H>(
     if let Some(x) = client.explain {
         write_explain(state, &x, out);
     }
-    let body = body_framing(head, client_chunked, translation.is_some(), out);
+    let body = body_framing(head, client_chunked, reframed, out);
     // An HTTP/1.0 client learns the end of an unframed body from the close; a client that
     // asked to close, or a draining gateway, says so in the response (RFC 9112 §9.6).
-    let close_client = client.http10
-        || client.close
-        || state.core.draining.get()
-        || (translation.is_some() && !client_chunked);
+    let close_client =
+        client.http10 || client.close || state.core.draining.get() || (reframed && !client_chunked);
     if close_client {
         write_header(out, b"connection", b"close");
     }
@@ -645,7 +675,7 @@ fn response_head<H>(
     let copy = BodyCopy {
         body,
         tail: SseTail {
-            count_deltas: scan_usage && head.is_sse,
+            count_deltas: head.is_sse && success && !(usage.reported && stream),
             track_sequence: head.is_sse
                 && client.surface == Surface::Responses
                 && translation.is_none(),
@@ -663,6 +693,8 @@ fn response_head<H>(
         write_timeout: state.config.server.limits.write_timeout,
         surface: client.surface,
         translation,
+        usage_cut,
+        expect_usage: usage.reported && stream,
     };
     (copy, close_client)
 }
@@ -688,14 +720,14 @@ fn write_explain(state: &WorkerState, x: &Explain, out: &mut Vec<u8>) {
 }
 
 /// The framing headers of the client's response, and how the engine's body is read. A
-/// translated body (`translated`) has no length of its own.
+/// reframed body (translated, or with the usage event cut) has no length of its own.
 fn body_framing(
     head: &ResponseHead,
     client_chunked: bool,
-    translated: bool,
+    reframed: bool,
     out: &mut Vec<u8>,
 ) -> BodyState {
-    if translated {
+    if reframed {
         if client_chunked {
             write_header(out, b"transfer-encoding", b"chunked");
         }
@@ -744,21 +776,22 @@ impl BodyCopy {
             return self.feed_translated(data, out);
         }
         let (client_chunked, tail) = (self.client_chunked, &mut self.tail);
-        let mut emit = |out: &mut Vec<u8>, d: &[u8]| {
-            tail.note(d);
-            if client_chunked {
-                encode_chunk(out, d);
-            } else {
-                out.extend_from_slice(d);
-            }
+        let mut cut = self.usage_cut.as_deref_mut();
+        let cutting = cut.is_some();
+        let mut emit = |out: &mut Vec<u8>, d: &[u8]| match cut.as_deref_mut() {
+            Some(c) => c.feed(d, |kept| relay_parts(tail, client_chunked, out, kept)),
+            None => relay_bytes(tail, client_chunked, out, d),
         };
         let (done, overrun) = match &mut self.body {
             BodyState::Empty => (true, !data.is_empty()),
             BodyState::Length(remaining) => {
                 let take = (*remaining).min(data.len() as u64) as usize;
-                // A length-framed body goes to the client as it is (`response_head` never
-                // chunks it).
-                debug_assert!(!client_chunked, "a length-framed body is never rechunked");
+                // A length-framed body goes to the client as it is (`response_head` chunks
+                // it only when it cuts the usage event from it).
+                debug_assert!(
+                    !client_chunked || cutting,
+                    "a length-framed body is never rechunked"
+                );
                 emit(out, &data[..take]);
                 *remaining -= take as u64;
                 (*remaining == 0, take < data.len())
@@ -774,7 +807,18 @@ impl BodyCopy {
         };
         self.done = done;
         self.overrun |= overrun;
+        if done {
+            self.end_cut(out);
+        }
         Ok(())
+    }
+
+    /// The body ended: an unfinished last event the usage cut held goes out.
+    fn end_cut(&mut self, out: &mut Vec<u8>) {
+        let (client_chunked, tail) = (self.client_chunked, &mut self.tail);
+        if let Some(c) = self.usage_cut.as_deref_mut() {
+            c.finish(|held| relay_parts(tail, client_chunked, out, held));
+        }
     }
 
     /// [`feed`](Self::feed) of a translated answer: the engine's body bytes are unframed,
@@ -935,6 +979,10 @@ async fn copy_body<H>(
                 }
                 // A close-delimited body ends cleanly at EOF.
                 copy.done = true;
+                if copy.usage_cut.is_some() {
+                    state.core.lend(&mut bufs.out);
+                    copy.end_cut(&mut bufs.out);
+                }
                 if copy.translation.is_some() {
                     state.core.lend(&mut bufs.out);
                     if copy.feed_translated(&[], &mut bufs.out).is_err() {
@@ -1094,6 +1142,30 @@ fn fit_read_buffer(buf: &mut Vec<u8>, size: usize) {
         *buf = Vec::with_capacity(size);
     } else {
         buf.reserve(size);
+    }
+}
+
+/// Relays body bytes `d` into `out` in the client's framing, noted by `tail`.
+fn relay_bytes(tail: &mut SseTail, client_chunked: bool, out: &mut Vec<u8>, d: &[u8]) {
+    tail.note(d);
+    if client_chunked {
+        encode_chunk(out, d);
+    } else {
+        out.extend_from_slice(d);
+    }
+}
+
+/// Relays `parts` of the body, one after the other, as [`relay_bytes`] does one.
+fn relay_parts(tail: &mut SseTail, client_chunked: bool, out: &mut Vec<u8>, parts: &[&[u8]]) {
+    for p in parts {
+        tail.note(p);
+    }
+    if client_chunked {
+        encode_chunk_parts(out, parts);
+    } else {
+        for p in parts {
+            out.extend_from_slice(p);
+        }
     }
 }
 

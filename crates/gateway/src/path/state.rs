@@ -194,6 +194,10 @@ pub struct WorkerState {
     pub fleet_caps: bool,
     /// The listener's TLS settings (`[server.tls]`); `None`: plaintext.
     pub client_tls: Option<Arc<rustls::ServerConfig>>,
+    /// Targets whose stream came back without the usage it was asked for, on this core:
+    /// their streams are counted, not asked again (`stream_usage`), until the next
+    /// configuration.
+    usage_unreported: RefCell<Vec<bool>>,
 }
 
 /// Most spare buffer sets a worker keeps.
@@ -331,7 +335,27 @@ impl WorkerState {
             }),
             fleet_caps: config.state.as_ref().is_some_and(|s| s.share_load),
             client_tls: config.server.tls.as_ref().map(client_tls::server_config),
+            usage_unreported: RefCell::new(vec![false; config.targets.len()]),
             config,
+        }
+    }
+
+    /// Whether `target`'s streams report the usage they are asked for, as far as this
+    /// core has seen.
+    pub fn usage_reported(&self, target: usize) -> bool {
+        !self
+            .usage_unreported
+            .borrow()
+            .get(target)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// `target`'s stream came back without the usage it was asked for: its streams are
+    /// counted from now on.
+    pub fn usage_unreported(&self, target: usize) {
+        if let Some(t) = self.usage_unreported.borrow_mut().get_mut(target) {
+            *t = true;
         }
     }
 }

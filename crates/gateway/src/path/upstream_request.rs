@@ -139,8 +139,44 @@ pub fn build_leg(up: &mut Outgoing, ex: &Exchange<'_>, tid: usize) {
         fields: ex.fields,
         class: Some(ex.admit.class),
         trace: ex.trace.map(|t| (t, t.attempt(tid))),
+        ask_usage: asks_usage(ex.req, ex.routed, &ex.body, target) && ex.state.usage_reported(tid),
     };
     write(up, ex.req, ex.routed, edit, target);
+    // A client that asked for usage itself gets it from an engine that reports it: its
+    // stream's deltas need no counting either.
+    let facts = &ex.routed.facts;
+    up.usage_expected = up.asked_usage
+        || (facts.stream
+            && facts.include_usage
+            && up.reply.is_none()
+            && ex.state.usage_reported(tid));
+}
+
+/// What a request asks the engine for when the gateway asks for a stream's usage.
+pub const STREAM_USAGE: &str = r#"{"include_usage":true}"#;
+/// The same, as the body's first field.
+const STREAM_USAGE_FIELD: &[u8] = br#""stream_options":{"include_usage":true},"#;
+
+/// Whether the request to `target` asks the engine for the stream's usage on the client's
+/// behalf (`stream_usage = "ask"`): a streamed chat or completions request with no
+/// `stream_options` of its own, relayed to the client (not vLLM's prefill leg).
+fn asks_usage(req: &Request<'_>, routed: &Routed<'_>, leg: &LegBody, target: &Target) -> bool {
+    let facts = &routed.facts;
+    facts.stream
+        && !facts.stream_options
+        && facts.model_is_json
+        && !leg.vllm_prefill
+        && target.stream_usage == rolter_config::StreamUsage::Ask
+        && matches!(
+            &req.buf[req.head.path.clone()],
+            b"/v1/chat/completions" | b"/v1/completions"
+        )
+}
+
+/// Where `body` (a JSON object) opens: just past its `{`.
+fn object_start(body: &[u8]) -> Option<usize> {
+    let at = body.iter().position(|b| !b" \t\r\n".contains(b))?;
+    (body[at] == b'{').then_some(at + 1)
 }
 
 /// Writes the upstream request of a co-located request to `target`: a fresh head and
@@ -153,6 +189,7 @@ pub fn build(up: &mut Outgoing, req: &Request<'_>, routed: &Routed<'_>, target: 
         fields: None,
         class: None,
         trace: None,
+        ask_usage: false,
     };
     write(up, req, routed, edit, target);
 }
@@ -166,6 +203,8 @@ struct Rewrite<'a> {
     class: Option<usize>,
     /// The request's trace and the attempt's span id, told to the engine (`traceparent`).
     trace: Option<(&'a RequestTrace, [u8; 8])>,
+    /// Ask the engine for the stream's usage (`stream_usage = "ask"`, [`asks_usage`]).
+    ask_usage: bool,
 }
 
 fn write(
@@ -197,6 +236,9 @@ fn write(
         let model = upstream_model.map(String::as_str);
         return write_translated(up, req.body, (edit.leg, target), pair, (model, priority));
     }
+    // The field goes first, where the body opens (a body that is no object goes as it is).
+    let usage_at = object_start(req.body).filter(|_| edit.ask_usage);
+    up.asked_usage = usage_at.is_some();
     if !edit.leg.is_empty() || leg_body::rank_in_body(target) || priority.is_some() {
         let parsed;
         let fields = match edit.fields {
@@ -215,6 +257,7 @@ fn write(
             let changes = leg_body::Changes {
                 model: model.as_deref(),
                 priority,
+                stream_options: usage_at.map(|_| STREAM_USAGE),
             };
             leg_body::write(fields, edit.leg, target, changes, &mut body);
             write_content_length(&mut up.bytes, body.len() as u64);
@@ -223,6 +266,10 @@ fn write(
             up.scratch = body;
             return;
         }
+    }
+    if let Some(at) = usage_at {
+        let model = upstream_model.zip(facts.model_span.clone());
+        return write_asking_usage(up, req, at, model.map(|(m, span)| (m.as_str(), span)));
     }
     let out = &mut up.bytes;
     match (upstream_model, &facts.model_span) {
@@ -256,6 +303,44 @@ fn write(
             }
         }
     }
+}
+
+/// Writes the body with the stream's usage asked for ([`STREAM_USAGE_FIELD`] at `at`, where
+/// the object opens), and the model swapped for `model`'s name over its span, if one is
+/// configured: in place when only the field is added, else copied.
+fn write_asking_usage(
+    up: &mut Outgoing,
+    req: &Request<'_>,
+    at: usize,
+    model: Option<(&str, std::ops::Range<usize>)>,
+) {
+    let body = req.body;
+    let Some((name, span)) = model.filter(|(_, span)| span.start >= at) else {
+        write_content_length(
+            &mut up.bytes,
+            (body.len() + STREAM_USAGE_FIELD.len()) as u64,
+        );
+        up.bytes.extend_from_slice(b"\r\n");
+        if let Some(p) = req.body_in_place {
+            up.body_in_place(p.buf, p.at..p.at + at, p.at + at..p.at + body.len());
+            up.bytes.extend_from_slice(STREAM_USAGE_FIELD);
+        } else {
+            up.bytes.extend_from_slice(&body[..at]);
+            up.bytes.extend_from_slice(STREAM_USAGE_FIELD);
+            up.bytes.extend_from_slice(&body[at..]);
+        }
+        return;
+    };
+    let quoted = serde_json::to_string(name).unwrap_or_default();
+    let len = body.len() + STREAM_USAGE_FIELD.len() - span.len() + quoted.len();
+    let out = &mut up.bytes;
+    write_content_length(out, len as u64);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&body[..at]);
+    out.extend_from_slice(STREAM_USAGE_FIELD);
+    out.extend_from_slice(&body[at..span.start]);
+    out.extend_from_slice(quoted.as_bytes());
+    out.extend_from_slice(&body[span.end..]);
 }
 
 /// What the head says beyond the client's request: the API it is translated to, the
@@ -317,6 +402,7 @@ fn write_translated(
             let changes = leg_body::Changes {
                 model: None,
                 priority,
+                stream_options: None,
             };
             leg_body::write(&fields, leg, target, changes, &mut changed);
             body = changed;
