@@ -213,7 +213,12 @@ fn targets(g: &Gw) -> BTreeMap<String, serde_json::Value> {
 
 fn wait_members(g: &Gw, want: &[String], ctx: &str) {
     let want: BTreeSet<String> = want.iter().cloned().collect();
-    wait_for(ctx, Duration::from_secs(15), || members(g) == want);
+    // The admin API shows the control thread's view, which switches before the workers;
+    // the members gauge is set once every worker serves with the new set.
+    let gauge = "rolter_discovery_members{group=\"vllm\"}";
+    wait_for(ctx, Duration::from_secs(15), || {
+        members(g) == want && g.series(gauge) == Some(want.len() as f64)
+    });
 }
 
 /// What the load threads saw: per target, the requests it served; and every failure.
