@@ -470,7 +470,11 @@ fn an_engine_that_ignores_the_usage_asked_for_is_not_asked_again_on_that_core() 
                 body.len()
             ))
         });
-        let g = gw(d, up.addr, TIMEOUTS, "");
+        let mut rest = target("t0", up.addr, "");
+        rest.push_str(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n[[routes]]\nname = \"r\"\ntargets = [\"t0\"]\n",
+        );
+        let g = gateway(d, &rest);
         // One connection: one core.
         let mut c = Client::connect(g.local_addr());
         for i in 0..3 {
@@ -491,5 +495,9 @@ fn an_engine_that_ignores_the_usage_asked_for_is_not_asked_again_on_that_core() 
             [asked, STREAM_BODY.len(), STREAM_BODY.len()],
             "{ctx}: asked once, then sent as it came"
         );
+        let unreported = "rolter_stream_usage_unreported_total{target=\"t0\"}";
+        wait_for("the unreported usage counted", WAIT, || {
+            admin_series(&g, unreported) == Some(1.0)
+        });
     }
 }

@@ -403,6 +403,7 @@ impl Plane {
                 HedgeEvent::Skipped(why) => self.metrics.record_hedge_skipped(route as usize, why),
             },
             Record::Cooldown { target, until } => self.fold_cooldown(target as usize, until),
+            Record::UsageUnreported { target } => self.fold_usage_unreported(target, now),
             Record::RetryBudgetExhausted { route } => self.fold_budget_exhausted(route, now),
             Record::Queued { route, class } => self.queues.queued(route, class),
             Record::Queue {
@@ -516,6 +517,22 @@ impl Plane {
                 *c = Some(until);
             }
         }
+    }
+
+    /// A worker found a target's stream without the usage it asked for: counted, and
+    /// logged (rate-limited).
+    fn fold_usage_unreported(&mut self, target: u16, now: Instant) {
+        self.metrics.record_usage_unreported(target as usize);
+        if log_due(&mut self.lookup_problems, (target, "stream_usage"), now).is_none() {
+            return;
+        }
+        let Some(t) = self.config.targets.get(target as usize) else {
+            return;
+        };
+        tracing::warn!(
+            target = %t.name,
+            "the target's stream came back without the usage it was asked for (stream_options.include_usage): that worker counts its streams' content deltas until the next reload; set stream_usage = \"count\" on the target to stop asking (counted in rolter_stream_usage_unreported_total)"
+        );
     }
 
     /// A retry refused by the route's budget: counted, and logged (rate-limited).

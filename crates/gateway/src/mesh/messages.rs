@@ -105,6 +105,9 @@ pub enum Record {
         target: u16,
         until: std::time::Instant,
     },
+    /// `target`'s stream came back without the usage this core asked for: the core counts
+    /// its streams' content deltas from now on (sent once per core and configuration).
+    UsageUnreported { target: u16 },
     /// A request entered `route`'s queue on this core.
     Queued { route: u16, class: u8 },
     /// A request left `route`'s queue (or found it full: `overflow`, not queued), with how

@@ -176,6 +176,7 @@ struct TargetSeries {
     ejections: Counter,
     scrape_failures: Counter,
     cooldowns: Counter,
+    usage_unreported: Counter,
 }
 
 /// The gateway's counters and histograms. Owned and mutated by the control thread only.
@@ -463,11 +464,12 @@ struct TargetFamilies {
     cooldowns: Family<TargetLabel, Counter>,
     ejections: Family<TargetLabel, Counter>,
     scrape_failures: Family<TargetLabel, Counter>,
+    usage_unreported: Family<TargetLabel, Counter>,
 }
 
 impl TargetFamilies {
-    /// Registers `rolter_target_cooldowns`, `rolter_ejections` and `rolter_scrape_failures`,
-    /// in that order.
+    /// Registers `rolter_target_cooldowns`, `rolter_ejections`, `rolter_scrape_failures` and
+    /// `rolter_stream_usage_unreported`, in that order.
     fn register(registry: &mut Registry) -> Self {
         TargetFamilies {
             cooldowns: registered(
@@ -486,6 +488,12 @@ impl TargetFamilies {
                 registry,
                 "rolter_scrape_failures",
                 "Failed scrapes of the target's metrics endpoint",
+                Family::default(),
+            ),
+            usage_unreported: registered(
+                registry,
+                "rolter_stream_usage_unreported",
+                "Workers that found the target's stream without the usage they asked it for (stream_usage = \"ask\"): that worker counts its streams' content deltas until the next reload",
                 Family::default(),
             ),
         }
@@ -509,6 +517,7 @@ impl TargetFamilies {
                     ejections: self.ejections.get_or_create_owned(&target),
                     scrape_failures: self.scrape_failures.get_or_create_owned(&target),
                     cooldowns: self.cooldowns.get_or_create_owned(&target),
+                    usage_unreported: self.usage_unreported.get_or_create_owned(&target),
                 }
             })
             .collect()
@@ -875,6 +884,13 @@ impl GatewayMetrics {
     pub fn record_cooldown(&mut self, target: usize) {
         if let Some(t) = self.target(target) {
             t.cooldowns.inc();
+        }
+    }
+
+    /// A worker found `target`'s stream without the usage it asked for.
+    pub fn record_usage_unreported(&mut self, target: usize) {
+        if let Some(t) = self.target(target) {
+            t.usage_unreported.inc();
         }
     }
 

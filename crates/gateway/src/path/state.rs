@@ -355,7 +355,12 @@ impl WorkerState {
     /// counted from now on.
     pub fn usage_unreported(&self, target: usize) {
         if let Some(t) = self.usage_unreported.borrow_mut().get_mut(target) {
-            *t = true;
+            if !*t {
+                *t = true;
+                self.links.record(Record::UsageUnreported {
+                    target: target as u16,
+                });
+            }
         }
     }
 }
