@@ -4,10 +4,11 @@
 # bindings, redis-server, dnsmasq, and Prometheus's promtool where the distribution ships it), the
 # OpenAI and Anthropic Python SDKs, Hugging Face's tokenizers and jinja2, OpenTelemetry's
 # protobuf definitions (opentelemetry-proto) with pip, the
-# pinned Rust toolchain with rustup — saying what it installs, then runs formatting, lints,
+# pinned Rust toolchain with rustup, and cargo-afl (with its AFL++ runtime, for fuzz/run.sh)
+# with cargo install — saying what it installs, then runs formatting, lints,
 # the module-import and function-length checks and the whole test suite: the default build,
 # then the lean build (`--no-default-features`: no ZMQ, no local tokenizer, no demo), whose
-# dependency tree is checked to hold none of them.
+# dependency tree is checked to hold none of them; last, each parser's fuzz target for 20 s.
 #
 #   ./tests/run.sh
 set -euo pipefail
@@ -142,3 +143,5 @@ log "lean build: cargo test --no-default-features"
 # The replica parity comparisons (tests/replica_parity.rs, minutes of seeded runs) exercise
 # nothing the optional features change; they run once, in the default build above.
 cargo test "${LEAN[@]}" --no-default-features -- --skip on_three_replicas_keeps_one_gateways_hit_rate
+log "fuzzing: each parser's target for 20 s (fuzz/run.sh)"
+./fuzz/run.sh 20

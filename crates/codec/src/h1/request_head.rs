@@ -500,22 +500,22 @@ fn oversize_error(buf: &[u8], limits: &HeadLimits) -> HeadError {
 }
 
 /// A Host value as RFC 9112 §3.2 and RFC 3986 §3.2.2 have it: `uri-host [":" port]`, where
-/// uri-host is an IP literal in brackets, or a reg-name (IPv4 addresses included) of
-/// unreserved characters, percent-encodings and sub-delimiters. Refused: userinfo (`@`),
-/// spaces, a path, and a comma (a list: more than one host). Empty is allowed (a target
-/// without authority).
-fn valid_host(v: &[u8]) -> bool {
+/// uri-host is an IP literal in brackets (an IPv6address; IPvFuture is refused), or a
+/// reg-name (IPv4 addresses included) of unreserved characters, percent-encodings and
+/// sub-delimiters. Refused: userinfo (`@`), spaces, a path, a comma (a list: more than one
+/// host) and a port of more than 5 digits. Empty is allowed (a target without authority).
+///
+/// Public so the fuzz targets (`fuzz/`) can check it against a reference implementation;
+/// [`parse`] applies it to every Host field.
+pub fn valid_host(v: &[u8]) -> bool {
     let v = trim_ows(v);
     let (host, port) = if let Some(rest) = v.strip_prefix(b"[") {
         let Some(close) = rest.iter().position(|&b| b == b']') else {
             return false;
         };
-        let literal = &rest[..close];
-        if literal.is_empty()
-            || !literal
-                .iter()
-                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
-        {
+        // std's parser reads exactly RFC 3986's IPv6address (no zone, no IPvFuture).
+        let literal = std::str::from_utf8(&rest[..close]);
+        if !literal.is_ok_and(|l| l.parse::<std::net::Ipv6Addr>().is_ok()) {
             return false;
         }
         (&b""[..], &rest[close + 1..])
@@ -750,6 +750,48 @@ mod tests {
                 HeadError::BadRequest("invalid Host"),
                 "{bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn an_ip_literal_must_be_an_ipv6_address() {
+        // Found by fuzz/ (the `host` target against its RFC 3986 reference): any run of hex
+        // digits, colons and dots used to pass as an IP literal.
+        for bad in [
+            "[1]",
+            "[a1]",
+            "[191]",
+            "[1:0]",
+            "[:::]",
+            "[:::1]",
+            "[::1:]",
+            "[::1::1]",
+            "[8..]",
+            "[:9D.0]",
+            "[10.0.0.1:::1]",
+            "[2001:dbdb8::1]:80",
+            "[2001:db8::20011111]:8080",
+            "[::01.2.3.4]",
+            "[1.2.3.4::]",
+            "[v1.fe]",
+        ] {
+            assert!(!valid_host(bad.as_bytes()), "{bad:?}");
+            let raw = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
+            assert_eq!(
+                p(raw.as_bytes()).unwrap_err(),
+                HeadError::BadRequest("invalid Host"),
+                "{bad:?}"
+            );
+        }
+        for ok in [
+            "[::]",
+            "[::1]:",
+            "[1:2:3:4:5:6:7:8]",
+            "[1:2:3:4:5:6:7::]",
+            "[::ffff:10.0.0.1]:443",
+            "[1:2:3:4:5:6:1.2.3.4]",
+        ] {
+            assert!(valid_host(ok.as_bytes()), "{ok:?}");
         }
     }
 

@@ -1,0 +1,14 @@
+//! The `chunked` fuzz target's binary: under `cargo afl build` (`--cfg fuzzing`) the AFL++
+//! persistent loop over [`rolter_fuzz::chunked`]; under plain cargo, a replay of the files
+//! named on the command line (or of standard input).
+
+#[cfg(fuzzing)]
+fn main() {
+    rolter_fuzz::warm_up(rolter_fuzz::chunked);
+    afl::fuzz!(|data: &[u8]| { rolter_fuzz::chunked(data) });
+}
+
+#[cfg(not(fuzzing))]
+fn main() {
+    rolter_fuzz::replay_main(rolter_fuzz::chunked);
+}
