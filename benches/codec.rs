@@ -6,8 +6,9 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rolter::codec::api::deltas::DeltaCounter;
+use rolter::codec::api::usage_chunk::UsageChunkCut;
 use rolter::codec::api::{facts, usage};
-use rolter::codec::h1::chunked::{encode_chunk, ChunkedDecoder};
+use rolter::codec::h1::chunked::{encode_chunk, encode_chunk_parts, ChunkedDecoder};
 use rolter::codec::h1::request_head::{self as head, HeadLimits};
 use rolter::gateway::path::outgoing::Outgoing;
 use rolter::gateway::path::request::{BodyInPlace, Request};
@@ -100,6 +101,78 @@ fn chunked_stream() -> Vec<u8> {
     encode_chunk(&mut framed, b"data: [DONE]\n\n");
     framed.extend_from_slice(b"0\r\n\r\n");
     framed
+}
+
+/// The same stream as an engine asked for its usage sends it (vLLM before 0.6, OpenAI's
+/// API): `"usage":null` on every token event and the usage in an event of its own.
+fn asked_stream() -> Vec<u8> {
+    let mut framed = Vec::new();
+    let head = r#"data: {"id":"chatcmpl-72529da172387fe44e6d89813d11b1cd","object":"chat.completion.chunk","created":1796171015,"model":"m","choices":["#;
+    let token = |delta: &str, finish: &str| {
+        format!("{head}{{\"index\":0,\"delta\":{{{delta}}},\"logprobs\":null,\"finish_reason\":{finish}}}],\"usage\":null}}\n\n")
+    };
+    encode_chunk(
+        &mut framed,
+        token(r#""role":"assistant","content":"""#, "null").as_bytes(),
+    );
+    for i in 0..64 {
+        encode_chunk(
+            &mut framed,
+            token(&format!(r#""content":" tok{i}""#), "null").as_bytes(),
+        );
+    }
+    encode_chunk(&mut framed, token("", r#""length""#).as_bytes());
+    encode_chunk(
+        &mut framed,
+        format!("{head}],\"usage\":{{\"prompt_tokens\":250,\"total_tokens\":314,\"completion_tokens\":64}}}}\n\n").as_bytes(),
+    );
+    encode_chunk(&mut framed, b"data: [DONE]\n\n");
+    framed.extend_from_slice(b"0\r\n\r\n");
+    framed
+}
+
+/// The relay's work on a stream it asked the usage for: decode, cut the usage event and
+/// the null fields, re-frame (`stream_usage = "ask"`); against counting the deltas and
+/// scanning for usage over the same stream (`"count"`).
+fn bench_asked_stream(c: &mut Criterion) {
+    let framed = asked_stream();
+    let mut out = Vec::with_capacity(8192);
+    let mut g = c.benchmark_group("sse_stream_asked");
+    g.throughput(Throughput::Bytes(framed.len() as u64));
+    g.bench_function("cut_usage_64_events_in_4k_reads", |b| {
+        b.iter(|| {
+            let mut d = ChunkedDecoder::new();
+            let mut cut = UsageChunkCut::new();
+            for read in black_box(&framed).chunks(4096) {
+                out.clear();
+                d.feed(read, |piece| {
+                    cut.feed(piece, |parts| encode_chunk_parts(&mut out, parts))
+                })
+                .unwrap();
+            }
+            assert!(d.is_done());
+            cut.usage()
+        })
+    });
+    g.bench_function("count_deltas_64_events_in_4k_reads", |b| {
+        b.iter(|| {
+            let mut d = ChunkedDecoder::new();
+            let mut deltas = DeltaCounter::default();
+            let mut found = None;
+            for read in black_box(&framed).chunks(4096) {
+                out.clear();
+                found = usage::scan(read).or(found);
+                d.feed(read, |piece| {
+                    deltas.feed(piece);
+                    encode_chunk(&mut out, piece)
+                })
+                .unwrap();
+            }
+            assert!(d.is_done());
+            (deltas.count(), found)
+        })
+    });
+    g.finish();
 }
 
 fn bench_stream(c: &mut Criterion) {
@@ -230,6 +303,7 @@ criterion_group!(
     bench_facts,
     bench_chunked,
     bench_stream,
+    bench_asked_stream,
     bench_rewrite
 );
 criterion_main!(benches);

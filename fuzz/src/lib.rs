@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 
 use rolter_codec::api::deltas::DeltaCounter;
+use rolter_codec::api::usage_chunk::UsageChunkCut;
 use rolter_codec::api::{facts as json_facts, multipart as form, usage};
 use rolter_codec::h1::chunked::{encode_chunk, ChunkError, ChunkedDecoder, LAST_CHUNK};
 use rolter_codec::h1::request_head::{
@@ -420,6 +421,28 @@ pub fn sse(data: &[u8]) {
         assert!(
             u.completion_tokens == 0 || contains(data, u.completion_tokens.to_string().as_bytes())
         );
+    }
+    usage_cut(data);
+}
+
+/// The usage event's cut: never more bytes out than in, the same bytes and usage however
+/// the reads split the stream, and nothing but whole events while it holds.
+fn usage_cut(data: &[u8]) {
+    let run = |reads: &[&[u8]]| {
+        let mut cut = UsageChunkCut::new();
+        let mut out = Vec::new();
+        for r in reads {
+            cut.feed(r, |parts| {
+                parts.iter().for_each(|p| out.extend_from_slice(p))
+            });
+        }
+        cut.finish(|parts| parts.iter().for_each(|p| out.extend_from_slice(p)));
+        (out, cut.usage())
+    };
+    let whole = run(&[data]);
+    assert!(whole.0.len() <= data.len(), "the cut added bytes");
+    for cut in cut_points(data.len(), data) {
+        assert_eq!(run(&[&data[..cut], &data[cut..]]), whole, "split at {cut}");
     }
 }
 

@@ -28,7 +28,6 @@ pub const MAX_HELD: usize = 1 << 20;
 
 /// The key searched for: `null` on token events, the counts on the usage event.
 static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
-static BLANK_LINE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\n"));
 
 /// The most pieces one part is made of; more go out as another part.
 const MAX_PIECES: usize = 32;
@@ -107,8 +106,8 @@ impl UsageChunkCut {
                     search = cut_to;
                 }
                 Some((Value::Counts, _)) => {
-                    let start = event_start(&events[..at]);
-                    let end = at + complete_len_from(&events[at..]);
+                    let start = event_start(events, at);
+                    let end = event_end(events, at);
                     let event = &events[start..end];
                     self.usage = usage::scan(event).or(self.usage);
                     search = end;
@@ -216,49 +215,61 @@ fn null_field(events: &[u8], key: usize, end: usize) -> (usize, usize) {
     }
 }
 
-/// Where the event holding byte `before.len()` starts: just past the blank line before it
-/// (CRLF streams' events end in `\r\n\r\n`), or at 0.
-fn event_start(before: &[u8]) -> usize {
-    let lf = before.windows(2).rposition(|w| w == b"\n\n").map(|p| p + 2);
-    let crlf = memchr::memmem::rfind(before, b"\r\n\r\n").map(|p| p + 4);
-    lf.max(crlf).unwrap_or(0)
+/// Where the event holding byte `at` of `events` starts: just past the last blank line
+/// before it, or at 0.
+fn event_start(events: &[u8], at: usize) -> usize {
+    last_blank_end(events, at).unwrap_or(0)
 }
 
-/// How many of `data`'s bytes are whole events: up to the end of its last blank line
-/// (`\n\n`, `\r\n\r\n` or `\r\r`), 0 when it has none.
+/// How many of `data`'s bytes are whole events: up to the end of its last blank line, 0
+/// when it has none.
 fn complete_len(data: &[u8]) -> usize {
     // The usual read: the engine writes whole events, and it ends with one.
     if data.ends_with(b"\n\n") || data.is_empty() {
         return data.len();
     }
-    let mut end = data.len();
+    last_blank_end(data, data.len()).unwrap_or(0)
+}
+
+/// Just past the last blank line of `data` that ends before `end`.
+fn last_blank_end(data: &[u8], end: usize) -> Option<usize> {
+    let mut end = end;
     while let Some(i) = memchr::memrchr2(b'\n', b'\r', &data[..end]) {
         if ends_blank_line(data, i) {
-            return i + 1;
+            return Some(i + 1);
         }
         end = i;
     }
-    0
+    None
 }
 
-/// Whether the line end at `i` ends a blank line: `\n\n`, `\n\r\n`, or `\r\r` that is not
-/// the first half of a CRLF.
+/// The end of the event that starts at `from` of `events` (whole events): just past its
+/// first blank line (else all of it).
+fn event_end(events: &[u8], from: usize) -> usize {
+    let mut at = from;
+    while let Some(i) = memchr::memchr2(b'\n', b'\r', &events[at..]).map(|p| at + p) {
+        if ends_blank_line(events, i) {
+            return i + 1;
+        }
+        at = i + 1;
+    }
+    events.len()
+}
+
+/// Whether the line end at `i` ends a blank line, from the bytes up to `i + 1` only (so a
+/// read cut anywhere finds the same ones): `\n` after `\n`, `\r\n` or `\r\r`; a `\r` after
+/// `\r` or `\n` that a byte other than `\n` follows (a `\r` at the end of the bytes may be
+/// the first half of a CRLF, and is not yet one).
 fn ends_blank_line(data: &[u8], i: usize) -> bool {
     let before = |k: usize| i.checked_sub(k).map(|j| data[j]);
     match data[i] {
-        b'\n' => before(1) == Some(b'\n') || (before(1) == Some(b'\r') && before(2) == Some(b'\n')),
-        _ => before(1) == Some(b'\r') && data.get(i + 1) != Some(&b'\n'),
-    }
-}
-
-/// The end of the event `rest` is inside of: just past its first blank line (`rest` is
-/// within whole events, so there is one; else all of it).
-fn complete_len_from(rest: &[u8]) -> usize {
-    let lf = BLANK_LINE.find(rest).map(|p| p + 2);
-    let crlf = memchr::memmem::find(rest, b"\r\n\r\n").map(|p| p + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => a.min(b),
-        (a, b) => a.or(b).unwrap_or(rest.len()),
+        b'\n' => {
+            before(1) == Some(b'\n')
+                || (before(1) == Some(b'\r') && matches!(before(2), Some(b'\n' | b'\r')))
+        }
+        _ => {
+            matches!(before(1), Some(b'\r' | b'\n')) && data.get(i + 1).is_some_and(|&b| b != b'\n')
+        }
     }
 }
 
@@ -350,6 +361,23 @@ mod tests {
                 "cut at {c}"
             );
             assert_eq!(got, Some(USED));
+        }
+    }
+
+    #[test]
+    fn bare_cr_events_are_cut_the_same_however_the_reads_split() {
+        // A `\r` that ends a read may be the first half of a CRLF: the event it would end
+        // waits for the next byte.
+        let usage =
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":2}}";
+        for sep in ["\r\r", "\n\r", "\r\r\n", "\r\n\r"] {
+            let s = format!("data: a{sep}{usage}{sep}data: [DONE]{sep}");
+            let want = format!("data: a{sep}data: [DONE]{sep}");
+            for c in 0..s.len() {
+                let (out, got) = run(s.as_bytes(), &[c]);
+                assert_eq!(String::from_utf8(out).unwrap(), want, "{sep:?} cut at {c}");
+                assert_eq!(got, Some(USED), "{sep:?} cut at {c}");
+            }
         }
     }
 

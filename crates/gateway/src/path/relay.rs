@@ -1157,9 +1157,7 @@ fn relay_bytes(tail: &mut SseTail, client_chunked: bool, out: &mut Vec<u8>, d: &
 
 /// Relays `parts` of the body, one after the other, as [`relay_bytes`] does one.
 fn relay_parts(tail: &mut SseTail, client_chunked: bool, out: &mut Vec<u8>, parts: &[&[u8]]) {
-    for p in parts {
-        tail.note(p);
-    }
+    tail.note_parts(parts);
     if client_chunked {
         encode_chunk_parts(out, parts);
     } else {
@@ -1198,6 +1196,23 @@ impl SseTail {
             self.last = [self.last[1], self.last[2], b];
         }
         self.sent |= !payload.is_empty();
+    }
+
+    /// [`note`](Self::note) of `parts`, relayed one after the other: without per-byte work
+    /// to do, only their last three bytes are looked at.
+    fn note_parts(&mut self, parts: &[&[u8]]) {
+        if self.count_deltas || self.track_sequence {
+            return parts.iter().for_each(|p| self.note(p));
+        }
+        let (mut got, mut n) = ([0u8; 3], 0);
+        for &b in parts.iter().rev().flat_map(|p| p.iter().rev()).take(3) {
+            got[2 - n] = b;
+            n += 1;
+        }
+        for &b in &got[3 - n..] {
+            self.last = [self.last[1], self.last[2], b];
+        }
+        self.sent |= n > 0;
     }
 
     /// What must precede a new event: nothing before any byte or at an event boundary (two
@@ -1310,6 +1325,14 @@ mod tests {
         for p in parts {
             t.note(p);
         }
+        // Noted as one relayed part, or each piece as a part of its own: the same tail.
+        let mut whole = SseTail::default();
+        whole.note_parts(parts);
+        let mut each = SseTail::default();
+        parts.iter().for_each(|p| each.note_parts(&[p]));
+        for other in [&whole, &each] {
+            assert_eq!((other.last, other.sent), (t.last, t.sent), "{parts:?}");
+        }
         t.separator()
     }
 
@@ -1324,5 +1347,7 @@ mod tests {
         assert_eq!(sep(&[b"data: {}\n"]), b"\n\n");
         assert_eq!(sep(&[b"data: {}\r\n"]), b"\n\n");
         assert_eq!(sep(&[b"data: {}\n\n", b"d", b"a"]), b"\n\n");
+        assert_eq!(sep(&[b"data: {}\n", b"", b"\n", b""]), b"");
+        assert_eq!(sep(&[b"\n", b"x", b"\n"]), b"\n\n");
     }
 }
