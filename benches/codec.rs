@@ -103,13 +103,14 @@ fn chunked_stream() -> Vec<u8> {
     framed
 }
 
-/// The same stream as an engine asked for its usage sends it (vLLM before 0.6, OpenAI's
-/// API): `"usage":null` on every token event and the usage in an event of its own.
-fn asked_stream() -> Vec<u8> {
+/// The same stream as an engine asked for its usage sends it: the usage in an event of its
+/// own, and with `nulls`, `"usage":null` on every token event (OpenAI's API, older vLLM).
+fn asked_stream(nulls: bool) -> Vec<u8> {
     let mut framed = Vec::new();
     let head = r#"data: {"id":"chatcmpl-72529da172387fe44e6d89813d11b1cd","object":"chat.completion.chunk","created":1796171015,"model":"m","choices":["#;
     let token = |delta: &str, finish: &str| {
-        format!("{head}{{\"index\":0,\"delta\":{{{delta}}},\"logprobs\":null,\"finish_reason\":{finish}}}],\"usage\":null}}\n\n")
+        let null = if nulls { r#","usage":null"# } else { "" };
+        format!("{head}{{\"index\":0,\"delta\":{{{delta}}},\"logprobs\":null,\"finish_reason\":{finish}}}]{null}}}\n\n")
     };
     encode_chunk(
         &mut framed,
@@ -135,10 +136,26 @@ fn asked_stream() -> Vec<u8> {
 /// the null fields, re-frame (`stream_usage = "ask"`); against counting the deltas and
 /// scanning for usage over the same stream (`"count"`).
 fn bench_asked_stream(c: &mut Criterion) {
-    let framed = asked_stream();
+    let framed = asked_stream(true);
+    let plain = asked_stream(false);
     let mut out = Vec::with_capacity(8192);
     let mut g = c.benchmark_group("sse_stream_asked");
     g.throughput(Throughput::Bytes(framed.len() as u64));
+    g.bench_function("cut_usage_no_null_fields_64_events_in_4k_reads", |b| {
+        b.iter(|| {
+            let mut d = ChunkedDecoder::new();
+            let mut cut = UsageChunkCut::new();
+            for read in black_box(&plain).chunks(4096) {
+                out.clear();
+                d.feed(read, |piece| {
+                    cut.feed(piece, |parts| encode_chunk_parts(&mut out, parts))
+                })
+                .unwrap();
+            }
+            assert!(d.is_done());
+            cut.usage()
+        })
+    });
     g.bench_function("cut_usage_64_events_in_4k_reads", |b| {
         b.iter(|| {
             let mut d = ChunkedDecoder::new();
