@@ -40,6 +40,8 @@ usage: loadtest/run.sh [options]
   --systems "LIST"      subset/order of: direct rolter nginx haproxy rolter_busy (default the
                         first four; rolter_busy is Rolter with [server] busy_poll)
   --busy-poll D         rolter_busy's busy_poll (default 1ms)
+  --access-log WHERE    Rolter's access log: off (the default, as nginx's and HAProxy's
+                        here), or a path
   --idle-conns N        idle keep-alive connections in scenario 6 (default 10000)
   --slow-conns N        concurrent slow streams in scenario 6 (default 1000)
   --mem-rounds N        rounds of scenario 6 (default 3; quick 1)
@@ -67,10 +69,11 @@ EOF
 QUICK=0; ROUNDS=3; DUR=""; CONNS=32; WORKERS=1; RATE=auto; KERNEL_OPS=0; BODY_KIB=1
 SCENARIOS="s1_wrk s1_oha s2_stream s3_ttfb s4_open"
 SYSTEMS="direct rolter nginx haproxy"; IDLE_CONNS=10000; SLOW_CONNS=1000; MEM_ROUNDS=""
-SKIP_INSTALL=0; SKIP_BUILD=0; BUSY_POLL=1ms
+SKIP_INSTALL=0; SKIP_BUILD=0; BUSY_POLL=1ms; ROLTER_ACCESS=off
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
+    --access-log) ROLTER_ACCESS=$2; shift ;;
     --rounds) ROUNDS=$2; shift ;;
     --duration) DUR=$2; shift ;;
     --connections) CONNS=$2; shift ;;
@@ -273,6 +276,8 @@ listen = "127.0.0.1:${PORT[$sys]}"
 workers = $WORKERS
 pin_workers = false   # taskset confines the process to CPU $PROXY_CPUS
 $busy
+[log]
+access = "$ROLTER_ACCESS"
 $UPSTREAMS_ROLTER
 [[routes]]
 name = "all"
