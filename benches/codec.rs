@@ -132,6 +132,21 @@ fn asked_stream(nulls: bool) -> Vec<u8> {
     framed
 }
 
+/// A stream's reads decoded, cut of their usage event and re-framed into `out`.
+fn cut_stream(framed: &[u8], out: &mut Vec<u8>) -> Option<rolter::core::Usage> {
+    let mut d = ChunkedDecoder::new();
+    let mut cut = UsageChunkCut::new();
+    for read in framed.chunks(4096) {
+        out.clear();
+        d.feed(read, |piece| {
+            cut.feed(piece, |parts| encode_chunk_parts(out, parts))
+        })
+        .unwrap();
+    }
+    assert!(d.is_done());
+    cut.usage()
+}
+
 /// The relay's work on a stream it asked the usage for: decode, cut the usage event and
 /// the null fields, re-frame (`stream_usage = "ask"`); against counting the deltas and
 /// scanning for usage over the same stream (`"count"`).
@@ -142,34 +157,10 @@ fn bench_asked_stream(c: &mut Criterion) {
     let mut g = c.benchmark_group("sse_stream_asked");
     g.throughput(Throughput::Bytes(framed.len() as u64));
     g.bench_function("cut_usage_no_null_fields_64_events_in_4k_reads", |b| {
-        b.iter(|| {
-            let mut d = ChunkedDecoder::new();
-            let mut cut = UsageChunkCut::new();
-            for read in black_box(&plain).chunks(4096) {
-                out.clear();
-                d.feed(read, |piece| {
-                    cut.feed(piece, |parts| encode_chunk_parts(&mut out, parts))
-                })
-                .unwrap();
-            }
-            assert!(d.is_done());
-            cut.usage()
-        })
+        b.iter(|| cut_stream(black_box(&plain), &mut out))
     });
     g.bench_function("cut_usage_64_events_in_4k_reads", |b| {
-        b.iter(|| {
-            let mut d = ChunkedDecoder::new();
-            let mut cut = UsageChunkCut::new();
-            for read in black_box(&framed).chunks(4096) {
-                out.clear();
-                d.feed(read, |piece| {
-                    cut.feed(piece, |parts| encode_chunk_parts(&mut out, parts))
-                })
-                .unwrap();
-            }
-            assert!(d.is_done());
-            cut.usage()
-        })
+        b.iter(|| cut_stream(black_box(&framed), &mut out))
     });
     g.bench_function("count_deltas_64_events_in_4k_reads", |b| {
         b.iter(|| {

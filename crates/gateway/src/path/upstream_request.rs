@@ -134,22 +134,20 @@ fn withheld(
 /// fields parsed once for every leg).
 pub fn build_leg(up: &mut Outgoing, ex: &Exchange<'_>, tid: usize) {
     let target = &ex.state.config.targets[tid];
+    let reported = ex.state.usage_reported(tid);
     let edit = Rewrite {
         leg: &ex.body,
         fields: ex.fields,
         class: Some(ex.admit.class),
         trace: ex.trace.map(|t| (t, t.attempt(tid))),
-        ask_usage: asks_usage(ex.req, ex.routed, &ex.body, target) && ex.state.usage_reported(tid),
+        ask_usage: reported && asks_usage(ex.req, ex.routed, &ex.body, target),
     };
     write(up, ex.req, ex.routed, edit, target);
     // A client that asked for usage itself gets it from an engine that reports it: its
     // stream's deltas need no counting either.
     let facts = &ex.routed.facts;
-    up.usage_expected = up.asked_usage
-        || (facts.stream
-            && facts.include_usage
-            && up.reply.is_none()
-            && ex.state.usage_reported(tid));
+    up.usage_expected =
+        up.asked_usage || (reported && facts.stream && facts.include_usage && up.reply.is_none());
 }
 
 /// What a request asks the engine for when the gateway asks for a stream's usage.
