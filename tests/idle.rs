@@ -1,6 +1,8 @@
 //! A quiet worker slows its signal tick: with no request for 100 ms its thread wakes about
 //! ten times a second instead of every 2 ms, and it still answers the next request, a
-//! reload and a stop at once (under both drivers).
+//! reload and a stop at once. A control thread that no worker has sent anything for a
+//! second slows its tick the same way, and still folds the next request's records in and
+//! takes a reload (under both drivers).
 
 mod common;
 
@@ -9,6 +11,9 @@ use std::time::Duration;
 use common::*;
 
 const CHAT: &str = "/v1/chat/completions";
+
+/// The tests look threads up by name in this one process, so they take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Voluntary context switches of this process's thread named `name`.
 fn wakeups(name: &str) -> u64 {
@@ -30,6 +35,7 @@ fn wakeups(name: &str) -> u64 {
 
 #[test]
 fn a_quiet_worker_sleeps_between_slow_ticks_and_wakes_for_a_request() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for d in drivers() {
         let ctx = driver_name(d);
         let m = mock("m", |_| {});
@@ -50,6 +56,71 @@ fn a_quiet_worker_sleeps_between_slow_ticks_and_wakes_for_a_request() {
             let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(stream)));
             assert_eq!(r.status, 200, "{ctx}: {}", r.text());
         }
+        assert_eq!(m.requests().len(), 3, "{ctx}");
+    }
+}
+
+/// Whether `series` on `/metrics` reaches `value` within [`SHORT`].
+fn counted(g: &rolter::Gateway, series: &str, value: f64) -> bool {
+    let end = std::time::Instant::now() + SHORT;
+    while std::time::Instant::now() < end {
+        if admin_series(g, series) == Some(value) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn an_idle_control_thread_sleeps_and_still_folds_the_next_request_and_takes_a_reload() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for d in drivers() {
+        let ctx = driver_name(d);
+        let m = mock("m", |_| {});
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("rolter.toml");
+        let text = |strategy: &str| {
+            format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\npin_workers = false\n\
+                 driver = \"{ctx}\"\n[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+                 {}[[routes]]\nname = \"r\"\ntargets = [\"t0\"]\nstrategy = \"{strategy}\"\n",
+                target("t0", m.addr(), "")
+            )
+        };
+        std::fs::write(&path, text("round_robin")).expect("write the configuration");
+        let g = rolter::Gateway::start(rolter::config::load_file(&path).expect("config"))
+            .expect("start");
+        let ok = r#"rolter_requests_total{route="r",target="t0",code="200"}"#;
+        let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(false)));
+        assert_eq!(r.status, 200, "{ctx}");
+        assert!(
+            counted(&g, ok, 1.0),
+            "{ctx}: the first request was not counted"
+        );
+        // Quiet once no worker has sent anything for a second.
+        std::thread::sleep(Duration::from_millis(1500));
+        let before = wakeups("rolter-control");
+        std::thread::sleep(Duration::from_secs(1));
+        let woke = wakeups("rolter-control") - before;
+        // A 2 ms tick alone is 500 wake-ups a second; a quiet one about 10.
+        assert!(
+            woke < 100,
+            "{ctx}: the quiet control thread woke {woke} times in 1 s"
+        );
+        // The next request's records are folded in: the worker rings the sleeping thread.
+        let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(true)));
+        assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+        assert!(
+            counted(&g, ok, 2.0),
+            "{ctx}: the second request was not counted"
+        );
+        // A reload while it sleeps again is taken.
+        std::thread::sleep(Duration::from_millis(1500));
+        std::fs::write(&path, text("random")).expect("write the configuration");
+        g.reload().unwrap_or_else(|e| panic!("{ctx}: reload: {e}"));
+        let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(false)));
+        assert_eq!(r.status, 200, "{ctx}");
         assert_eq!(m.requests().len(), 3, "{ctx}");
     }
 }

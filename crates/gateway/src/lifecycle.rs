@@ -2,8 +2,8 @@
 //! (exit now). The gateway handle sets them; workers, the control thread and the admin
 //! listener read them on their ticks.
 //!
-//! Owns two atomics, the drain's deadline, and the wakers of workers sleeping through a
-//! quiet tick (a drain, a stop or a reload nudges them). Nothing on the request path waits
+//! Owns two atomics, the drain's deadline, and the wakers of workers and of the control
+//! thread sleeping through a quiet tick (a drain, a stop or a reload nudges them). Nothing on the request path waits
 //! on them.
 
 use std::collections::HashMap;
@@ -27,6 +27,10 @@ pub struct Lifecycle {
 }
 
 impl Lifecycle {
+    /// The id the control thread waits on [`nudged`](Self::nudged) by while it sleeps
+    /// through a quiet tick (workers use theirs, from 0).
+    pub const CONTROL: usize = usize::MAX;
+
     /// Stop accepting; finish in-flight requests, which have until `deadline`.
     pub fn start_drain(&self, deadline: Instant) {
         let _ = self.deadline.set(deadline);
@@ -58,10 +62,11 @@ impl Lifecycle {
         }
     }
 
-    /// Waits for the next [`nudge`](Self::nudge) (worker `id`'s quiet tick).
-    pub async fn nudged(&self, id: usize) {
+    /// Waits for the next [`nudge`](Self::nudge) after this call (worker `id`'s quiet tick,
+    /// or [`CONTROL`](Self::CONTROL)'s).
+    pub fn nudged(&self, id: usize) -> impl std::future::Future<Output = ()> + '_ {
         let start = self.nudges.load(Ordering::SeqCst);
-        std::future::poll_fn(|cx| {
+        std::future::poll_fn(move |cx| {
             if let Ok(mut q) = self.quiet.lock() {
                 // Looked at under the lock a nudge takes: a nudge either comes after the
                 // waker is in, or its count is seen here.
@@ -73,7 +78,6 @@ impl Lifecycle {
             }
             Poll::Pending
         })
-        .await
     }
 
     pub fn draining(&self) -> bool {

@@ -125,6 +125,7 @@ pub async fn scrape_loop(l: TargetLoop) {
             }),
             now,
         );
+        p.stir.poke();
     })
     .await;
 }
@@ -144,7 +145,9 @@ pub async fn health_loop(l: TargetLoop) {
             Err(e) => e.to_string(),
         };
         if l.run.on() {
-            l.plane.borrow_mut().probed(t, ok, &detail, Instant::now());
+            let mut p = l.plane.borrow_mut();
+            p.probed(t, ok, &detail, Instant::now());
+            p.stir.poke();
         }
     })
     .await;
@@ -160,7 +163,9 @@ pub async fn models_loop(l: TargetLoop) {
             .await
             .and_then(|body| rolter_engine::lora::parse_models(&body).map(|m| m.adapters));
         if l.run.on() {
-            l.plane.borrow_mut().lora.listed(t, result, Instant::now());
+            let mut p = l.plane.borrow_mut();
+            p.lora.listed(t, result, Instant::now());
+            p.stir.poke();
         }
     })
     .await;

@@ -47,6 +47,8 @@ pub struct ScrapeSlot {
 
 pub struct Plane {
     pub config: Arc<Config>,
+    /// Poked when a probe, a scrape or a model listing changed the plane.
+    pub stir: std::rc::Rc<super::stir::Stir>,
     pub health: HealthBook,
     pub metrics: GatewayMetrics,
     /// The routes' queue series.
@@ -173,6 +175,7 @@ impl Plane {
         let fleet = engine_fleet(&config);
         let lora = LoraBook::new(&fleet, &needs);
         Plane {
+            stir: std::rc::Rc::default(),
             dns: DnsBook::new(&config, dns::system_resolver(), Instant::now()),
             lora,
             mirrors,
@@ -341,9 +344,11 @@ impl Plane {
         self.access_count = 0;
     }
 
-    /// Folds everything waiting from the workers in.
-    pub fn drain(&mut self, inbox: &Receiver<ToControl>, now: Instant) {
+    /// Folds everything waiting from the workers in; how many messages there were.
+    pub fn drain(&mut self, inbox: &Receiver<ToControl>, now: Instant) -> usize {
+        let mut taken = 0;
         while let Ok(msg) = inbox.try_recv() {
+            taken += 1;
             match msg {
                 ToControl::Load { from, snapshot } => {
                     if let Some(slot) = self.loads.get_mut(from) {
@@ -364,6 +369,7 @@ impl Plane {
             self.log_event(e);
         }
         self.events = events;
+        taken
     }
 
     /// Folds one record from a worker into the metrics, the books and the logs.

@@ -2,36 +2,19 @@
 //! control thread's event loop across threads as news arrives, so another replica's pick
 //! reaches the workers without waiting for the next control tick.
 //!
-//! Owns the channel and the waker slot. The senders (the state and reader threads) never
-//! block: a full inbox drops the news (the caller counts it). The lock guards only the
-//! waker slot, between the control thread and a sender; no worker takes it.
+//! Owns the channel; the doorbell is a [`crate::mesh::bell`]. The senders (the state and
+//! reader threads) never block: a full inbox drops the news (the caller counts it).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Poll, Waker};
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use super::messages::StoreNews;
+use crate::mesh::bell::Bell;
+pub use crate::mesh::bell::Doorbell;
 
 /// News the inbox holds before a sender's news is dropped.
 const CAPACITY: usize = 256;
-
-/// The rings and the control thread's waker.
-#[derive(Default)]
-struct Bell {
-    rings: AtomicU64,
-    waker: Mutex<Option<Waker>>,
-}
-
-impl Bell {
-    fn ring(&self) {
-        self.rings.fetch_add(1, Ordering::SeqCst);
-        if let Some(w) = self.waker.lock().ok().and_then(|mut w| w.take()) {
-            w.wake();
-        }
-    }
-}
 
 /// A sender's end.
 #[derive(Clone)]
@@ -62,50 +45,17 @@ impl NewsInbox {
     }
 }
 
-/// What the control thread's event loop waits on beside its tick.
-pub struct Doorbell {
-    bell: Arc<Bell>,
-    seen: u64,
-}
-
-impl Doorbell {
-    /// Resolves once news arrived since the last time it resolved (at once if some did).
-    pub async fn rung(&mut self) {
-        std::future::poll_fn(|cx| {
-            if let Ok(mut slot) = self.bell.waker.lock() {
-                // Read under the lock a ring takes: a ring comes after the waker is in, or
-                // its count is seen here.
-                let rings = self.bell.rings.load(Ordering::SeqCst);
-                if rings != self.seen {
-                    self.seen = rings;
-                    *slot = None;
-                    return Poll::Ready(());
-                }
-                *slot = Some(cx.waker().clone());
-            }
-            Poll::Pending
-        })
-        .await
-    }
-}
-
 /// A new inbox, its sender and its doorbell.
 pub fn inbox() -> (NewsSender, NewsInbox, Doorbell) {
     let (tx, rx) = crossbeam_channel::bounded(CAPACITY);
-    let bell = Arc::new(Bell::default());
-    (
-        NewsSender {
-            tx,
-            bell: bell.clone(),
-        },
-        NewsInbox { rx },
-        Doorbell { bell, seen: 0 },
-    )
+    let (bell, doorbell) = Doorbell::new();
+    (NewsSender { tx, bell }, NewsInbox { rx }, doorbell)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::Poll;
 
     #[test]
     fn a_ring_from_another_thread_wakes_the_waiting_loop() {

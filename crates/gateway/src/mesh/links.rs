@@ -6,7 +6,9 @@
 //! counts the drop ([`MeshDrops`], shown on `/metrics`). Load snapshots go out when the
 //! counts changed and, on a slow heartbeat, regardless, so a dropped snapshot heals within
 //! [`HEARTBEAT_TICKS`] ticks. Receives never wait (`try_recv` on the tick and before each
-//! pick). Nothing here holds a lock or does I/O.
+//! pick). Nothing here does I/O; a send that finds the control thread asleep through a quiet
+//! tick rings its bell, which takes the bell's lock once (on the worker's tick, never per
+//! request).
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -16,6 +18,7 @@ use std::sync::Arc;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use rolter_core::{RouteLedger, Sample, ShareBatch};
 
+use super::bell::{Bell, Doorbell};
 use super::load::LoadView;
 use super::messages::{Record, ToControl, ToWorker};
 
@@ -89,6 +92,8 @@ pub struct WorkerLinks {
     /// Senders to every other worker (`None` at this worker's own index).
     peers: Vec<Option<Sender<ToWorker>>>,
     control: Sender<ToControl>,
+    /// Wakes the control thread when it sleeps through a quiet tick.
+    control_bell: Arc<Bell>,
     /// Records of this tick, sent as one batch.
     outbox: RefCell<Vec<Record>>,
     /// Ticks since the last full snapshot.
@@ -102,6 +107,8 @@ pub struct ControlLinks {
     workers: Vec<Sender<ToWorker>>,
     /// What each sender dropped: every worker's, then the control thread's own.
     pub drops: Vec<Arc<MeshDrops>>,
+    /// Rung by a worker that sent while the control thread sleeps through a quiet tick.
+    pub bell: Doorbell,
 }
 
 /// Builds the channels for `workers` workers and one control thread.
@@ -109,6 +116,7 @@ pub fn mesh(workers: usize) -> (Vec<WorkerLinks>, ControlLinks) {
     let (worker_tx, worker_rx): (Vec<_>, Vec<_>) = (0..workers).map(|_| bounded(INBOX)).unzip();
     let (control_tx, control_rx) = bounded(INBOX);
     let drops: Vec<Arc<MeshDrops>> = (0..=workers).map(|_| Arc::default()).collect();
+    let (control_bell, bell) = Doorbell::new();
     let links = worker_rx
         .into_iter()
         .enumerate()
@@ -121,6 +129,7 @@ pub fn mesh(workers: usize) -> (Vec<WorkerLinks>, ControlLinks) {
                 .map(|(j, tx)| (j != id).then(|| tx.clone()))
                 .collect(),
             control: control_tx.clone(),
+            control_bell: control_bell.clone(),
             outbox: RefCell::new(Vec::with_capacity(256)),
             since_full: Cell::new(0),
             drops: drops[id].clone(),
@@ -132,6 +141,7 @@ pub fn mesh(workers: usize) -> (Vec<WorkerLinks>, ControlLinks) {
             inbox: control_rx,
             workers: worker_tx,
             drops,
+            bell,
         },
     )
 }
@@ -162,6 +172,7 @@ impl WorkerLinks {
                 snapshot,
             };
             send(&self.control, msg, Kind::Load, &self.drops);
+            self.control_bell.ring_if_asleep();
         }
         let mut outbox = self.outbox.borrow_mut();
         if outbox.is_empty() {
@@ -190,6 +201,7 @@ impl WorkerLinks {
             Kind::Records,
             &self.drops,
         );
+        self.control_bell.ring_if_asleep();
     }
 
     /// Sends this core's shared routing state of the tick to every other core.

@@ -12,13 +12,17 @@
 //! - [`key_limits`]: the client API keys' shared windows (`requests_per_minute`,
 //!   `tokens_per_minute`, exact per gateway) and their counts for `/metrics`.
 //! - [`polling`]: the time the workers spent busy polling, for `/metrics`.
+//! - [`bell`]: wakes a thread's event loop from another thread (the control thread's, as
+//!   the store's news or a worker's records arrive while it sleeps through a quiet tick).
 //! - [`links`]: both ends of the bounded crossbeam channels, the heartbeat that re-sends a
 //!   full snapshot so a dropped one heals, and the drop counters.
 //!
 //! Workers only push into channels (`try_send`) and drain them (`try_recv`); nothing here
-//! blocks, locks or does I/O.
+//! blocks or does I/O, and the only lock (the bell's waker slot) is taken by a worker only
+//! on the tick that finds the control thread asleep.
 
 pub mod admission;
+pub mod bell;
 pub mod caps;
 pub mod key_limits;
 pub mod links;

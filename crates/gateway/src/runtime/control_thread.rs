@@ -1,7 +1,9 @@
 //! The control thread: its own monoio runtime (the workers' driver) running the admin
 //! listener, the control plane's periodic tasks, and the tick (2 ms; 0.5 ms when the load is
 //! shared across replicas) that folds the workers' messages in and publishes the targets'
-//! signals to every worker. On a reload it adopts the new configuration's plane and mesh,
+//! signals to every worker. Once no worker has sent anything for a second (an idle
+//! gateway) the tick slows to 100 ms, until a worker sends again, a probe changes the plane
+//! or the gateway is nudged. On a reload it adopts the new configuration's plane and mesh,
 //! and folds what the replaced one's requests still report until the last of them ends.
 //!
 //! Owns the thread and the composition of its tasks; what they do is `control`'s and
@@ -78,6 +80,13 @@ pub struct Adopt {
     pub done: Sender<()>,
 }
 
+/// The control thread sleeps through quiet ticks once no worker has sent it anything for
+/// this long.
+const QUIET_AFTER: Duration = Duration::from_secs(1);
+
+/// A quiet control thread's tick.
+const QUIET_TICK: Duration = Duration::from_millis(100);
+
 /// Starts the control thread.
 pub fn spawn(ctx: ControlContext) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -96,7 +105,9 @@ async fn run(ctx: ControlContext) {
     let mut watchdog = notify::Watchdog::from_env();
     let mut due = Instant::now() + control.tick_period();
     loop {
-        if control.wait(due).await {
+        if control.quiet(Instant::now()) {
+            control.sleep_quietly().await;
+        } else if control.wait(due).await {
             // Another replica's news: to the workers now, the rest at the tick.
             control.deliver_news();
             continue;
@@ -140,6 +151,8 @@ struct Control {
     /// targets), each group with the plane of its own indices: its access-log lines name the
     /// old routes and targets right.
     kept: Vec<(Vec<Receiver<ToControl>>, Plane)>,
+    /// When a tick last found a message from a worker (or the plane was adopted).
+    last_news: Instant,
 }
 
 impl Control {
@@ -199,6 +212,7 @@ impl Control {
             running,
             folding: Vec::new(),
             kept: Vec::new(),
+            last_news: Instant::now(),
         }
     }
 
@@ -225,6 +239,7 @@ impl Control {
             f.borrow_mut().adopt(&a.config);
         }
         let fold = next.same_indices(&old_config);
+        self.last_news = Instant::now();
         let mut old = std::mem::replace(&mut *self.plane.borrow_mut(), next);
         self.plane.borrow_mut().inherit(&mut old);
         let old_links = std::mem::replace(&mut self.links, a.links);
@@ -252,7 +267,9 @@ impl Control {
     fn tick(&mut self, now: Instant) {
         let mut p = self.plane.borrow_mut();
         drain_retired(&mut p, &mut self.folding, &mut self.kept, now);
-        p.drain(&self.links.inbox, now);
+        if p.drain(&self.links.inbox, now) > 0 {
+            self.last_news = now;
+        }
         p.log_mesh_drops(now);
         let links = &self.links;
         if let Some(signals) = p.publishable(now) {
@@ -276,6 +293,58 @@ impl Control {
     /// its load, whose counts then leave for the store within about a millisecond).
     fn tick_period(&self) -> Duration {
         super::worker::signal_tick_of(&self.plane.borrow().config)
+    }
+
+    /// Whether the control thread may sleep through a quiet tick: no worker has sent
+    /// anything for [`QUIET_AFTER`], no replaced configuration still reports, the fleet
+    /// plane (which ticks its store) is off, and the gateway is neither draining nor
+    /// stopping.
+    fn quiet(&self, now: Instant) -> bool {
+        self.fleet.is_none()
+            && self.folding.is_empty()
+            && self.kept.is_empty()
+            && !self.flags.draining()
+            && !self.flags.stopped()
+            && now.saturating_duration_since(self.last_news) >= QUIET_AFTER
+    }
+
+    /// Sleeps through a quiet tick: [`QUIET_TICK`], or less when a worker sends (it rings
+    /// the mesh's bell while this sleeps), one of the control thread's own tasks changes
+    /// the plane (a probe, a scrape, a model listing), or the gateway nudges (a reload, a
+    /// drain, a stop).
+    async fn sleep_quietly(&mut self) {
+        // Counts the nudges from here: one that comes before the wait starts ends it.
+        let nudged = self.flags.nudged(Lifecycle::CONTROL);
+        let door = &mut self.links.bell;
+        door.sleep();
+        // Sent before the bell could ring: seen here instead.
+        if !self.links.inbox.is_empty() || !self.adopts.is_empty() {
+            door.wake();
+            return;
+        }
+        {
+            let stir = self.plane.borrow().stir.clone();
+            let sleep = std::pin::pin!(monoio::time::sleep(QUIET_TICK));
+            let rung = std::pin::pin!(door.rung());
+            let nudged = std::pin::pin!(nudged);
+            let stirred = std::pin::pin!(stir.stirred());
+            let mut parts = (sleep, rung, nudged, stirred);
+            std::future::poll_fn(|cx| {
+                use std::future::Future;
+                let (sleep, rung, nudged, stirred) = &mut parts;
+                if sleep.as_mut().poll(cx).is_ready()
+                    || rung.as_mut().poll(cx).is_ready()
+                    || nudged.as_mut().poll(cx).is_ready()
+                    || stirred.as_mut().poll(cx).is_ready()
+                {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+        }
+        self.links.bell.wake();
     }
 
     /// Waits until `due` (false) or, sooner, for the store's news (true).

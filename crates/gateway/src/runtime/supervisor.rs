@@ -268,6 +268,8 @@ impl Supervisor {
         };
         let gone = || ReloadError::Failed("the gateway is stopping".into());
         self.adopt.send(adopt).map_err(|_| gone())?;
+        // A control thread sleeping through a quiet tick takes it now.
+        self.lifecycle.nudge();
         adopted.recv().map_err(|_| gone())
     }
 
