@@ -267,7 +267,6 @@ impl Tree {
         }
     }
 
-    /// Moves the existing node `i` just below `anchor` (the front when `NIL`).
     /// An insertion walked over node `i`: this replica's own makes it its own. Nothing to
     /// do (not even a read) while the tree holds no node from the fleet.
     #[inline]
@@ -281,8 +280,16 @@ impl Tree {
         }
     }
 
+    /// Moves the existing node `i` just below `anchor` (the front when `NIL`).
     fn touch_after(&mut self, anchor: u32, i: u32) {
-        if anchor == i {
+        // Already there: a path refreshed again in the same order (a conversation's next
+        // turn, a shared system prompt) costs one read per node and no write.
+        let in_place = if anchor == NIL {
+            self.head == i
+        } else {
+            anchor == i || self.nodes[anchor as usize].older == i
+        };
+        if in_place {
             return;
         }
         self.unlink(i);
