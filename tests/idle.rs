@@ -33,6 +33,13 @@ fn wakeups(name: &str) -> u64 {
     panic!("no thread named {name}");
 }
 
+/// How many times the thread named `name` woke in the next second.
+fn wakeups_in_a_second(name: &str) -> u64 {
+    let before = wakeups(name);
+    std::thread::sleep(Duration::from_secs(1));
+    wakeups(name) - before
+}
+
 #[test]
 fn a_quiet_worker_sleeps_between_slow_ticks_and_wakes_for_a_request() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -44,9 +51,7 @@ fn a_quiet_worker_sleeps_between_slow_ticks_and_wakes_for_a_request() {
         assert_eq!(r.status, 200, "{ctx}");
         // Quiet after 100 ms without a request.
         std::thread::sleep(Duration::from_millis(300));
-        let before = wakeups("rolter-w0");
-        std::thread::sleep(Duration::from_secs(1));
-        let woke = wakeups("rolter-w0") - before;
+        let woke = wakeups_in_a_second("rolter-w0");
         // A 2 ms tick alone is 500 wake-ups a second; a quiet one about 10.
         assert!(
             woke < 100,
@@ -100,22 +105,21 @@ fn an_idle_control_thread_sleeps_and_still_folds_the_next_request_and_takes_a_re
         );
         // Quiet once no worker has sent anything for a second.
         std::thread::sleep(Duration::from_millis(1500));
-        let before = wakeups("rolter-control");
-        std::thread::sleep(Duration::from_secs(1));
-        let woke = wakeups("rolter-control") - before;
+        let woke = wakeups_in_a_second("rolter-control");
         // A 2 ms tick alone is 500 wake-ups a second; a quiet one about 10.
         assert!(
             woke < 100,
             "{ctx}: the quiet control thread woke {woke} times in 1 s"
         );
-        // The next request's records are folded in: the worker rings the sleeping thread.
+        // The next request's records are folded in (the worker rings the sleeping thread;
+        // `mesh::bell`'s unit tests check the ring itself).
         let r = call(g.local_addr(), &post(CHAT, &[], &chat_body(true)));
         assert_eq!(r.status, 200, "{ctx}: {}", r.text());
         assert!(
             counted(&g, ok, 2.0),
             "{ctx}: the second request was not counted"
         );
-        // A reload while it sleeps again is taken.
+        // A reload while it sleeps again is taken (the supervisor nudges it).
         std::thread::sleep(Duration::from_millis(1500));
         std::fs::write(&path, text("random")).expect("write the configuration");
         g.reload().unwrap_or_else(|e| panic!("{ctx}: reload: {e}"));

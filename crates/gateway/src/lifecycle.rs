@@ -3,8 +3,8 @@
 //! listener read them on their ticks.
 //!
 //! Owns two atomics, the drain's deadline, and the wakers of workers and of the control
-//! thread sleeping through a quiet tick (a drain, a stop or a reload nudges them). Nothing on the request path waits
-//! on them.
+//! thread sleeping through a quiet tick (a drain, a stop or a reload nudges them). Nothing
+//! on the request path waits on them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

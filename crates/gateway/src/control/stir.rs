@@ -1,6 +1,8 @@
 //! `Stir`: wakes the control thread's quiet tick when one of its own tasks (a health
-//! probe, a metrics scrape, a model listing) changed the plane, so the change reaches the
-//! workers now rather than at the end of the quiet tick.
+//! probe, a metrics scrape, a model listing) delivered a result to the plane, so what it
+//! changed reaches the workers now rather than at the end of the quiet tick. (The task's
+//! own completion has woken the thread already; the poke only lets the tick run in that
+//! wake-up.)
 //!
 //! Owns a flag and a waker slot, both used on the control thread only.
 
@@ -15,7 +17,7 @@ pub struct Stir {
 }
 
 impl Stir {
-    /// Says the plane changed: a quiet tick waiting on [`stirred`](Stir::stirred) ends.
+    /// Says a result reached the plane: a quiet tick waiting on [`stirred`](Stir::stirred) ends.
     pub fn poke(&self) {
         self.poked.set(true);
         if let Some(w) = self.waker.take() {

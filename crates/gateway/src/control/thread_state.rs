@@ -47,7 +47,7 @@ pub struct ScrapeSlot {
 
 pub struct Plane {
     pub config: Arc<Config>,
-    /// Poked when a probe, a scrape or a model listing changed the plane.
+    /// Poked when a probe, a scrape or a model listing delivered its result.
     pub stir: std::rc::Rc<super::stir::Stir>,
     pub health: HealthBook,
     pub metrics: GatewayMetrics,
@@ -344,11 +344,11 @@ impl Plane {
         self.access_count = 0;
     }
 
-    /// Folds everything waiting from the workers in; how many messages there were.
+    /// Folds everything waiting from the workers in; how many batches of records there
+    /// were (a load snapshot alone, such as a quiet worker's heartbeat, is not counted).
     pub fn drain(&mut self, inbox: &Receiver<ToControl>, now: Instant) -> usize {
-        let mut taken = 0;
+        let mut batches = 0;
         while let Ok(msg) = inbox.try_recv() {
-            taken += 1;
             match msg {
                 ToControl::Load { from, snapshot } => {
                     if let Some(slot) = self.loads.get_mut(from) {
@@ -356,6 +356,7 @@ impl Plane {
                     }
                 }
                 ToControl::Records(records) => {
+                    batches += 1;
                     for r in &records {
                         self.fold(r, now);
                     }
@@ -369,7 +370,7 @@ impl Plane {
             self.log_event(e);
         }
         self.events = events;
-        taken
+        batches
     }
 
     /// Folds one record from a worker into the metrics, the books and the logs.

@@ -1,9 +1,9 @@
 //! The control thread: its own monoio runtime (the workers' driver) running the admin
 //! listener, the control plane's periodic tasks, and the tick (2 ms; 0.5 ms when the load is
 //! shared across replicas) that folds the workers' messages in and publishes the targets'
-//! signals to every worker. Once no worker has sent anything for a second (an idle
-//! gateway) the tick slows to 100 ms, until a worker sends again, a probe changes the plane
-//! or the gateway is nudged. On a reload it adopts the new configuration's plane and mesh,
+//! signals to every worker. Once no worker has sent a record for a second (an idle
+//! gateway) the tick slows to 100 ms, until a worker sends again, a probe, scrape or model
+//! listing delivers a result, or the gateway is nudged. On a reload it adopts the new configuration's plane and mesh,
 //! and folds what the replaced one's requests still report until the last of them ends.
 //!
 //! Owns the thread and the composition of its tasks; what they do is `control`'s and
@@ -80,7 +80,7 @@ pub struct Adopt {
     pub done: Sender<()>,
 }
 
-/// The control thread sleeps through quiet ticks once no worker has sent it anything for
+/// The control thread sleeps through quiet ticks once no worker has sent it a record for
 /// this long.
 const QUIET_AFTER: Duration = Duration::from_secs(1);
 
@@ -151,7 +151,8 @@ struct Control {
     /// targets), each group with the plane of its own indices: its access-log lines name the
     /// old routes and targets right.
     kept: Vec<(Vec<Receiver<ToControl>>, Plane)>,
-    /// When a tick last found a message from a worker (or the plane was adopted).
+    /// When a tick last found a worker's records (or the plane was adopted). A quiet
+    /// worker's heartbeat (a load snapshot every 5 s) does not keep the thread awake.
     last_news: Instant,
 }
 
@@ -295,8 +296,8 @@ impl Control {
         super::worker::signal_tick_of(&self.plane.borrow().config)
     }
 
-    /// Whether the control thread may sleep through a quiet tick: no worker has sent
-    /// anything for [`QUIET_AFTER`], no replaced configuration still reports, the fleet
+    /// Whether the control thread may sleep through a quiet tick: no worker has sent a
+    /// record for [`QUIET_AFTER`], no replaced configuration still reports, the fleet
     /// plane (which ticks its store) is off, and the gateway is neither draining nor
     /// stopping.
     fn quiet(&self, now: Instant) -> bool {
@@ -309,8 +310,8 @@ impl Control {
     }
 
     /// Sleeps through a quiet tick: [`QUIET_TICK`], or less when a worker sends (it rings
-    /// the mesh's bell while this sleeps), one of the control thread's own tasks changes
-    /// the plane (a probe, a scrape, a model listing), or the gateway nudges (a reload, a
+    /// the mesh's bell while this sleeps), one of the control thread's own tasks delivers
+    /// a result (a probe, a scrape, a model listing), or the gateway nudges (a reload, a
     /// drain, a stop).
     async fn sleep_quietly(&mut self) {
         // Counts the nudges from here: one that comes before the wait starts ends it.
