@@ -94,6 +94,18 @@ fn wait_peer(b: &Gw, items: usize) {
     }
 }
 
+/// Waits until `due`: asleep until shortly before it, so that the two replicas' threads
+/// have the machine's cores while the news travels, then spinning for the precise instant.
+fn wait_until(due: Instant) {
+    const SPIN: Duration = Duration::from_micros(300);
+    if let Some(rest) = due.checked_duration_since(Instant::now() + SPIN) {
+        std::thread::sleep(rest);
+    }
+    while Instant::now() < due {
+        std::hint::spin_loop();
+    }
+}
+
 /// Per delay, how many of the trials B routed to A's target.
 fn trials(a: &Gw, b: &Gw, delay: Duration) -> usize {
     let mut same = 0;
@@ -101,10 +113,7 @@ fn trials(a: &Gw, b: &Gw, delay: Duration) -> usize {
         let (first, second) = turns(n);
         let sent = Instant::now();
         assert_eq!(served_by(a, &first), "t0");
-        let due = sent + delay;
-        while Instant::now() < due {
-            std::hint::spin_loop();
-        }
+        wait_until(sent + delay);
         if served_by(b, &second) == "t0" {
             same += 1;
         }
