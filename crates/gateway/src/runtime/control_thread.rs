@@ -3,8 +3,9 @@
 //! shared across replicas) that folds the workers' messages in and publishes the targets'
 //! signals to every worker. Once no worker has sent a record for a second (an idle
 //! gateway) the tick slows to 100 ms, until a worker sends again, a probe, scrape or model
-//! listing delivers a result, or the gateway is nudged. On a reload it adopts the new configuration's plane and mesh,
-//! and folds what the replaced one's requests still report until the last of them ends.
+//! listing delivers a result, or the gateway is nudged. On a reload it adopts the new
+//! configuration's plane and mesh, and folds what the replaced one's requests still report
+//! until the last of them ends.
 //!
 //! Owns the thread and the composition of its tasks; what they do is `control`'s and
 //! `admin`'s.
